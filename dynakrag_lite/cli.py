@@ -1,0 +1,271 @@
+"""Command line: ``python -m dynakrag_lite <command>``.
+
+    index           --data FILE [--embedder NAME] [--out DIR]
+    retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
+    generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
+    train           --data FILE --generator SPEC --out POLICY [--limit N]
+    evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
+                    [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
+    models          list | fetch NAME                           (bundled offline GGUF models)
+
+``--data`` takes a file path or a dataset name (hotpotqa, 2wikimultihopqa, musique, library);
+names are looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR. Train and evaluate share one
+deterministic split of FILE (``--n-eval`` questions held out, seed ``--split-seed``), so a
+policy is never evaluated on its training questions. Errors go to stderr, exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def _add_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="JSONL file or dataset name")
+    p.add_argument("--data-dir", default=None, help="folder of normalized benchmark files")
+    p.add_argument("--corpus", default=None, help="own corpus JSONL (default: pooled from data)")
+    p.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    p.add_argument("--index-dir", default=None)
+
+
+def _add_split(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--split", choices=("train", "eval", "all"), default=default)
+    p.add_argument("--n-eval", type=int, default=100, help="questions held out for evaluation")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="first N questions of the split")
+
+
+def _load(args):
+    from .corpus import Corpus
+    from .data import load_dataset
+    questions = load_dataset(args.data, data_root=args.data_dir)
+    corpus = Corpus.from_jsonl(args.corpus) if args.corpus else \
+        Corpus.from_questions(questions, name=Path(str(args.data)).stem)
+    return questions, corpus
+
+
+def _split(args, questions):
+    from .data import split_questions
+    if getattr(args, "split", "all") != "all":
+        n_eval = min(args.n_eval, len(questions) // 2)
+        train, evals = split_questions(questions, n_eval, args.split_seed)
+        questions = train if args.split == "train" else evals
+    return questions[: args.limit] if args.limit else questions
+
+
+def _dataset_name(args, questions) -> str:
+    return questions[0].dataset if questions else Path(str(args.data)).stem
+
+
+def _retriever(args, corpus, progress=True):
+    from .retriever import DenseRetriever
+    return DenseRetriever(corpus, embedder=args.embedder, index_dir=args.index_dir,
+                          show_progress=progress)
+
+
+def _config(args, dataset: str):
+    from .actions import ControlConfig
+    return ControlConfig.for_dataset(
+        dataset, use_compression=not args.no_compression,
+        use_sufficiency=not args.no_sufficiency, retrieval_cap=args.retrieval_cap,
+        max_steps=args.max_steps, max_docs=args.max_docs, per_action=args.per_action,
+        doc_chars=args.doc_chars or None)
+
+
+def _add_control(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-compression", action="store_true")
+    p.add_argument("--no-sufficiency", action="store_true")
+    p.add_argument("--retrieval-cap", type=int, default=None)
+    p.add_argument("--max-steps", type=int, default=4)
+    p.add_argument("--max-docs", type=int, default=12)
+    p.add_argument("--per-action", type=int, default=3)
+    p.add_argument("--doc-chars", type=int, default=600, help="0 = whole documents")
+
+
+def default_policy_path(dataset: str, generator: str) -> Path | None:
+    """results/policies/<dataset>-<generator>.joblib, else any policy for the dataset."""
+    folder = RESULTS / "policies"
+    exact = folder / f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
+    if exact.exists():
+        return exact
+    found = sorted(folder.glob(f"{dataset}-*.joblib"))
+    return found[0] if found else None
+
+
+# -- commands ----------------------------------------------------------------------------
+def cmd_index(args) -> int:
+    questions, corpus = _load(args)
+    t0 = time.perf_counter()
+    r = _retriever(args, corpus)
+    secs = time.perf_counter() - t0
+    print(json.dumps({"documents": len(corpus), "index_dir": str(r.index_dir),
+                      "loaded_from_disk": r.loaded_from_disk,
+                      "encode_seconds": round(r.encode_seconds, 2),
+                      "load_seconds": round(r.load_seconds, 3),
+                      "passages_per_second": round(len(corpus) / r.encode_seconds, 1)
+                      if r.encode_seconds else None, "seconds": round(secs, 2)}))
+    return 0
+
+
+def cmd_retrieval_eval(args) -> int:
+    from .corpus import gold_titles
+    from .metrics import support_recall
+    questions, corpus = _load(args)
+    questions = _split(args, questions)
+    ks = [int(k) for k in str(args.k).split(",")]
+    r = _retriever(args, corpus)
+    hits = r.search_many([q.question for q in questions], max(ks))
+    out = {"dataset": _dataset_name(args, questions), "n": len(questions),
+           "documents": len(corpus), "embedder": args.embedder}
+    for k in ks:
+        vals = [support_recall([h.doc.title for h in hs[:k]], gold_titles(q))
+                for q, hs in zip(questions, hits)]
+        out[f"SR@{k}"] = round(sum(vals) / len(vals), 4)
+    print(json.dumps(out))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .generators import make_generator
+    gen = make_generator(args.generator, cache=not args.no_cache)
+    g = gen.generate([{"role": "user", "content": args.prompt}], max_tokens=args.max_tokens)
+    print(json.dumps({"text": g.text, "prompt_tokens": g.prompt_tokens,
+                      "completion_tokens": g.completion_tokens, "seconds": round(g.seconds, 3),
+                      "cached": g.cached, "generator": args.generator}))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .actions import Environment
+    from .generators import make_generator
+    from .policy import train_policy
+    from .trajectories import collect
+    questions, corpus = _load(args)
+    dataset = _dataset_name(args, questions)
+    train_qs = _split(args, questions)
+    env = Environment(_retriever(args, corpus), make_generator(args.generator),
+                      _config(args, dataset))
+    t0 = time.perf_counter()
+    data = collect(train_qs, env, seed=args.seed)
+    pol = train_policy(data, n_estimators=args.trees, min_samples_leaf=args.min_leaf,
+                       seed=args.seed, veto_threshold=args.veto_threshold, meta={
+                           "dataset": dataset, "generator": args.generator,
+                           "generator_model_id": env.generator.model_id,
+                           "embedder": args.embedder, "doc_chars": env.config.doc_chars,
+                           "per_action": env.config.per_action,
+                           "train_ids": [q.id for q in train_qs],
+                           "command": " ".join(sys.argv)})
+    path = pol.save(args.out)
+    print(json.dumps({"policy": str(path), "questions": len(train_qs),
+                      "samples": pol.meta["n_samples"], "prefixes": pol.meta["n_prefixes"],
+                      "seconds": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .actions import Environment
+    from .experiments import evaluate
+    from .generators import make_generator
+    from .policy import Policy
+    questions, corpus = _load(args)
+    dataset = _dataset_name(args, questions)
+    eval_qs = _split(args, questions)
+    policy = None
+    if args.method == "dynakrag":
+        path = Path(args.policy) if args.policy else default_policy_path(dataset, args.generator)
+        if path is None:
+            raise SystemExit(f"error: no policy for dataset '{dataset}' in {RESULTS/'policies'};"
+                             " pass --policy or run 'train' first")
+        policy = Policy.load(path)
+        if args.lam is not None:
+            policy.lam = args.lam
+        if args.veto_threshold is not None:
+            policy.veto_threshold = args.veto_threshold
+    env = Environment(_retriever(args, corpus), make_generator(args.generator),
+                      _config(args, dataset))
+    out = Path(args.out or f"runs/{dataset}-{args.method}")
+    summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
+                       generator=args.generator, fixed_k=args.fixed_k, seed=args.seed,
+                       run_info={"command": " ".join(["python -m dynakrag_lite"] + sys.argv[1:]),
+                                 "generator_model_id": env.generator.model_id,
+                                 "config": env.config.__dict__,
+                                 "policy": str(path) if policy is not None else None})
+    print(json.dumps({k: summary[k] for k in summary if k != "run"}))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from . import models
+    if args.action == "list":
+        for name in models.MODELS:
+            print(name)
+        return 0
+    path = models.gguf_path(args.name)
+    print(json.dumps({"model": args.name, "path": str(path)}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lite", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("index", help="build (or load) the dense index of a corpus")
+    _add_data(p)
+    p.add_argument("--out", dest="index_dir_out", default=None, help="index folder")
+    p.set_defaults(func=cmd_index)
+    p = sub.add_parser("retrieval-eval", help="support recall of one-shot retrieval")
+    _add_data(p)
+    _add_split(p, "all")
+    p.add_argument("--k", default="3,6,12")
+    p.set_defaults(func=cmd_retrieval_eval)
+    p = sub.add_parser("generate", help="one chat call through a generator")
+    p.add_argument("--generator", required=True)
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--no-cache", action="store_true")
+    p.set_defaults(func=cmd_generate)
+    for name, fn, split in (("train", cmd_train, "train"), ("evaluate", cmd_evaluate, "eval")):
+        p = sub.add_parser(name)
+        _add_data(p)
+        _add_split(p, split)
+        _add_control(p)
+        p.add_argument("--generator", required=True)
+        p.add_argument("--seed", type=int, default=13)
+        if name == "train":
+            p.add_argument("--out", required=True)
+            p.add_argument("--trees", type=int, default=300)
+            p.add_argument("--min-leaf", type=int, default=8)
+            p.add_argument("--veto-threshold", type=float, default=0.05)
+        else:
+            from .experiments import METHODS
+            p.add_argument("--method", required=True, choices=METHODS)
+            p.add_argument("--policy", default=None)
+            p.add_argument("--out", default=None)
+            p.add_argument("--fixed-k", type=int, default=None)
+            p.add_argument("--lam", type=float, default=None, help="lambda (cost weight)")
+            p.add_argument("--veto-threshold", type=float, default=None)
+        p.set_defaults(func=fn)
+    p = sub.add_parser("models", help="bundled offline generators")
+    p.add_argument("action", choices=("list", "fetch"))
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_models)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "index_dir_out", None):
+        args.index_dir = args.index_dir_out
+    try:
+        return args.func(args)
+    except Exception as e:  # a clear one-line error, not a traceback, for expected failures
+        from .data import DataError
+        from .policy import PolicyError
+        if isinstance(e, (DataError, PolicyError, FileNotFoundError, ValueError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,123 @@
+"""phi(s, a): the features the value model sees, computed from the observable state only.
+
+The paper's feature families: question length and shape; number of documents and of distinct
+titles; frontier position; retrieval-score statistics; lexical question-evidence overlap;
+bridge-entity count; the current action's identity; prior action counts; estimated action
+cost. We add the sufficiency verdict and gap presence (both observable). Nothing here reads a
+gold label: :func:`state_features` takes an :class:`EvidenceState`, which has none.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOPWORDS = frozenset(
+    "a an the of in on at to for by with from and or is was were are be been who what which "
+    "when where why how whose whom did does do that this it its as than same both".split())
+_COMPARE = frozenset("which both same older younger first earlier later longer shorter larger "
+                     "smaller more less than or".split())
+WH_WORDS = ("what", "who", "which", "when", "where", "how", "yesno", "other")
+_YESNO = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have")
+
+
+@lru_cache(maxsize=65536)
+def content_words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+
+
+def question_shape(question: str) -> dict[str, float]:
+    words = question.split()
+    first = words[0].lower() if words else ""
+    wh = first if first in WH_WORDS else ("yesno" if first in _YESNO else "other")
+    toks = set(_WORD.findall(question.lower()))
+    return {
+        "q_len": float(len(words)),
+        "q_content_words": float(len(content_words(question))),
+        "q_capitalized": float(sum(1 for w in words[1:] if w[:1].isupper())),
+        "q_compare_words": float(len(toks & _COMPARE)),
+        "q_of_count": float(question.lower().split().count("of")),
+        "q_possessive": float(question.count("'s")),
+        **{f"q_wh_{w}": float(w == wh) for w in WH_WORDS},
+    }
+
+
+def state_features(state: EvidenceState) -> dict[str, float]:
+    """Features of s alone (shared by every action's phi(s, a) and by the continuation model)."""
+    f = question_shape(state.question)
+    scores = [d.score for d in state.docs]
+    qw = content_words(state.question)
+    ev = frozenset().union(*(content_words(d.title + " " + d.text) for d in state.docs)) \
+        if state.docs else frozenset()
+    per_doc = [len(qw & content_words(d.title + " " + d.text)) / max(1, len(qw))
+               for d in state.docs]
+    last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs),
+                                                          default=-1)]
+    ranking = state.initial_ranking or ()
+    suff = state.sufficiency
+    f.update({
+        "n_docs": float(len(state.docs)),
+        "n_titles": float(len(state.title_keys)),
+        "frontier": float(state.frontier),
+        "frontier_left": float(state.frontier_left if state.frontier_left is not None else -1),
+        "steps": float(state.steps),
+        "score_max": max(scores, default=0.0),
+        "score_mean": float(np.mean(scores)) if scores else 0.0,
+        "score_min": min(scores, default=0.0),
+        "score_last_mean": float(np.mean(last)) if last else 0.0,
+        "rank_gap_1_3": (ranking[0].score - ranking[2].score) if len(ranking) >= 3 else 0.0,
+        "rank_next_score": ranking[state.frontier].score if state.frontier < len(ranking)
+        else 0.0,
+        "overlap_all": len(qw & ev) / max(1, len(qw)),
+        "overlap_uncovered": float(len(qw - ev)),
+        "overlap_best_doc": max(per_doc, default=0.0),
+        "overlap_docs_half": float(sum(1 for x in per_doc if x >= 0.5)),
+        "n_bridges": float(len(state.unexpanded_bridges)),
+        "n_bridges_expanded": float(len(state.expanded_bridges)),
+        "suff_none": float(suff is None),
+        "suff_yes": float(suff is not None and suff.sufficient),
+        "suff_no": float(suff is not None and not suff.sufficient),
+        "suff_stale": float(suff is not None and suff.doc_ids != state.doc_ids),
+        "gap_present": float(bool(state.gap.strip())),
+        "gap_len": float(len(state.gap.split())),
+        "gap_overlap_q": len(content_words(state.gap) & qw) / max(1, len(content_words(state.gap)))
+        if state.gap else 0.0,
+        "tokens_so_far": float(state.ledger.tokens),
+        "retrieval_calls": float(state.ledger.retrieval_calls),
+        **{f"count_{a}": float(state.count(a)) for a in ACTIONS},
+        **{f"last_{a}": float(bool(state.history) and state.history[-1] == a) for a in ACTIONS},
+    })
+    return f
+
+
+STATE_FEATURE_NAMES: tuple[str, ...] = tuple(state_features(EvidenceState(question="x")).keys())
+ACTION_FEATURE_NAMES: tuple[str, ...] = tuple(f"act_{a}" for a in ACTIONS) + ("est_cost",)
+FEATURE_NAMES: tuple[str, ...] = STATE_FEATURE_NAMES + ACTION_FEATURE_NAMES
+
+
+def action_features(action: str, est_cost: float) -> dict[str, float]:
+    return {**{f"act_{a}": float(a == action) for a in ACTIONS}, "est_cost": float(est_cost)}
+
+
+def phi(state: EvidenceState, action: str, est_cost: float = 0.0,
+        base: dict[str, float] | None = None) -> np.ndarray:
+    """phi(s, a) as a vector in FEATURE_NAMES order (pass ``base`` to reuse state_features)."""
+    f = dict(base if base is not None else state_features(state))
+    f.update(action_features(action, est_cost))
+    return np.array([f[n] for n in FEATURE_NAMES], dtype=np.float64)
+
+
+def heuristic_cost(state: EvidenceState, action: str, doc_chars: int | None = 600,
+                   per_action: int = 3) -> float:
+    """Prior token estimate used as a feature (stable, needs no fitting): an LLM action reads
+    all documents (~4 characters a token) plus ~120 tokens of instructions."""
+    doc_tokens = sum(min(len(d.text), doc_chars or len(d.text)) for d in state.docs) / 4
+    if action in LLM_ACTIONS:
+        return 120.0 + doc_tokens
+    if action in RETRIEVAL_ACTIONS:
+        return per_action * (doc_chars or 600) / 4
+    return 0.0

@@ -1,0 +1,509 @@
+"""One generator interface: chat messages in; text and token counts out.
+
+Backends (chosen by a spec string, see :func:`make_generator`):
+
+* ``smollm2-135m`` / ``qwen2.5-coder-0.5b`` / ``qwen2.5-coder-1.5b``: bundled GGUF models
+  assembled from registry packages (:mod:`dynakrag_lite.models`), run with llama.cpp.
+* ``gguf:<path>``: any local GGUF file with llama.cpp.
+* ``hf:<hub-id-or-folder>[#file.gguf]``: transformers (hub id where a network exists).
+* ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
+  Ollama, OpenAI).
+
+Every backend is greedy by default and reports prompt and completion tokens as counted by the
+model's own tokenizer (or the server's ``usage`` field). :class:`CachedGenerator` wraps any of
+them with the persistent SQLite call cache.
+
+llama.cpp keeps the KV cache of the previous prompt and only evaluates the part of a new prompt
+after the longest common prefix. Prompts therefore put the (shared) documents first and the
+varying instruction last, and one ``Llama`` object is kept per model file for the life of the
+process, so repeated :func:`make_generator` calls neither reload the weights nor lose that cache.
+
+The heavy libraries (llama_cpp, torch, transformers, openai) are imported inside the backends,
+so importing this module is cheap.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .cache import CallCache
+
+__all__ = [
+    "Message", "Generation", "Generator", "GeneratorError", "LlamaCppGenerator",
+    "TransformersGenerator", "OpenAIGenerator", "CachedGenerator", "make_generator",
+    "parse_spec", "approx_token_count", "unload_models",
+]
+
+Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """What every backend offers. ``model_id`` identifies the weights (a sha256 where known)."""
+
+    spec: str
+    model_id: str
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation: ...
+
+
+class GeneratorError(RuntimeError):
+    """A backend failed to load or to generate (missing package, bad file, server error)."""
+
+
+def _check_messages(messages: list[Message]) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
+                or m.get("role") not in ("system", "user", "assistant"):
+            raise ValueError(f"bad chat message: {m!r}")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def _check_max_tokens(max_tokens: int) -> int:
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    return max_tokens
+
+
+def approx_token_count(text: str) -> int:
+    """Whitespace token count: the fallback when an OpenAI-compatible server reports no usage.
+
+    It undercounts subword tokens (roughly 0.75 words per token for English), so figures based on
+    it are marked as approximate (see :attr:`OpenAIGenerator.approximate_usage_calls`).
+    """
+    return len(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# llama.cpp
+# ---------------------------------------------------------------------------------------------
+
+# One Llama object (plus a lock: a Llama is not thread-safe) per (file, context, threads, seed).
+_LLAMA_CACHE: dict[tuple, tuple[Any, threading.Lock]] = {}
+_LLAMA_CACHE_LOCK = threading.Lock()
+
+
+def _load_llama(path: Path, n_ctx: int, n_threads: int, seed: int,
+                verbose: bool) -> tuple[Any, threading.Lock]:
+    key = (str(path.resolve()), n_ctx, n_threads, seed)
+    with _LLAMA_CACHE_LOCK:
+        if key in _LLAMA_CACHE:
+            return _LLAMA_CACHE[key]
+        try:
+            from llama_cpp import Llama
+        except ImportError as e:
+            raise GeneratorError(
+                "the llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python "
+                f"(compiles from source on CPU machines, several minutes) [{e}]") from e
+        if not path.is_file():
+            raise GeneratorError(f"GGUF file not found: {path}")
+        try:
+            llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                        n_threads_batch=n_threads, seed=seed, verbose=verbose)
+        except Exception as e:  # llama_cpp raises ValueError/RuntimeError on bad files
+            raise GeneratorError(f"llama.cpp could not load {path}: {e}") from e
+        _LLAMA_CACHE[key] = (llm, threading.Lock())
+        return _LLAMA_CACHE[key]
+
+
+class LlamaCppGenerator:
+    """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
+
+    The chat template comes from the GGUF metadata. Token counts are llama.cpp's ``usage``.
+    ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer.
+    """
+
+    backend = "llama.cpp"
+
+    def __init__(self, model_path: str | Path, *, spec: str | None = None,
+                 model_id: str | None = None, n_ctx: int = 4096, n_threads: int | None = None,
+                 seed: int = 0, temperature: float = 0.0, verbose: bool = False) -> None:
+        self.model_path = Path(model_path).expanduser()
+        self.spec = spec or f"gguf:{self.model_path}"
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.seed = seed
+        self.temperature = float(temperature)
+        if model_id is None:
+            if not self.model_path.is_file():
+                raise GeneratorError(f"GGUF file not found: {self.model_path}")
+            from .models import file_sha256, models_dir
+            model_id = file_sha256(self.model_path, sidecar_dir=models_dir())
+        self.model_id = model_id
+        self.llama, self._lock = _load_llama(self.model_path, n_ctx, self.n_threads, seed,
+                                             verbose)
+
+    @property
+    def decoding(self) -> dict:
+        """Decoding parameters that change the output (part of the call-cache key)."""
+        return {"temperature": self.temperature, "seed": self.seed}
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        msgs = _check_messages(messages)
+        _check_max_tokens(max_tokens)
+        t0 = time.perf_counter()
+        with self._lock:
+            try:
+                # temperature 0 selects llama.cpp's greedy sampler; repeat_penalty 1 keeps it
+                # plain argmax.
+                out = self.llama.create_chat_completion(
+                    messages=msgs, max_tokens=max_tokens, stop=list(stop) if stop else None,
+                    temperature=self.temperature, repeat_penalty=1.0, seed=self.seed)
+            except Exception as e:
+                raise GeneratorError(f"llama.cpp generation failed ({self.spec}): {e}") from e
+        seconds = time.perf_counter() - t0
+        try:
+            text = out["choices"][0]["message"]["content"] or ""
+            usage = out["usage"]
+            return Generation(text=text, prompt_tokens=int(usage["prompt_tokens"]),
+                              completion_tokens=int(usage["completion_tokens"]),
+                              seconds=seconds)
+        except (KeyError, IndexError, TypeError) as e:
+            raise GeneratorError(f"unexpected llama.cpp response ({self.spec}): {out!r}") from e
+
+    def __repr__(self) -> str:
+        return f"LlamaCppGenerator({self.spec!r}, n_ctx={self.n_ctx}, n_threads={self.n_threads})"
+
+
+def unload_models() -> int:
+    """Drop every loaded llama.cpp and transformers model (frees RAM); returns how many.
+
+    Generators created earlier keep working on their own reference until they are dropped too.
+    """
+    with _LLAMA_CACHE_LOCK, _HF_CACHE_LOCK:
+        n = len(_LLAMA_CACHE) + len(_HF_CACHE)
+        _LLAMA_CACHE.clear()
+        _HF_CACHE.clear()
+    import gc
+    gc.collect()
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers
+# ---------------------------------------------------------------------------------------------
+
+_HF_CACHE: dict[tuple, tuple[Any, Any, threading.Lock]] = {}
+_HF_CACHE_LOCK = threading.Lock()
+
+
+def _load_hf(model: str, gguf_file: str | None, device: str) -> tuple[Any, Any, threading.Lock]:
+    key = (model, gguf_file, device)
+    with _HF_CACHE_LOCK:
+        if key in _HF_CACHE:
+            return _HF_CACHE[key]
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise GeneratorError(
+                f"the transformers backend needs torch and transformers [{e}]") from e
+        kw = {"gguf_file": gguf_file} if gguf_file else {}
+        try:
+            tok = AutoTokenizer.from_pretrained(model, **kw)
+            lm = AutoModelForCausalLM.from_pretrained(model, **kw)
+        except Exception as e:  # OSError (not found / offline), ImportError (gguf missing), ...
+            extra = " (GGUF loading needs the gguf and accelerate packages)" if gguf_file else ""
+            raise GeneratorError(f"transformers could not load {model!r}"
+                                 f"{' file ' + gguf_file if gguf_file else ''}{extra}: {e}") from e
+        lm.to(device)
+        lm.eval()
+        _HF_CACHE[key] = (tok, lm, threading.Lock())
+        return _HF_CACHE[key]
+
+
+class TransformersGenerator:
+    """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder.
+
+    GGUF weights are dequantised to fp32 on load (RAM about 9x the GGUF size for the 4-bit
+    files). The prompt is the tokenizer's chat template; decoding is greedy (``do_sample=False``)
+    unless ``temperature > 0``. Token counts come from the tokenizer: prompt = template tokens,
+    completion = generated tokens up to and excluding the end-of-sequence token.
+    """
+
+    backend = "transformers"
+
+    def __init__(self, model: str, *, gguf_file: str | None = None, spec: str | None = None,
+                 device: str | None = None, temperature: float = 0.0, seed: int = 0) -> None:
+        local = Path(model).expanduser()
+        # A folder is identified by its absolute path, so the cache key does not depend on cwd.
+        self.model = str(local.resolve()) if local.is_dir() else model
+        self.gguf_file = gguf_file
+        self.spec = spec or f"hf:{model}" + (f"#{gguf_file}" if gguf_file else "")
+        self.model_id = self.model + (f"#{gguf_file}" if gguf_file else "")
+        self.temperature = float(temperature)
+        self.seed = seed
+        if device is None:
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        self.tokenizer, self.model_obj, self._lock = _load_hf(self.model, gguf_file, device)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise GeneratorError(f"{self.model_id} has no chat template; use an instruct model")
+
+    @property
+    def decoding(self) -> dict:
+        return {"temperature": self.temperature, "seed": self.seed}
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        import torch
+
+        msgs = _check_messages(messages)
+        _check_max_tokens(max_tokens)
+        tok, lm = self.tokenizer, self.model_obj
+        t0 = time.perf_counter()
+        with self._lock:
+            try:
+                prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+                # The template already carries any BOS token.
+                enc = tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
+                n_prompt = int(enc["input_ids"].shape[1])
+                kw: dict[str, Any] = {"max_new_tokens": max_tokens}
+                if self.temperature > 0:
+                    torch.manual_seed(self.seed)
+                    kw.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
+                else:
+                    kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+                if stop:
+                    kw.update(stop_strings=list(stop), tokenizer=tok)
+                pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+                with torch.inference_mode():
+                    out = lm.generate(**enc, pad_token_id=pad, **kw)
+            except Exception as e:
+                raise GeneratorError(f"transformers generation failed ({self.spec}): {e}") from e
+        seconds = time.perf_counter() - t0
+        new = out[0, n_prompt:].tolist()
+        eos = lm.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        for i, t in enumerate(new):
+            if t in eos_ids:
+                new = new[:i]
+                break
+        text = tok.decode(new, skip_special_tokens=True)
+        if stop:  # generation halts *after* the stop string; callers expect it cut off
+            cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+        return Generation(text=text, prompt_tokens=n_prompt, completion_tokens=len(new),
+                          seconds=seconds)
+
+    def __repr__(self) -> str:
+        return f"TransformersGenerator({self.spec!r}, device={self.device!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible servers
+# ---------------------------------------------------------------------------------------------
+
+class OpenAIGenerator:
+    """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
+
+    The API key is ``OPENAI_API_KEY`` or ``"none"`` (local servers ignore it). Token counts come
+    from the response's ``usage``. A server that omits ``usage`` gets whitespace-token estimates
+    (:func:`approx_token_count`); every such call increments :attr:`approximate_usage_calls`,
+    sets :attr:`last_usage_approximate` and warns once, so reports can flag the figures.
+    """
+
+    backend = "openai"
+
+    def __init__(self, model: str, base_url: str | None = None, *, api_key: str | None = None,
+                 spec: str | None = None, temperature: float = 0.0, seed: int | None = None,
+                 timeout: float = 600.0, max_retries: int = 2) -> None:
+        try:
+            import openai
+        except ImportError as e:
+            raise GeneratorError(f"the OpenAI backend needs the openai package: "
+                                 f"pip install openai [{e}]") from e
+        self.model = model
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.spec = spec or f"openai:{model}@{self.base_url}"
+        self.model_id = f"{model}@{self.base_url}"
+        self.temperature = float(temperature)
+        self.seed = seed
+        self.approximate_usage_calls = 0
+        self.last_usage_approximate = False
+        self._warned = False
+        self._openai = openai
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
+            timeout=timeout, max_retries=max_retries)
+
+    @property
+    def decoding(self) -> dict:
+        return {"temperature": self.temperature, "seed": self.seed}
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        msgs = _check_messages(messages)
+        _check_max_tokens(max_tokens)
+        kw: dict[str, Any] = {"model": self.model, "messages": msgs, "max_tokens": max_tokens,
+                              "temperature": self.temperature}
+        if stop:
+            kw["stop"] = list(stop)
+        if self.seed is not None:
+            kw["seed"] = self.seed
+        t0 = time.perf_counter()
+        try:
+            resp = self.client.chat.completions.create(**kw)
+        except self._openai.OpenAIError as e:
+            raise GeneratorError(f"OpenAI-compatible call failed ({self.spec}): {e}") from e
+        seconds = time.perf_counter() - t0
+        if not resp.choices:
+            raise GeneratorError(f"server returned no choices ({self.spec}): {resp!r}")
+        text = resp.choices[0].message.content or ""
+        usage = resp.usage
+        if usage is not None and usage.prompt_tokens is not None \
+                and usage.completion_tokens is not None:
+            self.last_usage_approximate = False
+            return Generation(text=text, prompt_tokens=int(usage.prompt_tokens),
+                              completion_tokens=int(usage.completion_tokens), seconds=seconds)
+        self.approximate_usage_calls += 1
+        self.last_usage_approximate = True
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"{self.base_url} reports no token usage; token counts are "
+                          "whitespace-token approximations", RuntimeWarning, stacklevel=2)
+        return Generation(
+            text=text,
+            prompt_tokens=sum(approx_token_count(m["content"]) for m in msgs),
+            completion_tokens=approx_token_count(text), seconds=seconds)
+
+    def __repr__(self) -> str:
+        return f"OpenAIGenerator({self.spec!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# cache wrapper and factory
+# ---------------------------------------------------------------------------------------------
+
+class CachedGenerator:
+    """Wraps a generator with a :class:`~dynakrag_lite.cache.CallCache`.
+
+    The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
+    inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
+    with ``cached=True`` and ``seconds`` = the time the lookup took.
+    """
+
+    def __init__(self, inner: Generator, cache: "CallCache") -> None:
+        self.inner = inner
+        self.cache = cache
+        self.spec = inner.spec
+        self.model_id = inner.model_id
+        self.backend = getattr(inner, "backend", type(inner).__name__)
+
+    def key(self, messages: list[Message], max_tokens: int = 64,
+            stop: list[str] | None = None) -> str:
+        from .cache import make_key
+        return make_key(self.backend, self.model_id, _check_messages(messages),
+                        max_tokens=max_tokens, stop=list(stop) if stop else None,
+                        **getattr(self.inner, "decoding", {}))
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        t0 = time.perf_counter()
+        k = self.key(messages, max_tokens, stop)
+        hit = self.cache.get(k)
+        if hit is not None:
+            return Generation(text=hit["text"], prompt_tokens=hit["prompt_tokens"],
+                              completion_tokens=hit["completion_tokens"],
+                              seconds=time.perf_counter() - t0, cached=True)
+        g = self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+        self.cache.put(k, g.text, g.prompt_tokens, g.completion_tokens, g.seconds)
+        return g
+
+    def __repr__(self) -> str:
+        return f"CachedGenerator({self.inner!r}, {self.cache!r})"
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """Split a spec string into (kind, arguments) without loading anything.
+
+    ``smollm2-135m`` -> ("bundled", {"name"}); ``gguf:<path>`` -> ("gguf", {"path"});
+    ``hf:<id-or-folder>[#file.gguf]`` -> ("hf", {"model", "gguf_file"});
+    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"}).
+    """
+    from .models import REGISTRY
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError("empty generator spec")
+    spec = spec.strip()
+    if spec in REGISTRY:
+        return "bundled", {"name": spec}
+    kind, sep, rest = spec.partition(":")
+    if sep and rest:
+        if kind == "gguf":
+            return "gguf", {"path": rest}
+        if kind == "hf":
+            model, _, gguf_file = rest.partition("#")
+            if not model:
+                raise ValueError(f"hf spec without a model: {spec!r}")
+            return "hf", {"model": model, "gguf_file": gguf_file or None}
+        if kind == "openai":
+            # Model names carry no "@"; the base URL may (user:password@host).
+            model, _, base_url = rest.partition("@")
+            if not model:
+                raise ValueError(f"openai spec without a model: {spec!r}")
+            return "openai", {"model": model, "base_url": base_url or None}
+    raise ValueError(
+        f"unknown generator spec {spec!r}; use a bundled model ({', '.join(REGISTRY)}), "
+        "gguf:<path>, hf:<hub-id-or-folder>[#file.gguf] or openai:<model>@<base_url>")
+
+
+def make_generator(spec: str, cache: "str | Path | None | bool | CallCache" = True,
+                   **kwargs: Any) -> Generator:
+    """Build the generator named by ``spec`` (see :func:`parse_spec`), wrapped in the call cache.
+
+    ``cache``: True = the default cache file, a path = that file, an existing ``CallCache``,
+    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...).
+    """
+    from .cache import CallCache
+
+    kind, args = parse_spec(spec)
+    gen: Generator
+    if kind == "bundled":
+        from .models import REGISTRY, ModelError, gguf_path
+        try:
+            path = gguf_path(args["name"])
+        except ModelError as e:
+            raise GeneratorError(str(e)) from e
+        gen = LlamaCppGenerator(path, spec=spec, model_id=REGISTRY[args["name"]].sha256, **kwargs)
+    elif kind == "gguf":
+        gen = LlamaCppGenerator(args["path"], spec=spec, **kwargs)
+    elif kind == "hf":
+        gen = TransformersGenerator(args["model"], gguf_file=args["gguf_file"], spec=spec,
+                                    **kwargs)
+    else:
+        gen = OpenAIGenerator(args["model"], args["base_url"], spec=spec, **kwargs)
+
+    if cache is True:
+        return CachedGenerator(gen, CallCache())
+    if cache is False or cache is None:
+        return gen
+    if isinstance(cache, CallCache):
+        return CachedGenerator(gen, cache)
+    return CachedGenerator(gen, CallCache(cache))

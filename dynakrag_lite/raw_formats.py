@@ -1,0 +1,256 @@
+"""Convert the official raw benchmark files to the normalized :class:`~dynakrag_lite.data.Question`.
+
+Supported shapes (detected from the keys of each record):
+
+* **HotpotQA** (distractor setting, ``.json`` list): ``_id, question, answer, type, level,
+  context [[title, [sentences]]], supporting_facts [[title, sent_id]]``. Sentences carry their
+  own leading spaces, so a paragraph is ``"".join(sentences).strip()``.
+* **2WikiMultiHopQA** (``.json`` list): the same ``context``/``supporting_facts`` shape plus
+  ``evidences`` and a type among compositional/comparison/bridge_comparison/inference.
+  Sentences carry no leading spaces: a paragraph is ``" ".join(sentences)``.
+* **MuSiQue** (``.jsonl``): ``id, question, answer, answer_aliases, paragraphs [{idx, title,
+  paragraph_text, is_supporting}], question_decomposition, answerable``.
+
+A paragraph is supporting when its title is named in ``supporting_facts`` (HotpotQA, 2Wiki)
+or its ``is_supporting`` flag is true (MuSiQue). Answers are the gold answer first, then any
+``answer_aliases`` (deduplicated, order kept).
+
+Unanswerable MuSiQue records (``answerable == false``, the MuSiQue-Full contrast questions)
+have no gold answer to score against. They are the one thing skipped, never silently:
+:func:`convert_raw_record` returns ``None`` for them, :func:`read_raw` counts them in
+:attr:`RawLoadReport.n_unanswerable`, and a warning is logged. Every other defect raises
+:class:`~dynakrag_lite.data.DataError` with the file, the record (1-based index in a ``.json``
+list, line number in a ``.jsonl`` file) and the field.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .data import DataError, Paragraph, Question, iter_jsonl
+
+__all__ = ["RawLoadReport", "convert_raw_record", "detect_format", "load_raw", "read_raw"]
+
+log = logging.getLogger(__name__)
+
+# Types only 2WikiMultiHopQA uses (HotpotQA has bridge/comparison; "comparison" is shared).
+_WIKI2_TYPES = frozenset({"compositional", "bridge_comparison", "inference"})
+
+
+@dataclass
+class RawLoadReport:
+    """What :func:`read_raw` found in one raw file."""
+    path: str
+    dataset: str | None
+    questions: list[Question] = field(default_factory=list)
+    n_records: int = 0
+    n_unanswerable: int = 0                                  # MuSiQue answerable == false
+    skipped_ids: list[str] = field(default_factory=list)
+
+
+def detect_format(obj: dict[str, Any]) -> str | None:
+    """``"hotpotqa"``, ``"2wikimultihopqa"``, ``"musique"``, or None if the keys fit none."""
+    if "question_decomposition" in obj or "answerable" in obj or (
+            isinstance(obj.get("paragraphs"), list) and obj["paragraphs"]
+            and isinstance(obj["paragraphs"][0], dict)
+            and "paragraph_text" in obj["paragraphs"][0]):
+        return "musique"
+    if "context" in obj:
+        # 2Wiki records carry evidence triples; HotpotQA records carry a difficulty level.
+        if "evidences" in obj:
+            return "2wikimultihopqa"
+        if "level" in obj:
+            return "hotpotqa"
+        return "2wikimultihopqa" if obj.get("type") in _WIKI2_TYPES else "hotpotqa"
+    return None
+
+
+def _need(obj: dict, key: str, kind: type | tuple, path, line, name: str | None = None) -> Any:
+    name = name or key
+    if key not in obj:
+        raise DataError(path, line, name, "missing")
+    value = obj[key]
+    if isinstance(value, bool) and kind in (int, (str, int)):  # bool is an int in Python
+        raise DataError(path, line, name, "expected a number or string, got bool")
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        raise DataError(path, line, name, f"expected {'/'.join(k.__name__ for k in kinds)}, "
+                        f"got {type(value).__name__}")
+    return value
+
+
+def _answers(obj: dict, path, line) -> tuple[str, ...]:
+    answer = _need(obj, "answer", str, path, line)
+    if not answer.strip():
+        raise DataError(path, line, "answer", "empty answer")
+    aliases = obj.get("answer_aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise DataError(path, line, "answer_aliases", "expected a list of strings")
+    out: list[str] = []
+    for a in [answer, *aliases]:
+        a = a.strip()
+        if a and a not in out:
+            out.append(a)
+    return tuple(out)
+
+
+def _question_text(obj: dict, path, line) -> str:
+    text = _need(obj, "question", str, path, line)
+    if not text.strip():
+        raise DataError(path, line, "question", "empty question")
+    return text.strip()
+
+
+def _from_context(obj: dict, dataset: str, path, line) -> Question:
+    qid = _need(obj, "_id", (str, int), path, line)
+    text = _question_text(obj, path, line)
+    answers = _answers(obj, path, line)
+    qtype = obj.get("type")
+    if qtype is not None and not isinstance(qtype, str):
+        raise DataError(path, line, "type", "expected a string or null")
+    context = _need(obj, "context", list, path, line)
+    if not context:
+        raise DataError(path, line, "context", "no paragraphs")
+    facts = _need(obj, "supporting_facts", list, path, line)
+    gold: list[str] = []
+    for i, fact in enumerate(facts):
+        if (not isinstance(fact, list) or len(fact) < 2 or not isinstance(fact[0], str)
+                or isinstance(fact[1], bool) or not isinstance(fact[1], int)):
+            raise DataError(path, line, f"supporting_facts[{i}]", "expected [title, sent_id]")
+        gold.append(fact[0])
+    # HotpotQA's sentences start with their own space; 2Wiki's do not.
+    joiner = "" if dataset == "hotpotqa" else " "
+    pars: list[Paragraph] = []
+    for i, item in enumerate(context):
+        name = f"context[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise DataError(path, line, name, "expected [title, [sentences]]")
+        title, sents = item
+        if not isinstance(title, str):
+            raise DataError(path, line, name + "[0]", "title must be a string")
+        if not isinstance(sents, list) or not all(isinstance(s, str) for s in sents):
+            raise DataError(path, line, name + "[1]", "sentences must be a list of strings")
+        pars.append(Paragraph(title=title, text=joiner.join(sents).strip(),
+                              is_supporting=title in gold))
+    titles = [p.title for p in pars]
+    missing = [t for t in gold if t not in titles]
+    if missing:
+        raise DataError(path, line, "supporting_facts",
+                        f"supporting title {missing[0]!r} is not among the context titles")
+    if not gold:
+        raise DataError(path, line, "supporting_facts", "no supporting paragraph")
+    return Question(id=str(qid), dataset=dataset, question=text, answers=answers, type=qtype,
+                    paragraphs=tuple(pars))
+
+
+def _musique_type(qid: str) -> str | None:
+    # MuSiQue ids encode the hop shape: "2hop__...", "3hop1__...", "4hop3__...".
+    head = qid.split("__", 1)[0]
+    return head if "__" in qid and "hop" in head else None
+
+
+def _from_musique(obj: dict, path, line) -> Question | None:
+    qid = _need(obj, "id", (str, int), path, line)
+    answerable = obj.get("answerable", True)
+    if not isinstance(answerable, bool):
+        raise DataError(path, line, "answerable", "expected true/false")
+    if not answerable:
+        return None
+    text = _question_text(obj, path, line)
+    answers = _answers(obj, path, line)
+    raw_pars = _need(obj, "paragraphs", list, path, line)
+    if not raw_pars:
+        raise DataError(path, line, "paragraphs", "no paragraphs")
+    pars: list[Paragraph] = []
+    for i, p in enumerate(raw_pars):
+        pre = f"paragraphs[{i}]"
+        if not isinstance(p, dict):
+            raise DataError(path, line, pre, "expected an object")
+        title = _need(p, "title", str, path, line, pre + ".title")
+        body = _need(p, "paragraph_text", str, path, line, pre + ".paragraph_text")
+        sup = p.get("is_supporting", False)
+        if not isinstance(sup, bool):
+            raise DataError(path, line, pre + ".is_supporting", "expected true/false")
+        pars.append(Paragraph(title=title, text=body.strip(), is_supporting=sup))
+    if not any(p.is_supporting for p in pars):
+        raise DataError(path, line, "paragraphs", "no supporting paragraph")
+    return Question(id=str(qid), dataset="musique", question=text, answers=answers,
+                    type=_musique_type(str(qid)), paragraphs=tuple(pars))
+
+
+def convert_raw_record(obj: Any, path: str | os.PathLike | None = None,
+                       lineno: int | None = None) -> Question | None:
+    """Convert one HotpotQA / 2WikiMultiHopQA / MuSiQue record.
+
+    Returns ``None`` only for an unanswerable MuSiQue record; raises
+    :class:`~dynakrag_lite.data.DataError` for any defect.
+    """
+    if not isinstance(obj, dict):
+        raise DataError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+    fmt = detect_format(obj)
+    if fmt == "musique":
+        return _from_musique(obj, path, lineno)
+    if fmt in ("hotpotqa", "2wikimultihopqa"):
+        return _from_context(obj, fmt, path, lineno)
+    raise DataError(path, lineno, None, "unknown record format (expected HotpotQA/2Wiki "
+                    "'context' or MuSiQue 'paragraphs' + 'question_decomposition')")
+
+
+def _records(path: Path) -> list[tuple[int, Any]]:
+    """(location, record) pairs: 1-based index for a JSON list, line number for JSONL."""
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    if path.suffix == ".jsonl":
+        return list(iter_jsonl(path))
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(path, None, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+                        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(path, e.lineno, None, f"malformed JSON ({e.msg}, column {e.colno})"
+                        ) from None
+    if not isinstance(data, list):
+        raise DataError(path, None, None, f"expected a JSON list of records, got "
+                        f"{type(data).__name__}")
+    return list(enumerate(data, start=1))
+
+
+def read_raw(path: str | os.PathLike) -> RawLoadReport:
+    """Read a raw ``.json`` list or ``.jsonl`` file; report questions and skipped records.
+
+    In a ``.json`` list the DataError "line" is the 1-based record index.
+    """
+    path = Path(path)
+    report = RawLoadReport(path=str(path), dataset=None)
+    seen: dict[str, int] = {}
+    for loc, obj in _records(path):
+        report.n_records += 1
+        q = convert_raw_record(obj, path, loc)
+        if q is None:
+            report.n_unanswerable += 1
+            report.skipped_ids.append(str(obj.get("id")))
+            continue
+        if q.id in seen:
+            raise DataError(path, loc, "id", f"duplicate id {q.id!r} (first at {seen[q.id]})")
+        seen[q.id] = loc
+        report.dataset = report.dataset or q.dataset
+        report.questions.append(q)
+    if report.n_unanswerable:
+        log.warning("%s: skipped %d unanswerable MuSiQue record(s)", path,
+                    report.n_unanswerable)
+    if not report.questions:
+        raise DataError(path, None, None, "no answerable records")
+    return report
+
+
+def load_raw(path: str | os.PathLike) -> list[Question]:
+    """The questions of a raw file (see :func:`read_raw` for the skip count)."""
+    return read_raw(path).questions

