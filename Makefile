@@ -40,11 +40,11 @@ test: install
 
 test-nb: install
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider book/
-	$(PY) -m jupyter_book build book -W -n --keep-going --builder html
+	$(PY) -c 'from jupyter_book.cli.main import main; main()' build . --toc book/_toc.yml -W -n --keep-going --builder html
 
 book: install
-	$(PY) -m jupyter_book build book --builder html
-	@echo "Open book/_build/html/index.html"
+	$(PY) -c 'from jupyter_book.cli.main import main; main()' build . --toc book/_toc.yml --builder html
+	@echo "Open _build/html/index.html"
 
 experiments: install models-large
 	$(PY) data_scripts/run_experiments.py

@@ -100,19 +100,22 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def build(backend: str, name: str):
+def build(backend: str, name: str, threads: int):
     path = models.gguf_path(name)
     if backend == "llama.cpp":
-        return LlamaCppGenerator(path, spec=name, model_id=models.REGISTRY[name].sha256)
+        return LlamaCppGenerator(path, spec=name, model_id=models.REGISTRY[name].sha256,
+                                 n_threads=threads)
+    import torch
+    torch.set_num_threads(threads)
     return TransformersGenerator(str(path.parent), gguf_file=path.name,
                                  spec=f"hf:{path.parent}#{path.name}")
 
 
-def bench_one(backend: str, name: str, repeats: int) -> dict:
+def bench_one(backend: str, name: str, repeats: int, threads: int) -> dict:
     t0 = time.perf_counter()
-    gen = build(backend, name)
+    gen = build(backend, name, threads)
     load_s = time.perf_counter() - t0
-    gen.generate(rag_messages("warmup"), max_tokens=4)
+    gen.generate([{"role": "user", "content": "Say hi."}], max_tokens=4)  # warm-up
 
     rows = []
     for r in range(repeats):
@@ -152,6 +155,8 @@ def bench_one(backend: str, name: str, repeats: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="compute threads (on a CPU shared with other jobs, 1 can beat 2)")
     ap.add_argument("--only", nargs="*", help="backend:model pairs, e.g. llama.cpp:smollm2-135m")
     ap.add_argument("--with-hf-1.5b", dest="hf15", action="store_true",
                     help="also run transformers on qwen2.5-coder-1.5b (~9 GB RAM, slow)")
@@ -168,30 +173,44 @@ def main(argv: list[str] | None = None) -> int:
                         "reason": "fp32 dequantisation needs ~9 GB RAM and decodes at a few "
                                   "tok/s; run with --with-hf-1.5b"})
     if args.only:
-        grid = [tuple(x.split(":", 1)) for x in args.only]
+        chosen = [tuple(x.split(":", 1)) for x in args.only]
+        skipped += [{"backend": b, "model": m, "reason": "not selected (--only)"}
+                    for b, m in grid if (b, m) not in chosen]
+        grid = chosen
 
-    results = []
+    load_start = list(os.getloadavg())
+    results: list[dict] = []
+
+    def write_report() -> None:
+        # Rewritten after every model so an interrupted run keeps what it measured.
+        report = {
+            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": {"cpu_count": os.cpu_count(), "cpu": cpu_name(),
+                        "platform": platform.platform(),
+                        # other jobs share the CPU: the load says how far to trust the speeds
+                        "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())},
+            "versions": versions(),
+            "settings": {"new_tokens": NEW_TOKENS, "repeats": args.repeats, "greedy": True,
+                         "threads": args.threads, "llama_n_ctx": 4096,
+                         "transformers_dtype": "float32 (dequantised GGUF)"},
+            "results": results,
+            "skipped": skipped,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(tmp, args.out)
+
     for backend, name in grid:
         if not models.is_installed(name):
             skipped.append({"backend": backend, "model": name,
                             "reason": f"not installed: {models.install_command(name)}"})
             continue
         print(f"... {backend} {name}", flush=True)
-        results.append(bench_one(backend, name, args.repeats))
+        results.append(bench_one(backend, name, args.repeats, args.threads))
         unload_models()  # one model in RAM at a time
-
-    report = {
-        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": {"cpu_count": os.cpu_count(), "cpu": cpu_name(), "platform": platform.platform()},
-        "versions": versions(),
-        "settings": {"new_tokens": NEW_TOKENS, "repeats": args.repeats, "greedy": True,
-                     "llama_n_threads": os.cpu_count(), "llama_n_ctx": 4096,
-                     "transformers_dtype": "float32 (dequantised GGUF)"},
-        "results": results,
-        "skipped": skipped,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_report()
+    write_report()
 
     hdr = (f"{'backend':<13}{'model':<21}{'load s':>7}{'prompt tok':>11}{'prompt tok/s':>13}"
            f"{'decode tok/s':>13}{'48-tok call s':>14}{'cold s':>8}{'warm ms':>9}")

@@ -243,8 +243,10 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     same retrieval budget as DynaKRAG), ``max_docs`` and the retrieval cap. After the last
     permitted follow-up the proposer gets one more turn to conclude. A repeated follow-up
     stops the chain (its search would return the same documents). A malformed proposal stops
-    the chain too, except before any evidence exists, where the question itself is searched
-    and answered as the follow-up so the reader has documents. Without a final answer from
+    the chain too, except before the first follow-up, where the question itself is searched
+    and answered as the follow-up so the reader has documents. A final answer proposed before
+    any follow-up (a closed-book guess; small models also copy the demonstration's answer) is
+    treated the same way, unless no search is allowed at all. Without a final answer from
     the chain, one answer call on all collected documents gives the prediction.
     At most 2 * max_followups + 1 chain calls + 1 answer call.
     """
@@ -255,9 +257,11 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     qa: list[tuple[str, str]] = []
     while True:
         state, follow_up, final = _propose(state, env, qa, trace)
-        if final:
+        if final and (qa or _blocked(state, env) or cap == 0):
             reason = "concluded"
             break
+        if final:  # concluding before any search would be closed-book: search first
+            final, follow_up = None, None
         if follow_up is None:
             if state.docs:
                 reason = "malformed"

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from .policy import PolicyError
+
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
@@ -29,7 +31,6 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, help="folder of normalized benchmark files")
     p.add_argument("--corpus", default=None, help="own corpus JSONL (default: pooled from data)")
     p.add_argument("--embedder", default="all-MiniLM-L6-v2")
-    p.add_argument("--index-dir", default=None)
 
 
 def _add_split(p: argparse.ArgumentParser, default: str) -> None:
@@ -37,34 +38,6 @@ def _add_split(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--n-eval", type=int, default=100, help="questions held out for evaluation")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="first N questions of the split")
-
-
-def _load(args):
-    from .corpus import Corpus
-    from .data import load_dataset
-    questions = load_dataset(args.data, data_root=args.data_dir)
-    corpus = Corpus.from_jsonl(args.corpus) if args.corpus else \
-        Corpus.from_questions(questions, name=Path(str(args.data)).stem)
-    return questions, corpus
-
-
-def _split(args, questions):
-    from .data import split_questions
-    if getattr(args, "split", "all") != "all":
-        n_eval = min(args.n_eval, len(questions) // 2)
-        train, evals = split_questions(questions, n_eval, args.split_seed)
-        questions = train if args.split == "train" else evals
-    return questions[: args.limit] if args.limit else questions
-
-
-def _dataset_name(args, questions) -> str:
-    return questions[0].dataset if questions else Path(str(args.data)).stem
-
-
-def _retriever(args, corpus, progress=True):
-    from .retriever import DenseRetriever
-    return DenseRetriever(corpus, embedder=args.embedder, index_dir=args.index_dir,
-                          show_progress=progress)
 
 
 def _config(args, dataset: str):
@@ -98,29 +71,27 @@ def default_policy_path(dataset: str, generator: str) -> Path | None:
 
 # -- commands ----------------------------------------------------------------------------
 def cmd_index(args) -> int:
-    questions, corpus = _load(args)
     t0 = time.perf_counter()
-    r = _retriever(args, corpus)
-    secs = time.perf_counter() - t0
-    print(json.dumps({"documents": len(corpus), "index_dir": str(r.index_dir),
+    setup, _ = _setup(args)
+    r = setup.retriever
+    print(json.dumps({"documents": len(setup.corpus), "index_dir": str(r.index_dir),
                       "loaded_from_disk": r.loaded_from_disk,
                       "encode_seconds": round(r.encode_seconds, 2),
                       "load_seconds": round(r.load_seconds, 3),
-                      "passages_per_second": round(len(corpus) / r.encode_seconds, 1)
-                      if r.encode_seconds else None, "seconds": round(secs, 2)}))
+                      "passages_per_second": round(len(setup.corpus) / r.encode_seconds, 1)
+                      if r.encode_seconds else None,
+                      "seconds": round(time.perf_counter() - t0, 2)}))
     return 0
 
 
 def cmd_retrieval_eval(args) -> int:
     from .corpus import gold_titles
     from .metrics import support_recall
-    questions, corpus = _load(args)
-    questions = _split(args, questions)
+    setup, questions = _setup(args)
     ks = [int(k) for k in str(args.k).split(",")]
-    r = _retriever(args, corpus)
-    hits = r.search_many([q.question for q in questions], max(ks))
-    out = {"dataset": _dataset_name(args, questions), "n": len(questions),
-           "documents": len(corpus), "embedder": args.embedder}
+    hits = setup.retriever.search_many([q.question for q in questions], max(ks))
+    out = {"dataset": setup.dataset, "n": len(questions), "documents": len(setup.corpus),
+           "embedder": args.embedder}
     for k in ks:
         vals = [support_recall([h.doc.title for h in hs[:k]], gold_titles(q))
                 for q, hs in zip(questions, hits)]
@@ -139,26 +110,33 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _setup(args, generator: str | None = None):
+    """Questions, corpus, retriever, generator and the train/eval split, as build_setup does."""
+    from .pipeline import build_setup
+    setup = build_setup(args.data, generator=generator, data_dir=args.data_dir,
+                        embedder=args.embedder, n_eval=args.n_eval,
+                        split_seed=args.split_seed, corpus_file=args.corpus,
+                        index_dir=getattr(args, "index_dir", None))
+    setup.env.config = _config(args, setup.dataset)
+    qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[args.split]
+    return setup, qs[: args.limit] if args.limit else qs
+
+
 def cmd_train(args) -> int:
-    from .actions import Environment
-    from .generators import make_generator
     from .policy import train_policy
     from .trajectories import collect
-    questions, corpus = _load(args)
-    dataset = _dataset_name(args, questions)
-    train_qs = _split(args, questions)
-    env = Environment(_retriever(args, corpus), make_generator(args.generator),
-                      _config(args, dataset))
+    setup, train_qs = _setup(args, args.generator)
+    env = setup.env
     t0 = time.perf_counter()
     data = collect(train_qs, env, seed=args.seed)
     pol = train_policy(data, n_estimators=args.trees, min_samples_leaf=args.min_leaf,
                        seed=args.seed, veto_threshold=args.veto_threshold, meta={
-                           "dataset": dataset, "generator": args.generator,
+                           "dataset": setup.dataset, "generator": args.generator,
                            "generator_model_id": env.generator.model_id,
                            "embedder": args.embedder, "doc_chars": env.config.doc_chars,
                            "per_action": env.config.per_action,
                            "train_ids": [q.id for q in train_qs],
-                           "command": " ".join(sys.argv)})
+                           "command": " ".join(["python -m dynakrag_lite"] + sys.argv[1:])})
     path = pol.save(args.out)
     print(json.dumps({"policy": str(path), "questions": len(train_qs),
                       "samples": pol.meta["n_samples"], "prefixes": pol.meta["n_prefixes"],
@@ -167,33 +145,30 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .actions import Environment
     from .experiments import evaluate
-    from .generators import make_generator
     from .policy import Policy
-    questions, corpus = _load(args)
-    dataset = _dataset_name(args, questions)
-    eval_qs = _split(args, questions)
-    policy = None
+    setup, eval_qs = _setup(args, args.generator)
+    dataset, env = setup.dataset, setup.env
+    policy, path = None, None
     if args.method == "dynakrag":
         path = Path(args.policy) if args.policy else default_policy_path(dataset, args.generator)
         if path is None:
-            raise SystemExit(f"error: no policy for dataset '{dataset}' in {RESULTS/'policies'};"
-                             " pass --policy or run 'train' first")
+            raise PolicyError(f"no policy for dataset '{dataset}' in {RESULTS / 'policies'}; "
+                              "pass --policy or run 'train' first")
         policy = Policy.load(path)
         if args.lam is not None:
             policy.lam = args.lam
         if args.veto_threshold is not None:
             policy.veto_threshold = args.veto_threshold
-    env = Environment(_retriever(args, corpus), make_generator(args.generator),
-                      _config(args, dataset))
     out = Path(args.out or f"runs/{dataset}-{args.method}")
     summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
                        generator=args.generator, fixed_k=args.fixed_k, seed=args.seed,
                        run_info={"command": " ".join(["python -m dynakrag_lite"] + sys.argv[1:]),
                                  "generator_model_id": env.generator.model_id,
-                                 "config": env.config.__dict__,
-                                 "policy": str(path) if policy is not None else None})
+                                 "config": dict(env.config.__dict__),
+                                 "policy": str(path) if path else None,
+                                 "policy_generator": policy.meta.get("generator")
+                                 if policy else None})
     print(json.dumps({k: summary[k] for k in summary if k != "run"}))
     return 0
 
@@ -201,7 +176,7 @@ def cmd_evaluate(args) -> int:
 def cmd_models(args) -> int:
     from . import models
     if args.action == "list":
-        for name in models.MODELS:
+        for name in models.list_models():
             print(name)
         return 0
     path = models.gguf_path(args.name)
@@ -215,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("index", help="build (or load) the dense index of a corpus")
     _add_data(p)
-    p.add_argument("--out", dest="index_dir_out", default=None, help="index folder")
+    _add_split(p, "all")
+    p.add_argument("--out", dest="index_dir", default=None,
+                   help="index folder (default: a cache folder keyed by corpus and embedder)")
     p.set_defaults(func=cmd_index)
     p = sub.add_parser("retrieval-eval", help="support recall of one-shot retrieval")
     _add_data(p)
@@ -258,14 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "index_dir_out", None):
-        args.index_dir = args.index_dir_out
+    from .data import DataError
     try:
         return args.func(args)
-    except Exception as e:  # a clear one-line error, not a traceback, for expected failures
-        from .data import DataError
-        from .policy import PolicyError
-        if isinstance(e, (DataError, PolicyError, FileNotFoundError, ValueError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except (DataError, PolicyError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
+        return 2

@@ -18,7 +18,7 @@ import numpy as np
 
 from .actions import ControlConfig, Environment
 from .controller import MethodResult, UniformChooser, run_controller
-from .corpus import gold_titles
+from .corpus import gold_titles, normalize_title
 from .data import Question
 from .metrics import em_f1, support_recall
 from .trajectories import OracleChooser
@@ -56,13 +56,15 @@ def score(q: Question, result: MethodResult) -> dict:
     em, f1 = em_f1(result.prediction, q.answers)
     st = result.state
     s_r = support_recall(st.titles, gold_titles(q))
-    gold = {t for t in gold_titles(q)}
+    gold = {normalize_title(t) for t in gold_titles(q)}  # the key SR matches titles by
     return {
         "id": q.id, "question": q.question, "type": q.type, "method": result.method,
         "prediction": result.prediction, "answers": list(q.answers), "em": em, "f1": f1,
         "support_recall": s_r, "all_support": float(s_r == 1.0),
+        "n_gold": len(gold),
         "docs": [{"id": d.id, "title": d.title, "score": round(d.score, 4),
-                  "source": d.source, "gold": d.title in gold} for d in st.docs],
+                  "source": d.source, "gold": normalize_title(d.title) in gold}
+                 for d in st.docs],
         "n_docs": len(st.docs), "tokens": st.ledger.tokens,
         "prompt_tokens": st.ledger.prompt_tokens,
         "completion_tokens": st.ledger.completion_tokens,

@@ -145,7 +145,10 @@ class LlamaCppGenerator:
         self.model_path = Path(model_path).expanduser()
         self.spec = spec or f"gguf:{self.model_path}"
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or os.cpu_count() or 1
+        # $DYNAKRAG_N_THREADS overrides the default (1 is much faster when several processes
+        # share few cores: llama.cpp's threads spin-wait on each other).
+        self.n_threads = n_threads or int(os.environ.get("DYNAKRAG_N_THREADS") or 0) \
+            or os.cpu_count() or 1
         self.seed = seed
         self.temperature = float(temperature)
         if model_id is None:

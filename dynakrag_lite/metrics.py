@@ -71,3 +71,15 @@ def support_recall(retrieved_titles: Iterable[str], gold_titles: Iterable[str]) 
         raise ValueError("no gold supporting documents")
     got = {normalize_title(t) for t in retrieved_titles}
     return len(gold & got) / len(gold)
+
+
+def support_recall_at_k(rankings: Sequence[Sequence[str]], golds: Sequence[Iterable[str]],
+                        ks: Sequence[int]) -> list[list[float]]:
+    """Per-question SR@k: row i, column j is the support recall of the first ``ks[j]`` titles of
+    ``rankings[i]`` against ``golds[i]`` (one row per question; average the rows for a curve)."""
+    if len(rankings) != len(golds):
+        raise ValueError("one ranking per gold list is needed")
+    if any(k < 0 for k in ks):
+        raise ValueError("k must be >= 0")
+    return [[support_recall(list(ranking)[:k], gold) for k in ks]
+            for ranking, gold in zip(rankings, golds)]

@@ -198,3 +198,62 @@ def feature_importances(policy: Policy, top: int = 15) -> list[tuple[str, float]
     imp = policy.value_model.feature_importances_
     order = np.argsort(imp)[::-1][:top]
     return [(FEATURE_NAMES[i], float(imp[i])) for i in order]
+
+
+def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = None,
+                     veto_threshold: float | None = None) -> list[dict]:
+    """Re-decide at every state visited while collecting ``data``, without executing anything.
+
+    Each visited state is the group of samples with one (qid, step); their feature vectors hold
+    phi(s, a) for every valid a, so the value model, the continuation model (on the state part
+    of phi) and the selection rule a* = argmax v - lambda c (with the stop veto) can be
+    replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). Costs: the cost
+    model's c(s, a) from the state's document count; an LLM action the cost model never saw
+    falls back to the heuristic estimate stored in phi. The samples' targets (true one-step
+    support gains, computed from gold labels) ride along for analysis only; nothing here feeds
+    them to the policy.
+
+    Returns one dict per state: qid, step, n_docs, valid, values, costs, continue_gain,
+    vetoed (stop_answer was removed), chosen, chosen_without_veto, targets.
+    """
+    lam = policy.lam if lam is None else lam
+    thr = policy.veto_threshold if veto_threshold is None else veto_threshold
+    n_state = len(STATE_FEATURE_NAMES)
+    i_cost = FEATURE_NAMES.index("est_cost")
+    groups: dict[tuple[str, int], list] = {}
+    for s in data.samples:
+        groups.setdefault((s.qid, s.step), []).append(s)
+    if not groups:
+        return []
+    X = np.stack([s.features for s in data.samples])
+    all_values = policy.value_model.predict(X)
+    value_of = {id(s): float(v) for s, v in zip(data.samples, all_values)}
+    out = []
+    for (qid, step), group in groups.items():
+        n_docs = group[0].n_docs
+        values = {s.action: value_of[id(s)] for s in group}
+        costs = {}
+        for s in group:
+            a = s.action
+            if a in RETRIEVAL_ACTIONS:
+                costs[a] = policy.cost_model.retrieval_tokens
+            elif a in policy.cost_model.coef:
+                a0, b = policy.cost_model.coef[a]
+                costs[a] = max(0.0, a0 + b * n_docs)
+            else:
+                costs[a] = float(s.features[i_cost]) if a in LLM_ACTIONS else 0.0
+        gain = None
+        if policy.continuation_model is not None and n_docs > 0:
+            gain = float(policy.continuation_model.predict(
+                group[0].features[:n_state].reshape(1, -1))[0])
+        veto = gain is not None and gain > thr and "stop_answer" in values and len(values) > 1
+        score = {a: values[a] - lam * costs[a] for a in values}
+        free = max(score, key=lambda a: score[a])
+        allowed = {a: v for a, v in score.items() if not (veto and a == "stop_answer")}
+        out.append({"qid": qid, "step": step, "n_docs": n_docs,
+                    "valid": tuple(s.action for s in group), "values": values,
+                    "costs": costs, "continue_gain": gain, "vetoed": veto,
+                    "chosen": max(allowed, key=lambda a: allowed[a]),
+                    "chosen_without_veto": free,
+                    "targets": {s.action: s.target for s in group}})
+    return out

@@ -175,6 +175,7 @@ def ircot_messages(question: str, docs: Sequence, thoughts: Sequence[str],
 _THOUGHT_LABEL = re.compile(r"^\s*(next sentence|sentence|reasoning( so far)?|thought|"
                             r"step \d+)\s*[:\-]\s*", re.I)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+_REPEATED_LEAD = re.compile(r"^(\s*so the (final )?answer is\s*:?)+\s*", re.I)
 _IRCOT_ANSWER = re.compile(r"so the (?:final )?answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
 
 
@@ -192,7 +193,8 @@ def parse_ircot(text: str) -> tuple[str, str | None]:
             thought = _SENTENCE_END.split(line, 1)[0].strip()
             break
     m = _IRCOT_ANSWER.search(text)
-    conclusion = parse_answer(m.group(1)) if m else ""
+    # Small models loop ('So the answer is: So the answer is: ...'): drop the repeats.
+    conclusion = parse_answer(_REPEATED_LEAD.sub("", m.group(1))) if m else ""
     if not conclusion and re.match(r"so the (final )?answer is\b", thought, re.I):
         thought = ""  # an empty conclusion is no reasoning either: nothing to search with
     return thought, (conclusion or None)

@@ -55,6 +55,7 @@ class Sample:
     target: float
     cost_tokens: float  # tokens the action actually cost (for the cost model)
     n_docs: int
+    chosen: bool = False  # the rollout continued with this action (the path tau)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class PrefixSample:
     qid: str
     features: np.ndarray
     gain: float  # best one-step SR gain among the valid acquisition actions
+    step: int = -1  # len(history) of the prefix (pairs it with the Samples of that state)
 
 
 @dataclass
@@ -76,6 +78,15 @@ class TrainingData:
             np.zeros((0, len(FEATURE_NAMES)))
         y = np.array([s.target for s in self.samples])
         return X, y, [s.action for s in self.samples]
+
+    def to_frame(self):
+        """The samples as a pandas DataFrame (one row per labelled (s, a); no features)."""
+        import pandas as pd
+        return pd.DataFrame([{"qid": s.qid, "step": s.step, "action": s.action,
+                              "target": s.target, "chosen": s.chosen, "n_docs": s.n_docs,
+                              "cost_tokens": s.cost_tokens} for s in self.samples],
+                            columns=["qid", "step", "action", "target", "chosen", "n_docs",
+                                     "cost_tokens"])
 
 
 def collect_question(q: Question, env: Environment, seed: int = 13
@@ -105,11 +116,14 @@ def collect_question(q: Question, env: Environment, seed: int = 13
                                   cost, len(state.docs)))
         if state.docs:
             sv = np.array([base[n] for n in base], dtype=np.float64)
-            prefixes.append(PrefixSample(q.id, sv, max(gains, default=0.0)))
+            prefixes.append(PrefixSample(q.id, sv, max(gains, default=0.0),
+                                         len(state.history)))
         options = [a for a in valid if a != "stop_answer"]
         if not options:
             break
         choice = rng.choice(options)
+        for smp in samples[len(samples) - len(valid):]:
+            smp.chosen = smp.action == choice
         state = branches[choice]
     return samples, prefixes
 

@@ -1,0 +1,140 @@
+"""Execute the experiment chapters (12, 13, 14) with full parameters and write their tables.
+
+    python data_scripts/run_experiments.py [--dataset hotpotqa] [--generator qwen2.5-coder-0.5b]
+        [--transfer-generator smollm2-135m] [--chapters 12,13,14] [--rerun]
+
+Each chapter is executed through papermill with ``quick=False`` (no live slice: the chapter
+reads ``results/experiments`` and ``results/policies``), from the ``book/`` folder, into the
+git-ignored ``runs/notebooks/<chapter>.ipynb``. Each chapter writes its tidy table to
+``results/tables/<chapter>.csv`` (parameter ``table_out``); this script then writes the
+sidecar ``results/tables/<chapter>.json`` with the command, the parameters, the generator and
+its model hash, the dataset file's hash, a hash of the result summaries the table was built
+from, the git commit and the date.
+
+``--rerun`` passes ``rerun=True``: the chapters then first run ``data_scripts/
+main_experiment.py`` for the dataset and generator (long; resumable). Without it they only
+read what is already in ``results/``; produce that first with ``main_experiment.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHAPTERS = {
+    "12": "12_main_experiment",
+    "13": "13_ablations",
+    "14": "14_generator_transfer",
+}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_hash(dataset: str) -> str | None:
+    """sha256 of the dataset's normalized file (the library: of its generated JSON)."""
+    from dynakrag_lite.data import DataError, load_dataset, resolve_data
+    if dataset.lower() in ("library", "embedded"):
+        text = "\n".join(json.dumps(q.to_json(), sort_keys=True) for q in load_dataset("library"))
+        return hashlib.sha256(text.encode()).hexdigest()
+    try:
+        return sha256_file(resolve_data(dataset))
+    except DataError:
+        return None
+
+
+def model_hash(generator: str) -> str | None:
+    """The expected sha256 of a bundled model's GGUF file (None for hf:/openai: specs)."""
+    from dynakrag_lite.models import REGISTRY
+    entry = REGISTRY.get(generator)
+    return entry.sha256 if entry else None
+
+
+def results_hash(root: Path) -> str:
+    """One hash over every summary.json under ``root`` (path and content), in sorted order."""
+    h = hashlib.sha256()
+    for p in sorted(root.glob("*/*/*/summary.json")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="hotpotqa")
+    ap.add_argument("--generator", default="qwen2.5-coder-0.5b",
+                    help="experiment generator (chapter 14: the policy's generator)")
+    ap.add_argument("--transfer-generator", default="smollm2-135m",
+                    help="chapter 14: the generator the policy is transferred to")
+    ap.add_argument("--chapters", default=",".join(CHAPTERS))
+    ap.add_argument("--rerun", action="store_true",
+                    help="let the chapters re-run data_scripts/main_experiment.py first")
+    ap.add_argument("--timeout", type=int, default=None, help="per-cell timeout (seconds)")
+    args = ap.parse_args(argv)
+
+    keys = [c.strip() for c in args.chapters.split(",") if c.strip()]
+    unknown = [k for k in keys if k not in CHAPTERS]
+    if unknown:
+        raise SystemExit(f"unknown chapter(s) {unknown}; choose from {', '.join(CHAPTERS)}")
+    import papermill as pm
+
+    out_dir = ROOT / "runs" / "notebooks"
+    tables = ROOT / "results" / "tables"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python", "data_scripts/run_experiments.py"] + sys.argv[1:]
+                       if argv is None else ["python", "data_scripts/run_experiments.py"] + argv)
+    for key in keys:
+        name = CHAPTERS[key]
+        params = {"quick": False, "dataset": args.dataset, "generator": args.generator,
+                  "rerun": bool(args.rerun),
+                  # relative to book/, where the notebook runs
+                  "table_out": f"../results/tables/{name}.csv"}
+        if key == "14":
+            params["target_generator"] = args.transfer_generator
+        print(f"executing {name} with {params}", flush=True)
+        (tables / f"{name}.csv").unlink(missing_ok=True)  # never keep a stale table
+        pm.execute_notebook(str(BOOK / f"{name}.ipynb"), str(out_dir / f"{name}.ipynb"),
+                            parameters=params, cwd=str(BOOK), progress_bar=False,
+                            execution_timeout=args.timeout)
+        csv = tables / f"{name}.csv"
+        generators = [args.generator] + ([args.transfer_generator] if key == "14" else [])
+        sidecar = {
+            "chapter": name, "command": command, "parameters": params,
+            "table": f"results/tables/{name}.csv" if csv.exists() else None,
+            "executed_notebook": f"runs/notebooks/{name}.ipynb",
+            "dataset": args.dataset, "data_sha256": data_hash(args.dataset),
+            "generators": {g: {"model_sha256": model_hash(g)} for g in generators},
+            "results_sha256": results_hash(ROOT / "results" / "experiments"),
+            "git_commit": git_commit(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        (tables / f"{name}.json").write_text(json.dumps(sidecar, indent=2) + "\n")
+        print(f"  table: {sidecar['table'] or '(none: no results for this chapter yet)'}; "
+              f"sidecar results/tables/{name}.json", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

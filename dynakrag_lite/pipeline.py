@@ -1,0 +1,55 @@
+"""One call from a dataset name to a ready environment (questions, corpus, retriever,
+generator, budgets): what the CLI, the experiments and every chapter start from.
+
+    setup = build_setup("hotpotqa", generator="qwen2.5-coder-0.5b")
+    setup.env, setup.questions, setup.train, setup.eval
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .actions import ControlConfig, Environment
+from .corpus import Corpus
+from .data import Question, load_dataset, split_questions
+from .retriever import DEFAULT_EMBEDDER, DenseRetriever
+
+QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: quick mode, tests
+DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # the experiments' generator on 2 CPU cores
+
+
+@dataclass
+class Setup:
+    dataset: str
+    questions: list[Question]
+    corpus: Corpus
+    env: Environment
+    train: list[Question] = field(default_factory=list)
+    eval: list[Question] = field(default_factory=list)
+
+    @property
+    def retriever(self) -> DenseRetriever:
+        return self.env.retriever
+
+
+def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATOR,
+                config: ControlConfig | None = None, data_dir: str | Path | None = None,
+                embedder: str = DEFAULT_EMBEDDER, n_eval: int = 100, split_seed: int = 0,
+                corpus_file: str | Path | None = None, show_progress: bool = True,
+                cache: bool | str = True, index_dir: str | Path | None = None) -> Setup:
+    """Load ``dataset`` (a name or a path), pool its corpus (or read ``corpus_file``), index it
+    (loaded from disk when built before), load the generator (None: retrieval only) and split
+    the questions into disjoint train/eval parts exactly as the CLI does."""
+    questions = load_dataset(dataset, data_root=data_dir)
+    name = questions[0].dataset
+    corpus = Corpus.from_jsonl(corpus_file) if corpus_file else \
+        Corpus.from_questions(questions, name=name)
+    retriever = DenseRetriever(corpus, embedder=embedder, index_dir=index_dir,
+                               show_progress=show_progress)
+    gen = None
+    if generator:
+        from .generators import make_generator
+        gen = make_generator(generator, cache=cache)
+    env = Environment(retriever, gen, config or ControlConfig.for_dataset(name))
+    train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
+    return Setup(name, questions, corpus, env, train, evals)

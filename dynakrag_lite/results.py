@@ -1,0 +1,218 @@
+"""Reading experiment results back, and the paper's reference numbers.
+
+Layout written by ``python -m dynakrag_lite evaluate --out ...`` (and by
+``data_scripts/run_experiments.py``)::
+
+    results/experiments/<dataset>/<generator>/<run>/summary.json
+    results/experiments/<dataset>/<generator>/<run>/predictions.jsonl
+
+``<run>`` is a method name (``dynakrag``, ``fixed_k``, ``ircot``, ``self_ask``, ``uniform``,
+``oracle``) or an ablation of DynaKRAG (``dynakrag-no_compression``,
+``dynakrag-no_sufficiency``, ``dynakrag-cap1`` ...). The dataset, generator and run of a row
+come from the folder names, so two runs of one method (an ablation and the full method) never
+collapse into one row even though both summaries say ``"method": "dynakrag"``.
+
+:func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
+arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),
+the ablation F1s, the retrieval-cap sweep and the GPT-4o-mini transfer F1. They are facts
+quoted from the paper, kept here so the book can put them next to ours.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .experiments import SUMMARY_KEYS, read_predictions
+
+DEFAULT_ROOT = Path("results/experiments")
+ID_COLUMNS = ("dataset", "generator", "run")
+METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generator"))
+SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("command", "path")
+
+PAPER_CITATION = ("Wu et al. 2026, 'A Unified Framework for Learnable Evidence Control in "
+                  "Multi-Hop RAG', arXiv:2607.06507")
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+def _find_root(root: str | Path) -> Path:
+    """``root`` as given; a relative root that does not exist is also tried from the parent
+    folders of the working directory (a chapter runs from ``book/``)."""
+    p = Path(root)
+    if p.is_absolute() or p.exists():
+        return p
+    for parent in Path.cwd().resolve().parents:
+        cand = parent / p
+        if cand.exists():
+            return cand
+    return p
+
+
+def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per ``<root>/<dataset>/<generator>/<run>/summary.json``.
+
+    Columns: dataset, generator, run (from the folder names), the summary metrics (method, n,
+    em, f1, support_recall, all_support_rate, docs_mean, tokens_mean, llm_calls_mean,
+    retrieval_calls_mean, seconds_mean), the command that produced it (``run.command``) and the
+    summary's path relative to ``root``. An empty DataFrame with these columns when nothing
+    exists; unreadable summaries are skipped with a warning.
+    """
+    import warnings
+    base = _find_root(root)
+    rows = []
+    if base.is_dir():
+        for path in sorted(base.glob("*/*/*/summary.json")):
+            try:
+                s = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as e:
+                warnings.warn(f"skipping unreadable {path.name} in {path.parent.name}: {e}")
+                continue
+            dataset, generator, run = path.relative_to(base).parts[:3]
+            row = {"dataset": dataset, "generator": generator, "run": run}
+            row.update({k: s.get(k) for k in METRIC_COLUMNS})
+            row["command"] = (s.get("run") or {}).get("command")
+            row["path"] = str(path.relative_to(base))
+            rows.append(row)
+    df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    for k in METRIC_COLUMNS:
+        if k != "method":
+            df[k] = pd.to_numeric(df[k], errors="coerce")
+    return df
+
+
+def load_summary(dataset: str, generator: str, run: str,
+                 root: str | Path = DEFAULT_ROOT) -> dict:
+    """The full summary.json of one run (including its ``run`` block)."""
+    path = _find_root(root) / dataset / generator / run / "summary.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no summary for {dataset}/{generator}/{run} under {root}")
+    return json.loads(path.read_text())
+
+
+def load_predictions(dataset: str, generator: str, run: str,
+                     root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
+    """The per-question records of one run (one row per line of predictions.jsonl)."""
+    path = _find_root(root) / dataset / generator / run / "predictions.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no predictions for {dataset}/{generator}/{run} under {root}")
+    return pd.DataFrame(read_predictions(path))
+
+
+# -- the paper's numbers ------------------------------------------------------------------
+# Table 1, Qwen2.5-7B-Instruct: (EM, F1, average tokens) per dataset.
+_TABLE1 = {
+    "Fixed-K": ((.3958, .5177, 1892), (.3177, .3757, 3089), (.1518, .2553, 2918)),
+    "IRCoT": ((.4339, .5617, 1724), (.3514, .4308, 2442), (.1862, .2889, 2110)),
+    "S2G-RAG": ((.4425, .5710, 2807), (.3818, .4621, 3544), (.1936, .2999, 3887)),
+    "CoRAG-s3": ((.4282, .5573, 2814), (.3490, .4273, 3676), (.1858, .2848, 3264)),
+    "Adaptive-RAG": ((.3862, .5042, 1596), (.2976, .3557, 2180), (.1647, .2579, 2160)),
+    "CRAG": ((.4181, .5445, 1720), (.3437, .4099, 2375), (.1676, .2740, 2480)),
+    "Self-Ask+Search": ((.4043, .5273, 3302), (.3494, .4345, 4566), (.1974, .2998, 4762)),
+    "DynaKRAG": ((.4732, .5998, 2373), (.4587, .5340, 3078), (.1986, .3061, 3082)),
+}
+# Our run name for the paper's methods we implement.
+RUN_OF_METHOD = {"Fixed-K": "fixed_k", "IRCoT": "ircot", "Self-Ask+Search": "self_ask",
+                 "DynaKRAG": "dynakrag"}
+# Ablations (Qwen, F1).
+_ABLATIONS = {
+    "full": ("dynakrag", (.5998, .5340, .3061)),
+    "no compression": ("dynakrag-no_compression", (.5826, .4963, .2978)),
+    "no sufficiency check": ("dynakrag-no_sufficiency", (.5835, .4623, .2800)),
+    "uniform-valid controller": ("uniform", (.5519, .4762, .2665)),
+    "retrieval cap 1": ("dynakrag-cap1", (.4938, .4111, .1970)),
+    "retrieval cap 2": ("dynakrag-cap2", (.5823, .5096, .2796)),
+    "retrieval cap 3": ("dynakrag-cap3", (.5996, .5340, .2641)),
+}
+_TRANSFER_GPT4O_MINI_F1 = (.6218, .6391, .3977)
+
+
+def paper_table(which: str = "main") -> pd.DataFrame:
+    """The paper's reported numbers (source: :data:`PAPER_CITATION`), in long form.
+
+    * ``"main"``: Table 1 with Qwen2.5-7B-Instruct; columns method, run (our run name or
+      None for methods we do not implement), dataset, em, f1, tokens_mean, generator.
+    * ``"ablations"``: F1 of the ablations and the retrieval-cap sweep; columns variant, run,
+      dataset, f1, generator.
+    * ``"transfer"``: DynaKRAG F1 with the Qwen-trained policy run unchanged on GPT-4o-mini,
+      next to the Qwen F1; columns method, run, dataset, generator, f1, policy_generator.
+    """
+    gen = "Qwen2.5-7B-Instruct"
+    if which == "main":
+        rows = [{"method": m, "run": RUN_OF_METHOD.get(m), "dataset": d, "em": v[0], "f1": v[1],
+                 "tokens_mean": float(v[2]), "generator": gen}
+                for m, vals in _TABLE1.items() for d, v in zip(DATASETS, vals)]
+    elif which == "ablations":
+        rows = [{"variant": name, "run": run, "dataset": d, "f1": f, "generator": gen}
+                for name, (run, vals) in _ABLATIONS.items() for d, f in zip(DATASETS, vals)]
+    elif which == "transfer":
+        rows = []
+        for d, f_q, f_g in zip(DATASETS, _ABLATIONS["full"][1], _TRANSFER_GPT4O_MINI_F1):
+            rows.append({"method": "DynaKRAG", "run": "dynakrag", "dataset": d,
+                         "generator": gen, "f1": f_q, "policy_generator": gen})
+            rows.append({"method": "DynaKRAG", "run": "dynakrag", "dataset": d,
+                         "generator": "GPT-4o-mini", "f1": f_g, "policy_generator": gen})
+    else:
+        raise ValueError(f"unknown table {which!r}; choose main, ablations or transfer")
+    df = pd.DataFrame(rows)
+    df.attrs["source"] = PAPER_CITATION
+    return df
+
+
+def side_by_side(ours: pd.DataFrame, dataset: str, metrics=("em", "f1", "tokens_mean")
+                 ) -> pd.DataFrame:
+    """Our rows of ``dataset`` (one per generator and run) joined with the paper's Table 1 row
+    of the same method (columns ``paper_<metric>``); runs the paper lacks get NaN there."""
+    paper = paper_table("main")
+    paper = paper[(paper.dataset == dataset) & paper.run.notna()]
+    paper = paper.rename(columns={m: f"paper_{m}" for m in metrics})[
+        ["run"] + [f"paper_{m}" for m in metrics]]
+    mine = ours[ours.dataset == dataset][["generator", "run", "n"] + list(metrics)]
+    return mine.merge(paper, on="run", how="left").sort_values(["generator", "run"]) \
+        .reset_index(drop=True)
+
+
+def find_policies(dataset: str | None = None, root: str | Path = "results/policies"
+                  ) -> list[Path]:
+    """Saved policies ``<root>/<dataset>-<generator>.joblib`` (all datasets when None)."""
+    base = _find_root(root)
+    if not base.is_dir():
+        return []
+    return sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
+
+
+def transfer_runs(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose generator folder is ``<generator>-policy-<policy generator>``: runs of a
+    policy trained on one generator's trajectories, applied unchanged with another. Adds the
+    columns ``answer_generator`` and ``policy_generator``; other rows get policy_generator =
+    answer_generator (the policy was trained with the generator that answers)."""
+    df = summaries.copy()
+    split = [str(g).split("-policy-", 1) for g in df.generator]
+    df["answer_generator"] = [p[0] for p in split]
+    df["policy_generator"] = [p[1] if len(p) == 2 else p[0] for p in split]
+    df["transferred"] = df.answer_generator != df.policy_generator
+    return df
+
+
+def trace_table(trace) -> pd.DataFrame:
+    """One row per step of a method's trace: a list of ``StepTrace`` (``MethodResult.trace``)
+    or of their JSON dicts (the ``trace`` field of predictions.jsonl).
+
+    Columns: step, action, n_valid, value (v(s, a*) when the chooser reports values),
+    stop_value (v(s, stop_answer)), continue_gain, vetoed (stop_answer was suppressed),
+    added (number of new documents), query, gap, sufficient, note."""
+    rows = []
+    for t in trace:
+        t = t if isinstance(t, dict) else t.to_json()
+        scores = t.get("scores") or {}
+        mine, stop = scores.get(t["action"], {}), scores.get("stop_answer", {})
+        gain = next((s["continue_gain"] for s in scores.values() if "continue_gain" in s), None)
+        rows.append({"step": t["step"], "action": t["action"], "n_valid": len(t["valid"]),
+                     "value": mine.get("value"), "stop_value": stop.get("value"),
+                     "continue_gain": gain, "vetoed": bool(stop.get("vetoed")),
+                     "added": len(t.get("added") or ()), "query": t.get("query", ""),
+                     "gap": t.get("gap", ""), "sufficient": t.get("sufficient"),
+                     "note": t.get("note", "")})
+    return pd.DataFrame(rows, columns=["step", "action", "n_valid", "value", "stop_value",
+                                       "continue_gain", "vetoed", "added", "query", "gap",
+                                       "sufficient", "note"])

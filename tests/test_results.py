@@ -1,0 +1,137 @@
+"""dynakrag_lite.results: reading summaries/predictions back, and the paper's numbers."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from dynakrag_lite.experiments import SUMMARY_KEYS
+from dynakrag_lite.results import (SUMMARY_COLUMNS, load_predictions, load_summaries,
+                                   load_summary, paper_table, side_by_side)
+
+
+def _write_run(root, dataset, generator, run, f1, tokens, method="dynakrag", n=2):
+    d = root / dataset / generator / run
+    d.mkdir(parents=True)
+    summary = {"method": method, "dataset": dataset, "generator": generator, "n": n,
+               "em": f1 / 2, "f1": f1, "support_recall": 0.5, "all_support_rate": 0.25,
+               "docs_mean": 6.0, "tokens_mean": tokens, "llm_calls_mean": 3.0,
+               "retrieval_calls_mean": 2.0, "seconds_mean": 1.5,
+               "run": {"command": f"python -m dynakrag_lite evaluate --method {method}"}}
+    (d / "summary.json").write_text(json.dumps(summary))
+    rows = [{"id": f"q{i}", "f1": f1, "em": 0.0, "tokens": tokens} for i in range(n)]
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_empty_root_gives_empty_frame_with_columns(tmp_path):
+    df = load_summaries(tmp_path / "nothing-here")
+    assert df.empty
+    assert tuple(df.columns) == SUMMARY_COLUMNS
+    for k in SUMMARY_KEYS:
+        assert k in df.columns
+
+
+def test_one_row_per_summary_ids_from_folders(tmp_path):
+    _write_run(tmp_path, "hotpotqa", "qwen2.5-coder-0.5b", "dynakrag", 0.4, 900.0)
+    _write_run(tmp_path, "hotpotqa", "qwen2.5-coder-0.5b", "dynakrag-cap1", 0.3, 700.0)
+    _write_run(tmp_path, "musique", "smollm2-135m", "fixed_k", 0.1, 500.0, method="fixed_k")
+    df = load_summaries(tmp_path)
+    assert len(df) == 3
+    assert set(df.run) == {"dynakrag", "dynakrag-cap1", "fixed_k"}
+    cap1 = df[df.run == "dynakrag-cap1"].iloc[0]
+    assert cap1.method == "dynakrag" and cap1.dataset == "hotpotqa"
+    assert cap1.f1 == pytest.approx(0.3)
+    assert cap1.command.startswith("python -m dynakrag_lite")
+    assert df.f1.dtype.kind == "f"
+    assert not any(str(tmp_path) in p for p in df.path)  # relative paths only
+
+
+def test_unreadable_summary_is_skipped(tmp_path):
+    _write_run(tmp_path, "hotpotqa", "g", "dynakrag", 0.4, 900.0)
+    bad = tmp_path / "hotpotqa" / "g" / "fixed_k"
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_text("{not json")
+    with pytest.warns(UserWarning):
+        df = load_summaries(tmp_path)
+    assert list(df.run) == ["dynakrag"]
+
+
+def test_load_predictions_and_summary(tmp_path):
+    _write_run(tmp_path, "2wikimultihopqa", "g", "ircot", 0.2, 300.0, method="ircot", n=3)
+    preds = load_predictions("2wikimultihopqa", "g", "ircot", root=tmp_path)
+    assert len(preds) == 3 and list(preds.id) == ["q0", "q1", "q2"]
+    assert load_summary("2wikimultihopqa", "g", "ircot", root=tmp_path)["method"] == "ircot"
+    with pytest.raises(FileNotFoundError):
+        load_predictions("2wikimultihopqa", "g", "oracle", root=tmp_path)
+
+
+def test_paper_table_main_matches_paper():
+    t = paper_table()
+    assert len(t) == 8 * 3
+    row = t[(t.method == "DynaKRAG") & (t.dataset == "hotpotqa")].iloc[0]
+    assert (row.em, row.f1, row.tokens_mean) == (0.4732, 0.5998, 2373.0)
+    row = t[(t.method == "Fixed-K") & (t.dataset == "musique")].iloc[0]
+    assert (row.em, row.f1, row.tokens_mean) == (0.1518, 0.2553, 2918.0)
+    assert set(t.run.dropna()) == {"dynakrag", "fixed_k", "ircot", "self_ask"}
+    assert "arXiv:2607.06507" in t.attrs["source"]
+
+
+def test_paper_table_ablations_and_transfer():
+    a = paper_table("ablations")
+    f = a.set_index(["run", "dataset"]).f1
+    assert f["dynakrag-no_sufficiency", "2wikimultihopqa"] == 0.4623
+    assert f["uniform", "hotpotqa"] == 0.5519
+    assert f["dynakrag-cap2", "musique"] == 0.2796
+    tr = paper_table("transfer")
+    g = tr[tr.generator == "GPT-4o-mini"].set_index("dataset").f1
+    assert g["musique"] == 0.3977
+    with pytest.raises(ValueError):
+        paper_table("nope")
+
+
+def test_side_by_side_joins_paper_row(tmp_path):
+    _write_run(tmp_path, "hotpotqa", "g", "dynakrag", 0.4, 900.0)
+    _write_run(tmp_path, "hotpotqa", "g", "oracle", 0.5, 800.0, method="oracle")
+    sb = side_by_side(load_summaries(tmp_path), "hotpotqa")
+    assert list(sb.run) == ["dynakrag", "oracle"]
+    assert sb.loc[0, "paper_f1"] == 0.5998
+    assert pd.isna(sb.loc[1, "paper_f1"])
+
+
+def test_find_policies_and_transfer_runs(tmp_path):
+    from dynakrag_lite.results import find_policies, transfer_runs
+    pol = tmp_path / "policies"
+    pol.mkdir()
+    (pol / "hotpotqa-qwen2.5-coder-0.5b.joblib").write_bytes(b"x")
+    (pol / "musique-smollm2-135m.joblib").write_bytes(b"x")
+    assert [p.name for p in find_policies("hotpotqa", pol)] == [
+        "hotpotqa-qwen2.5-coder-0.5b.joblib"]
+    assert len(find_policies(root=pol)) == 2
+    assert find_policies(root=tmp_path / "none") == []
+    _write_run(tmp_path / "exp", "hotpotqa", "qwen2.5-coder-0.5b", "dynakrag", 0.4, 900.0)
+    _write_run(tmp_path / "exp", "hotpotqa", "smollm2-135m-policy-qwen2.5-coder-0.5b",
+               "dynakrag", 0.2, 800.0)
+    t = transfer_runs(load_summaries(tmp_path / "exp")).set_index("generator")
+    row = t.loc["smollm2-135m-policy-qwen2.5-coder-0.5b"]
+    assert row.answer_generator == "smollm2-135m"
+    assert row.policy_generator == "qwen2.5-coder-0.5b" and row.transferred
+    assert not t.loc["qwen2.5-coder-0.5b"].transferred
+    assert transfer_runs(load_summaries(tmp_path / "none")).empty
+
+
+def test_trace_table_from_steptraces_and_dicts():
+    from dynakrag_lite.controller import StepTrace
+    from dynakrag_lite.results import trace_table
+    steps = [StepTrace(0, "retrieve_more", ("retrieve_more",),
+                       {"retrieve_more": {"value": 0.4, "continue_gain": 0.1}}, ("d1", "d2")),
+             StepTrace(1, "gap_query", ("gap_query", "stop_answer"),
+                       {"gap_query": {"value": 0.2}, "stop_answer": {"value": 0.5,
+                                                                     "vetoed": 1.0}}, ())]
+    t = trace_table(steps)
+    assert list(t.action) == ["retrieve_more", "gap_query"]
+    assert t.loc[0, "added"] == 2 and t.loc[0, "continue_gain"] == 0.1
+    assert t.loc[1, "vetoed"] and t.loc[1, "stop_value"] == 0.5 and t.loc[1, "n_valid"] == 2
+    assert trace_table([s.to_json() for s in steps]).equals(t)
+    assert trace_table([]).empty

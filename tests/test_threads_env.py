@@ -1,0 +1,19 @@
+"""$DYNAKRAG_N_THREADS sets llama.cpp's thread count when none is given."""
+import pytest
+
+
+@pytest.mark.slow
+def test_env_sets_llama_threads(monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from dynakrag_lite import models
+    from dynakrag_lite.generators import LlamaCppGenerator
+    if not models.is_installed("smollm2-135m"):
+        pytest.skip("smollm2-135m not installed")
+    path = models.gguf_path("smollm2-135m")
+    sha = models.REGISTRY["smollm2-135m"].sha256
+    monkeypatch.setenv("DYNAKRAG_N_THREADS", "1")
+    assert LlamaCppGenerator(path, model_id=sha).n_threads == 1
+    assert LlamaCppGenerator(path, model_id=sha, n_threads=2).n_threads == 2  # explicit wins
+    monkeypatch.delenv("DYNAKRAG_N_THREADS")
+    import os
+    assert LlamaCppGenerator(path, model_id=sha).n_threads == (os.cpu_count() or 1)
