@@ -31,6 +31,11 @@ _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
 
 
 def default_cache_path() -> Path:
+    """$DYNAKRAG_LLM_CACHE (a file), else llm_calls.sqlite in $DYNAKRAG_CACHE_DIR or
+    ~/.cache/dynakrag_lite. The book's make targets point $DYNAKRAG_LLM_CACHE at a copy of the
+    committed book/_llm_cache.sqlite, so quick-mode chapters replay recorded calls."""
+    if os.environ.get("DYNAKRAG_LLM_CACHE"):
+        return Path(os.environ["DYNAKRAG_LLM_CACHE"]).expanduser()
     env = os.environ.get("DYNAKRAG_CACHE_DIR")
     root = Path(env).expanduser() if env else Path.home() / ".cache" / "dynakrag_lite"
     return root / "llm_calls.sqlite"
