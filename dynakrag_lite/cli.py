@@ -117,7 +117,8 @@ def _setup(args, generator: str | None = None):
                         embedder=args.embedder, n_eval=args.n_eval,
                         split_seed=args.split_seed, corpus_file=args.corpus,
                         index_dir=getattr(args, "index_dir", None))
-    setup.env.config = _config(args, setup.dataset)
+    if hasattr(args, "no_compression"):  # train/evaluate take control flags; index doesn't
+        setup.env.config = _config(args, setup.dataset)
     qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[args.split]
     return setup, qs[: args.limit] if args.limit else qs
 

@@ -23,6 +23,7 @@ from typing import Iterable, Protocol, Sequence
 import numpy as np
 
 from .corpus import Corpus, Document
+from .models import cache_root
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _OFFLINE_ALIASES = {
@@ -31,10 +32,6 @@ _OFFLINE_ALIASES = {
     "all-mpnet-base-v2": "all-mpnet-base-v2", "mpnet": "all-mpnet-base-v2",
     "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2",
 }
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DYNAKRAG_CACHE_DIR", Path.home() / ".cache" / "dynakrag_lite"))
 
 
 @dataclass(frozen=True)
