@@ -148,15 +148,19 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from .experiments import evaluate
     from .policy import Policy
+    policy, path = None, None
+    if args.method == "dynakrag" and args.policy:  # fail fast, before indexing anything
+        path = Path(args.policy)
+        policy = Policy.load(path)
     setup, eval_qs = _setup(args, args.generator)
     dataset, env = setup.dataset, setup.env
-    policy, path = None, None
-    if args.method == "dynakrag":
-        path = Path(args.policy) if args.policy else default_policy_path(dataset, args.generator)
+    if args.method == "dynakrag" and policy is None:
+        path = default_policy_path(dataset, args.generator)
         if path is None:
             raise PolicyError(f"no policy for dataset '{dataset}' in {RESULTS / 'policies'}; "
                               "pass --policy or run 'train' first")
         policy = Policy.load(path)
+    if policy is not None:
         if args.lam is not None:
             policy.lam = args.lam
         if args.veto_threshold is not None:
@@ -237,8 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .data import DataError
+    from .generators import GeneratorError
+    from .models import ModelError
     try:
         return args.func(args)
-    except (DataError, PolicyError, FileNotFoundError, ValueError) as e:
+    except (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
+            ValueError) as e:
         print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
         return 2

@@ -120,16 +120,24 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     rows = read_predictions(pred_path)
     done = {r["id"] for r in rows}
     todo = [q for q in questions if q.id not in done]
+    wanted = {q.id for q in questions}
+
+    def write_summary() -> dict:
+        # After every question, so a run stopped at any point leaves a true summary of the
+        # questions it finished (n says how many).
+        kept = [r for r in rows if r["id"] in wanted]
+        summary = summarize(kept, method, dataset, generator)
+        summary["run"] = {**(run_info or {}), "complete": len(kept) == len(wanted),
+                          "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        write_json_atomic(summary, out / "summary.json")
+        return summary
+
     with open(pred_path, "a", encoding="utf-8") as fh:
         for q in tqdm(todo, desc=method, disable=not progress):
             row = score(q, run_method(method, q, env, policy, fixed_k, seed))
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
             rows.append(row)
-    wanted = {q.id for q in questions}
-    rows = [r for r in rows if r["id"] in wanted]
-    summary = summarize(rows, method, dataset, generator)
-    summary["run"] = {**(run_info or {}),
-                      "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    write_json_atomic(summary, out / "summary.json")
+            write_summary()
+    summary = write_summary()
     return summary

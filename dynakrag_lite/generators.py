@@ -23,6 +23,8 @@ so importing this module is cheap.
 """
 from __future__ import annotations
 
+import atexit
+
 import os
 import threading
 import time
@@ -105,6 +107,19 @@ def approx_token_count(text: str) -> int:
 # One Llama object (plus a lock: a Llama is not thread-safe) per (file, context, threads, seed).
 _LLAMA_CACHE: dict[tuple, tuple[Any, threading.Lock]] = {}
 _LLAMA_CACHE_LOCK = threading.Lock()
+
+
+def _close_llamas() -> None:
+    """Free llama.cpp models before interpreter teardown: left to ``Llama.__del__`` at exit,
+    they print 'NoneType object is not callable' tracebacks once the C bindings are gone."""
+    for llm, _ in list(_LLAMA_CACHE.values()):
+        try:
+            llm.close()
+        except Exception:  # already closed or half-initialised: nothing left to free
+            pass
+
+
+atexit.register(_close_llamas)
 
 
 def _load_llama(path: Path, n_ctx: int, n_threads: int, seed: int,

@@ -216,3 +216,28 @@ def trace_table(trace) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "action", "n_valid", "value", "stop_value",
                                        "continue_gain", "vetoed", "added", "query", "gap",
                                        "sufficient", "note"])
+
+
+def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """A GitHub-markdown table (no extra dependency such as tabulate)."""
+    def cell(v):
+        if isinstance(v, float):
+            return format(v, floatfmt) if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule] + body)
+
+
+MAIN_TABLE_COLUMNS = ("run", "n", "em", "f1", "support_recall", "all_support_rate", "docs_mean",
+                      "tokens_mean", "llm_calls_mean", "retrieval_calls_mean", "seconds_mean")
+RUN_ORDER = ("fixed_k", "ircot", "self_ask", "uniform", "dynakrag", "oracle")
+
+
+def results_table(summaries: pd.DataFrame, dataset: str, generator: str) -> pd.DataFrame:
+    """One dataset/generator's runs in a fixed order (methods, then ablations)."""
+    df = summaries[(summaries.dataset == dataset) & (summaries.generator == generator)]
+    order = {r: i for i, r in enumerate(RUN_ORDER)}
+    df = df.assign(_o=[order.get(r, len(order)) for r in df.run]).sort_values(["_o", "run"])
+    return df[list(MAIN_TABLE_COLUMNS)].reset_index(drop=True)

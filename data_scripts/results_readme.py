@@ -1,0 +1,68 @@
+"""Rewrite results/README.md from what results/ holds: the experiment tables (one per dataset
+and generator, with the exact commands that produced each row), retrieval and speed figures.
+
+    python data_scripts/results_readme.py
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dynakrag_lite.results import load_summaries, markdown_table, results_table
+
+ROOT = Path(__file__).resolve().parents[1] / "results"
+
+INTRO = """# Results
+
+Everything here was measured on this project's 2-core CPU machines and is produced by the
+commands listed with it. `oracle` reads the gold support labels: it is an upper bound on
+evidence control, not a method. Numbers are development numbers on subsets of the dev sets
+(see `../shared/data/README.md`), with small bundled generators: they are not comparable to
+the paper's Table 1 (Qwen2.5-7B-Instruct, full dev sets, BGE-large), only its shape is.
+
+Columns: `n` questions; EM/F1 (HotpotQA normalization, max over aliases); `support_recall`
+(share of gold supporting documents in the final context); `all_support_rate` (share of
+questions with every gold document); mean documents, tokens (all prompt + completion tokens of
+all calls), LLM calls, retrieval calls and seconds per question.
+"""
+
+
+def main() -> int:
+    parts = [INTRO]
+    s = load_summaries(ROOT / "experiments")
+    for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
+        parts.append(f"## {dataset}, generator `{generator}`\n")
+        parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
+        parts.append("Commands:\n")
+        for _, row in s[(s.dataset == dataset) & (s.generator == generator)].iterrows():
+            parts.append(f"- `{row.run}`: `{row.command}`")
+        parts.append("")
+    pol = sorted((ROOT / "policies").glob("*.joblib"))
+    if pol:
+        parts.append("## Policies\n")
+        for p in pol:
+            parts.append(f"- `policies/{p.name}`")
+        parts.append("")
+    sr = sorted((ROOT / "retrieval").glob("sr-*.json"))
+    if sr:
+        parts.append("## One-shot retrieval (question as query), support recall at k\n")
+        parts.append("| dataset | questions | documents | SR@3 | SR@6 | SR@12 |\n|---|---|---|---|---|---|")
+        for p in sr:
+            d = json.loads(p.read_text())
+            parts.append(f"| {d['dataset']} | {d['n']} | {d['documents']} | {d['SR@3']:.3f} | "
+                         f"{d['SR@6']:.3f} | {d['SR@12']:.3f} |")
+        parts.append("\nCommand: `python -m dynakrag_lite retrieval-eval --data <dataset> "
+                     "--data-dir ../shared/data --k 3,6,12` (all-MiniLM-L6-v2, FAISS flat IP, "
+                     "pooled corpus of the file).\n")
+    bench = ROOT / "benchmarks"
+    if bench.exists():
+        parts.append("## Speed\n")
+        for p in sorted(bench.glob("*.json")):
+            parts.append(f"- `benchmarks/{p.name}` (see the file for figures, date and command)")
+        parts.append("")
+    (ROOT / "README.md").write_text("\n".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
