@@ -37,7 +37,7 @@ def test_unknown_generator_spec_is_a_clear_error(capsys):
 def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, capsys):
     pol = tmp_path / "library-smollm2.joblib"
     code, out, _ = run_cli(capsys, "train", "--data", "library", "--generator", "smollm2-135m",
-                           "--out", str(pol), "--limit", "3", "--trees", "20",
+                           "--out", str(pol), "--limit", "2", "--trees", "20",
                            "--doc-chars", "200")
     assert code == 0 and pol.exists() and json.loads(out.splitlines()[-1])["samples"] > 0
     out_dir = tmp_path / "eval"

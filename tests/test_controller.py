@@ -149,3 +149,26 @@ def test_loading_garbage_policy_file_fails_clearly(tmp_path):
     p.write_bytes(b"not a policy")
     with pytest.raises(PolicyError, match="bad.joblib"):
         Policy.load(p)
+
+
+@pytest.mark.parametrize("ablation", [
+    {"use_compression": False}, {"use_sufficiency": False}, {"retrieval_cap": 1},
+    {"retrieval_cap": 2}, {"retrieval_cap": 3}])
+def test_every_ablation_runs_end_to_end(library_questions, library_retriever, trained,
+                                        ablation, tmp_path):
+    """The paper's ablation switches, through the same evaluate() the CLI uses."""
+    from dynakrag_lite.experiments import evaluate
+    env = Environment(library_retriever, ScriptedGenerator(), ControlConfig(**ablation))
+    summary = evaluate(library_questions[50:52], "dynakrag", env, tmp_path, policy=trained[1],
+                       progress=False)
+    assert summary["n"] == 2
+    import json
+    rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    for r in rows:
+        actions = [t["action"] for t in r["trace"]]
+        if ablation.get("use_compression") is False:
+            assert "compress_answer_evidence" not in actions
+        if ablation.get("use_sufficiency") is False:
+            assert "sufficiency_check" not in actions
+        if "retrieval_cap" in ablation:
+            assert r["retrieval_calls"] <= ablation["retrieval_cap"]

@@ -1,0 +1,72 @@
+"""Execute book chapters in place (quick mode, their default parameters), so that the committed
+outputs are the ones a reader sees and the -W book build renders.
+
+    python data_scripts/execute_chapters.py                  # every chapter
+    python data_scripts/execute_chapters.py 12 13 15         # chapters by number
+
+Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
+book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does), and every new call is
+merged back into book/_llm_cache.sqlite afterwards, so CI replays exactly the calls whose
+replies the committed outputs show. A chapter that fails is reported and left unchanged.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+BOOK_CACHE = BOOK / "_llm_cache.sqlite"
+
+
+def merge_cache(src: Path, dst: Path) -> int:
+    """Insert the rows of ``src`` missing from ``dst``; returns how many were added."""
+    con = sqlite3.connect(dst)
+    before = con.execute("select count(*) from calls").fetchone()[0]
+    con.execute("attach database ? as s", (str(src),))
+    con.execute("insert or ignore into calls select * from s.calls")
+    con.commit()
+    con.execute("detach database s")
+    added = con.execute("select count(*) from calls").fetchone()[0] - before
+    con.execute("vacuum")
+    con.close()
+    return added
+
+
+def main(argv: list[str]) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+    chapters = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+    if argv:
+        chapters = [c for c in chapters if c.name[:2] in {a.zfill(2) for a in argv}]
+    work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
+    if not work.exists() and BOOK_CACHE.exists():
+        work.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(BOOK_CACHE, work)
+    os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    failed = []
+    for path in chapters:
+        nb = nbformat.read(path, as_version=4)
+        t0 = time.perf_counter()
+        try:
+            NotebookClient(nb, timeout=1800, kernel_name="python3",
+                           resources={"metadata": {"path": str(BOOK)}}).execute()
+        except Exception as e:  # keep the committed version of a chapter that fails
+            failed.append(path.name)
+            print(f"{path.name}: FAILED after {time.perf_counter() - t0:.0f} s: "
+                  f"{str(e).splitlines()[0][:200]}", flush=True)
+            continue
+        nbformat.write(nb, path)
+        print(f"{path.name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    if work.exists() and BOOK_CACHE.exists() and work.resolve() != BOOK_CACHE.resolve():
+        print(f"{merge_cache(work, BOOK_CACHE)} new model calls recorded in {BOOK_CACHE.name}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
