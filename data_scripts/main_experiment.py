@@ -6,7 +6,11 @@ command that made it. Resumable: re-running skips finished questions (and a trai
         --train-limit 120 --eval-limit 40 [--runs dynakrag,fixed_k,...] [--jobs 2]
 
 Results: results/policies/<dataset>-<generator>.joblib and
-results/experiments/<dataset>/<generator>/<run>/{predictions.jsonl,summary.json}.
+results/experiments/<dataset>/<generator>/<run>/{predictions.jsonl,summary.json,run.json}.
+Every command runs from the project folder with relative paths (``--data-dir`` too), so the
+commands recorded in the results can be pasted back on any machine. A run folder refuses a
+resume with another setup (see dynakrag_lite/experiments.py); questions that failed are
+retried by re-running.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dynakrag_lite.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.storage import relative_command  # noqa: E402
+
 RUNS = {
     "dynakrag": ["--method", "dynakrag"],
     "fixed_k": ["--method", "fixed_k"],
@@ -33,11 +41,20 @@ RUNS = {
 }
 
 
-def run(cmd: list[str], log: Path) -> int:
+def rel(path: str | os.PathLike) -> str:
+    """``path`` relative to the project folder (the commands run there), so that the commands
+    recorded in results/ carry no machine's absolute paths."""
+    return os.path.relpath(Path(path).resolve(), ROOT)
+
+
+def run(args: list[str], log: Path) -> int:
+    """``python -m dynakrag_lite <args>`` from the project folder; ``args`` hold relative
+    paths only. The command is printed as it will be recorded."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    print("$", " ".join(cmd), flush=True)
+    print("$", relative_command(args, cwd=ROOT), flush=True)
     with open(log, "a") as fh:
-        return subprocess.call(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        return subprocess.call([sys.executable, "-m", "dynakrag_lite"] + args, cwd=ROOT,
+                               stdout=fh, stderr=subprocess.STDOUT)
 
 
 def main() -> int:
@@ -53,17 +70,21 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="evaluations run in parallel")
     ap.add_argument("--data-dir", default=os.environ.get("DYNAKRAG_DATA_DIR"))
     args = ap.parse_args()
-    py = [sys.executable, "-m", "dynakrag_lite"]
-    data = ["--data", args.dataset] + (["--data-dir", args.data_dir] if args.data_dir else [])
-    pol_gen = args.policy_generator or args.generator
-    policy = ROOT / "results" / "policies" / f"{args.dataset}-{pol_gen}.joblib"
-    logs = ROOT / "runs" / "logs"
     runs = [r for r in args.runs.split(",") if r]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        raise SystemExit(f"unknown run(s) {unknown}; choose from {', '.join(RUNS)}")
+    data = ["--data", args.dataset] + (["--data-dir", rel(args.data_dir)] if args.data_dir
+                                       else [])
+    pol_gen = args.policy_generator or args.generator
+    policy = ROOT / "results" / "policies" / policy_file_name(args.dataset, pol_gen)
+    logs = ROOT / "runs" / "logs"
     if any(RUNS[r][1] == "dynakrag" for r in runs) and not policy.exists():
         if args.policy_generator:
-            raise SystemExit(f"{policy} missing: train it with --generator {pol_gen} first")
-        rc = run(py + ["train"] + data + ["--generator", args.generator, "--out", str(policy),
-                                           "--limit", str(args.train_limit)],
+            raise SystemExit(f"{rel(policy)} missing: train it with --generator {pol_gen} "
+                             "first")
+        rc = run(["train"] + data + ["--generator", args.generator, "--out", rel(policy),
+                                     "--limit", str(args.train_limit)],
                  logs / f"train-{args.dataset}-{args.generator}.log")
         if rc:
             return rc
@@ -72,12 +93,12 @@ def main() -> int:
 
     def one(name: str) -> int:
         out = ROOT / "results" / "experiments" / args.dataset / gen_dir / name
-        extra = ["--policy", str(policy.relative_to(ROOT))] if RUNS[name][1] == "dynakrag" else []
-        return run(py + ["evaluate"] + data + RUNS[name] + extra + [
-            "--generator", args.generator, "--limit", str(args.eval_limit),
-            "--out", str(out.relative_to(ROOT))],
+        extra = ["--policy", rel(policy)] if RUNS[name][1] == "dynakrag" else []
+        return run(["evaluate"] + data + RUNS[name] + extra + [
+            "--generator", args.generator, "--limit", str(args.eval_limit), "--out", rel(out)],
             logs / f"eval-{args.dataset}-{gen_dir}-{name}.log")
 
+    # Each run has its own folder (and lock), so parallel jobs never write one file.
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         codes = list(pool.map(one, runs))
     return max(codes, default=0)

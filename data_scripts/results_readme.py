@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
 from dynakrag_lite.results import load_summaries, markdown_table, results_table
+from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
 
@@ -24,7 +26,41 @@ Columns: `n` questions; EM/F1 (HotpotQA normalization, max over aliases); `suppo
 (share of gold supporting documents in the final context); `all_support_rate` (share of
 questions with every gold document); mean documents, tokens (all prompt + completion tokens of
 all calls), LLM calls, retrieval calls and seconds per question.
+
+Diagnostics (per run; definitions in `dynakrag_lite/experiments.py`): `errors` questions whose
+method raised (not in the means; re-running retries them); how questions ended (`stop`);
+sufficiency verdicts (sufficient / insufficient / unparsed); parser fallbacks per prompt kind;
+stop vetoes of the continuation model (total, questions with one). Runs recorded before
+diagnostics existed get them derived from their predictions' traces.
 """
+
+
+def run_diagnostics(summary_path: Path) -> dict | None:
+    """The run's recorded diagnostics, else derived from its predictions (read-only)."""
+    s = json.loads(summary_path.read_text())
+    if isinstance(s.get("diagnostics"), dict):
+        return s["diagnostics"]
+    preds = summary_path.parent / "predictions.jsonl"
+    return diagnostics(latest_rows(read_predictions(preds))) if preds.exists() else None
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items() if v) or "-"
+
+
+def diagnostics_table(rows) -> str:
+    lines = ["| run | errors | stop | sufficiency (s/i/u) | parse fallbacks | vetoes |",
+             "|---|---|---|---|---|---|"]
+    for _, row in rows.iterrows():
+        d = run_diagnostics(ROOT / "experiments" / row.path)
+        if d is None:
+            continue
+        suff = d["sufficiency"]
+        v = d["vetoes"]
+        lines.append(f"| {row.run} | {d['errors']} | {_counts(d['stop_reasons'])} | "
+                     f"{suff['sufficient']}/{suff['insufficient']}/{suff['unparsed']} | "
+                     f"{_counts(d['parse_fallbacks'])} | {v['total']} ({v['questions']}) |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -33,8 +69,11 @@ def main() -> int:
     for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
         parts.append(f"## {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
+        mine = s[(s.dataset == dataset) & (s.generator == generator)]
+        parts.append("Diagnostics:\n")
+        parts.append(diagnostics_table(mine) + "\n")
         parts.append("Commands:\n")
-        for _, row in s[(s.dataset == dataset) & (s.generator == generator)].iterrows():
+        for _, row in mine.iterrows():
             parts.append(f"- `{row.run}`: `{row.command}`")
         parts.append("")
     pol = sorted((ROOT / "policies").glob("*.joblib"))
@@ -60,7 +99,7 @@ def main() -> int:
         for p in sorted(bench.glob("*.json")):
             parts.append(f"- `benchmarks/{p.name}` (see the file for figures, date and command)")
         parts.append("")
-    (ROOT / "README.md").write_text("\n".join(parts))
+    atomic_write_text(ROOT / "README.md", "\n".join(parts))
     return 0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -35,23 +34,15 @@ CHAPTERS = {
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from dynakrag_lite.storage import sha256_file as _sha
+    return _sha(path)
 
 
 def data_hash(dataset: str) -> str | None:
-    """sha256 of the dataset's normalized file (the library: of its generated JSON)."""
-    from dynakrag_lite.data import DataError, load_dataset, resolve_data
-    if dataset.lower() in ("library", "embedded"):
-        text = "\n".join(json.dumps(q.to_json(), sort_keys=True) for q in load_dataset("library"))
-        return hashlib.sha256(text.encode()).hexdigest()
-    try:
-        return sha256_file(resolve_data(dataset))
-    except DataError:
-        return None
+    """sha256 of the dataset's normalized file (the library: of its generated JSON); the same
+    hash evaluate records in each run's fingerprint (``experiments.data_sha256``)."""
+    from dynakrag_lite.experiments import data_sha256
+    return data_sha256(dataset)
 
 
 def model_hash(generator: str) -> str | None:
@@ -103,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     tables = ROOT / "results" / "tables"
     out_dir.mkdir(parents=True, exist_ok=True)
     tables.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python", "data_scripts/run_experiments.py"] + sys.argv[1:]
-                       if argv is None else ["python", "data_scripts/run_experiments.py"] + argv)
+    from dynakrag_lite.storage import atomic_write_json, relative_command
+    command = relative_command(sys.argv[1:] if argv is None else argv,
+                               prefix="python data_scripts/run_experiments.py")
     for key in keys:
         name = CHAPTERS[key]
         params = {"quick": False, "dataset": args.dataset, "generator": args.generator,
@@ -130,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "git_commit": git_commit(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        (tables / f"{name}.json").write_text(json.dumps(sidecar, indent=2) + "\n")
+        atomic_write_json(tables / f"{name}.json", sidecar)
         print(f"  table: {sidecar['table'] or '(none: no results for this chapter yet)'}; "
               f"sidecar results/tables/{name}.json", flush=True)
     return 0

@@ -8,83 +8,18 @@ and by normalized title, never beyond ``config.max_docs`` (paper: 12).
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Sequence
 
 from . import prompts
-from .bridge import bridge_candidates
+from .bridge import bridge_candidates, corpus_title_keys
+from .compression import (Compression, build_compression, content_words,  # noqa: F401
+                          ExtractiveCompressor, load_selector, longest_common_run, word_tokens)
+from .config import ControlConfig, Environment  # noqa: F401  (re-exported: the old home)
 from .corpus import normalize_title
-from .generators import Generation, Generator
+from .evidence import room as _room, search_new as _search_new
+from .generators import Generation
 from .state import EvidenceState, RankedEntry, RetrievedDoc, Sufficiency
-
-
-@dataclass(frozen=True)
-class ControlConfig:
-    """Budgets and switches; defaults are the paper's settings."""
-    per_action: int = 3
-    max_docs: int = 12
-    max_steps: int = 4
-    retrieval_cap: int | None = None  # no explicit cap in the paper's main runs
-    ranking_depth: int = 50  # length of the initial ranking the frontier walks
-    doc_chars: int | None = 600  # per-document text shown to the generator (None: whole text)
-    use_sufficiency: bool = True
-    use_compression: bool = True
-    fact_table: bool = False  # MuSiQue-style compression prompt
-    max_snippets: int = 8
-    max_bridges: int = 5
-    use_spacy: bool = True
-
-    @classmethod
-    def for_dataset(cls, dataset: str, **kw) -> "ControlConfig":
-        """Paper: MuSiQue compresses into a fact table (<=12 snippets, 384 tokens)."""
-        if dataset == "musique":
-            kw.setdefault("fact_table", True)
-            kw.setdefault("max_snippets", 12)
-        return cls(**kw)
-
-
-@dataclass
-class Environment:
-    retriever: object  # dynakrag_lite.retriever.Retriever
-    generator: Generator | None
-    config: ControlConfig = field(default_factory=ControlConfig)
-
-    def generate(self, messages, max_tokens: int) -> Generation:
-        if self.generator is None:
-            raise RuntimeError("this action needs a generator, and the environment has none")
-        return self.generator.generate(messages, max_tokens=max_tokens)
-
-
-# -- helpers ----------------------------------------------------------------------------
-def _room(state: EvidenceState, cfg: ControlConfig) -> int:
-    return max(0, min(cfg.per_action, cfg.max_docs - len(state.docs)))
-
-
-def _add_hits(state: EvidenceState, hits: Sequence, source: str, room: int
-              ) -> tuple[RetrievedDoc, ...]:
-    """New docs from ``hits`` (objects with doc/score or id/title/text/score), dedup by id and
-    normalized title against the state and each other."""
-    ids, titles = set(state.doc_ids), set(state.title_keys)
-    step = len(state.history)
-    added: list[RetrievedDoc] = []
-    for h in hits:
-        d = getattr(h, "doc", h)
-        key = normalize_title(d.title)
-        if d.id in ids or key in titles:
-            continue
-        ids.add(d.id)
-        titles.add(key)
-        added.append(RetrievedDoc(d.id, d.title, d.text, float(h.score), source, step))
-        if len(added) >= room:
-            break
-    return tuple(added)
-
-
-def _search_new(state: EvidenceState, env: Environment, query: str, room: int):
-    """Top unseen docs for ``query``; asks for extra hits so title dedup can still fill room."""
-    hits = env.retriever.search(query, k=room + len(state.docs) + 3, exclude=state.doc_ids)
-    return _add_hits(state, hits, "", room)
 
 
 def _after_retrieval(state: EvidenceState, env: Environment, action: str, query: str,
@@ -93,7 +28,8 @@ def _after_retrieval(state: EvidenceState, env: Environment, action: str, query:
     docs = state.docs + added
     cfg = env.config
     bridges = bridge_candidates(state.question, docs, exclude=state.expanded_bridges,
-                                max_candidates=cfg.max_bridges, use_spacy=cfg.use_spacy)
+                                max_candidates=cfg.max_bridges, use_spacy=cfg.use_spacy,
+                                titles=corpus_title_keys(getattr(env.retriever, "corpus", None)))
     return replace(state, docs=docs, query=query, bridge_candidates=bridges,
                    history=state.history + (action,),
                    ledger=state.ledger.plus_retrieval(), **changes)
@@ -142,30 +78,140 @@ def bridge_entity_expand(state: EvidenceState, env: Environment) -> EvidenceStat
     return new
 
 
-def rewrite_query(state: EvidenceState, env: Environment) -> EvidenceState:
-    """The generator reformulates the query from the evidence; then search with it."""
+# A rewritten query is rejected when it repeats the question or copies a document (small
+# models do both: 4 of 7 qwen2.5-coder-0.5b rewrites on 30 HotpotQA questions were copied
+# document text, and the 21 documents they added held no gold paragraph).
+REWRITE_MAX_JACCARD = 0.7  # content-word Jaccard with the question above this: a repeat
+REWRITE_COPY_RUN = 8  # a run of this many tokens copied from one retrieved document: a copy
+REWRITE_COPY_SHARE = 0.9  # ... or this share of a query of >= 5 tokens in one copied run
+
+
+@dataclass(frozen=True)
+class RewriteInfo:
+    """What rewrite_query did: the parsed reply, why it was rejected ('' if accepted) and the
+    fallback used (``bridge:<entity>``, ``title:<title>``, ``question``; '' if none)."""
+    query: str
+    parsed: str
+    rejected: str = ""
+    fallback: str = ""
+
+    @property
+    def note(self) -> str:
+        if not self.rejected:
+            return ""
+        return f"rewrite rejected ({self.rejected}); fallback:{self.fallback}"
+
+
+def check_rewrite(query: str, question: str, docs: Sequence) -> str:
+    """Why ``query`` is not a usable rewrite ('' when it is): ``empty``, ``repeats_question``
+    (content-word Jaccard >= REWRITE_MAX_JACCARD, or no new content word while covering at
+    least half of the question's) or ``copies_doc`` (a long verbatim run of a document)."""
+    if not query.strip():
+        return "empty"
+    q, w = content_words(question), content_words(query)
+    if q and w:
+        jac = len(q & w) / len(q | w)
+        if jac >= REWRITE_MAX_JACCARD or (w <= q and len(w) / len(q) >= 0.5):
+            return "repeats_question"
+    elif not w:
+        return "repeats_question"  # only stopwords
+    toks = word_tokens(query)
+    for d in docs:
+        run = longest_common_run(toks, word_tokens(d.text))
+        if run >= REWRITE_COPY_RUN or (len(toks) >= 5 and run >= REWRITE_COPY_SHARE * len(toks)):
+            return "copies_doc"
+    return ""
+
+
+def rewrite_fallback(state: EvidenceState) -> tuple[str, str]:
+    """(query, how) when the model's rewrite is rejected: the question plus the best
+    unexpanded bridge entity (the entity the evidence names and the question does not); else
+    the question plus the title of the best document of the latest retrieval step whose title
+    the question does not already name; else the question alone (the old fallback)."""
+    q = state.question
+    if state.unexpanded_bridges:
+        b = state.unexpanded_bridges[0]
+        return f"{q} {b}", f"bridge:{b}"
+    if state.docs:
+        last = max(d.step for d in state.docs)
+        qw = content_words(q)
+        for d in sorted((d for d in state.docs if d.step == last), key=lambda d: -d.score):
+            tw = content_words(d.title)
+            if tw and not tw <= qw:
+                return f"{q} {d.title}", f"title:{d.title}"
+    return q, "question"
+
+
+def _with_note(state: EvidenceState, note: str) -> EvidenceState:
+    """Record the action's note on the state when the state has a ``note`` field (see the
+    report: the trace's StepTrace.note reads it); otherwise the state is unchanged."""
+    if "note" in _STATE_FIELDS:
+        return replace(state, note=note)
+    return state
+
+
+_STATE_FIELDS = frozenset(f.name for f in fields(EvidenceState))
+
+
+def rewrite_query_detailed(state: EvidenceState, env: Environment
+                           ) -> tuple[EvidenceState, RewriteInfo]:
+    """rewrite_query, also returning what happened to the model's query (RewriteInfo)."""
     cfg = env.config
     gen = env.generate(prompts.rewrite_messages(state.question, state.docs, cfg.doc_chars),
                        prompts.REWRITE_MAX_TOKENS)
-    query = prompts.parse_query(gen.text, fallback=state.question)
-    ledger = state.ledger.plus_generation(gen)
-    state = replace(state, ledger=ledger)
-    added = _search_new(state, env, query, _room(state, cfg))
-    return _after_retrieval(state, env, "rewrite_query", query, added)
+    parsed = prompts.parse_query(gen.text, fallback="", titles=state.titles)
+    why = check_rewrite(parsed, state.question, state.docs)
+    if why:
+        query, how = rewrite_fallback(state)
+        info = RewriteInfo(query, parsed, why, how)
+    else:
+        info = RewriteInfo(parsed, parsed)
+    state = replace(state, ledger=state.ledger.plus_generation(gen))
+    added = _search_new(state, env, info.query, _room(state, cfg))
+    new = _after_retrieval(state, env, "rewrite_query", info.query, added)
+    return _with_note(new, info.note), info
+
+
+def rewrite_query(state: EvidenceState, env: Environment) -> EvidenceState:
+    """The generator reformulates the query from the evidence; then search with it.
+
+    The reply is parsed without copied document text (prompts.parse_query) and rejected when
+    it is empty, repeats the question or copies a document (check_rewrite); a rejected query
+    is replaced by rewrite_fallback's, and the note says so (RewriteInfo.note)."""
+    return rewrite_query_detailed(state, env)[0]
 
 
 def sufficiency_check(state: EvidenceState, env: Environment) -> EvidenceState:
-    """The generator judges answerability; if insufficient it writes the gap."""
-    cfg = env.config
-    gen = env.generate(prompts.sufficiency_messages(state.question, state.docs, cfg.doc_chars),
-                       prompts.SUFFICIENCY_MAX_TOKENS)
-    reply = prompts.parse_sufficiency(gen.text)
-    verdict = Sufficiency(reply.sufficient, reply.gap, gen.text, reply.parsed, state.doc_ids)
-    # A new gap replaces the old one; a 'sufficient' verdict clears it.
-    gap = reply.gap if not reply.sufficient else ""
+    """Judge answerability with the configured signal (``config.sufficiency_signal``, see
+    :mod:`dynakrag_lite.sufficiency`); if insufficient, the generator writes the gap.
+
+    * ``text`` (default): one call; the reply's verdict, and its gap when INSUFFICIENT.
+    * ``margin`` / ``learned`` / ``answer_conf``: a score against the calibrated threshold
+      (a forward pass, no call, or the draft answer); the gap is written by a second call
+      (``prompts.gap_messages``) only when the verdict is insufficient.
+    * ``sufficiency_gates=False`` (a signal at chance): the verdict is recorded but gates
+      nothing: the gap is always written (from the reply, else by the second call).
+
+    A new gap replaces the old one; a gating 'sufficient' verdict clears it."""
+    from .sufficiency import judge, write_gap
+    j = judge(state, env)
+    ledger = state.ledger
+    for g in j.generations:
+        ledger = ledger.plus_generation(g)
+    if j.signal == "text" and j.gates:
+        gap = j.gap if not j.sufficient else ""
+    elif j.sufficient and j.gates:
+        gap = ""
+    else:
+        gap = j.gap
+        if not gap:
+            gap, gen = write_gap(state, env)
+            ledger = ledger.plus_generation(gen)
+    verdict = Sufficiency(j.sufficient, gap or j.gap, j.raw, j.parsed,
+                          state.doc_ids, score=j.score, threshold=j.threshold, signal=j.signal,
+                          gates=j.gates)
     return replace(state, sufficiency=verdict, gap=gap,
-                   history=state.history + ("sufficiency_check",),
-                   ledger=state.ledger.plus_generation(gen))
+                   history=state.history + ("sufficiency_check",), ledger=ledger)
 
 
 def stop_answer(state: EvidenceState, env: Environment | None = None,
@@ -175,26 +221,50 @@ def stop_answer(state: EvidenceState, env: Environment | None = None,
                    history=state.history + ("stop_answer",))
 
 
-@dataclass(frozen=True)
-class Compression:
-    snippets: tuple[str, ...]
-    raw: str
-    generation: Generation
+def extractive_compressor(env: Environment) -> ExtractiveCompressor:
+    """The configured sentence selector (``config.selector_path``), with the retriever's
+    embedder for its embedding features."""
+    cfg = env.config
+    if not cfg.selector_path:
+        raise ValueError("ControlConfig(compressor='extractive') needs selector_path (a sentence "
+                         "selector saved by compression.train_sentence_selector)")
+    sel = load_selector(cfg.selector_path)
+    encode = getattr(env.retriever, "encode", None)
+    want, have = sel.meta.get("embedder"), getattr(env.retriever, "embedder_name", None)
+    if sel.meta.get("use_embeddings") and want and have and want != have:
+        raise ValueError(f"the sentence selector was trained with embedder {want!r}, the "
+                         f"retriever uses {have!r}")
+    return ExtractiveCompressor(sel, encode)
 
 
 def compress_answer_evidence(state: EvidenceState, env: Environment
                              ) -> tuple[EvidenceState, Compression]:
-    """After termination: extract mutually supporting snippets (answer-focused, or a fact
-    table for MuSiQue). Returns the state (history and ledger updated) and the snippets."""
+    """After termination: compress the documents into evidence lines (compression module).
+
+    ``config.compressor``: ``"llm"`` (the paper's: the generator copies snippets, answer-focused
+    or a MuSiQue fact table; each is validated against the documents) or ``"extractive"`` (the
+    learned sentence selector, no LLM call). When too few valid snippets remain
+    (``min_valid_snippets``, ``min_snippet_docs``) the record says ``fallback_to_docs`` and its
+    ``snippets`` are empty, so answer() reads the documents. Returns the state (history and
+    ledger updated) and the :class:`~dynakrag_lite.compression.Compression` record."""
     cfg = env.config
+    history = state.history + ("compress_answer_evidence",)
+    if cfg.compressor == "extractive":
+        comp = extractive_compressor(env).compress(
+            state.question, state.docs, cfg.max_snippets, cfg.min_valid_snippets,
+            cfg.min_snippet_docs)
+        return _with_note(replace(state, history=history), comp.note), comp
+    if cfg.compressor != "llm":
+        raise ValueError(f"unknown compressor {cfg.compressor!r} (llm | extractive)")
     limit = prompts.COMPRESS_MAX_TOKENS_FACT_TABLE if cfg.fact_table else \
         prompts.COMPRESS_MAX_TOKENS
     gen = env.generate(prompts.compress_messages(state.question, state.docs, cfg.fact_table,
                                                  cfg.max_snippets, cfg.doc_chars), limit)
-    snippets = tuple(prompts.parse_snippets(gen.text, cfg.max_snippets))
-    new = replace(state, history=state.history + ("compress_answer_evidence",),
-                  ledger=state.ledger.plus_generation(gen))
-    return new, Compression(snippets, gen.text, gen)
+    parsed = prompts.parse_snippets(gen.text, cfg.max_snippets)
+    comp = build_compression(parsed, gen.text, gen, state.docs, cfg.min_valid_snippets,
+                             cfg.min_snippet_docs, fact_table=cfg.fact_table)
+    new = replace(state, history=history, ledger=state.ledger.plus_generation(gen))
+    return _with_note(new, comp.note), comp
 
 
 ACQUISITION: dict[str, Callable[[EvidenceState, Environment], EvidenceState]] = {
@@ -211,7 +281,7 @@ def apply_action(state: EvidenceState, action: str, env: Environment) -> Evidenc
     """Execute one acquisition/control action (compression is terminal, see above)."""
     if action not in ACQUISITION:
         raise ValueError(f"unknown action {action!r}")
-    return ACQUISITION[action](state, env)
+    return ACQUISITION[action](_with_note(state, ""), env)
 
 
 def answer(state: EvidenceState, env: Environment, snippets: Sequence[str] | None = None

@@ -1,4 +1,4 @@
-"""The paper's baselines, on the same :class:`~dynakrag_lite.actions.Environment` as DynaKRAG.
+"""The paper's baselines, on the same :class:`~dynakrag_lite.config.Environment` as DynaKRAG.
 
 Same retriever, corpus, generator and budgets (``per_action`` docs per search, at most
 ``max_docs`` documents, ``max_steps`` retrieval rounds, the optional ``retrieval_cap``, the
@@ -9,25 +9,37 @@ used; ledger with tokens, LLM calls and retrieval calls) and a trace of :class:`
 records, one per search or generator call except the final answer call (as in DynaKRAG's
 trace).
 
-* :func:`run_fixed_k`: one top-K search for the question, one answer call.
-* :func:`run_ircot`: IRCoT (Trivedi et al. 2023), one CoT sentence then one search, repeated.
-* :func:`run_self_ask`: Self-Ask + Search (Press et al. 2023), follow-up questions answered
-  from their own search results.
+* :func:`run_fixed_k`: one top-K search for the question, one answer call; the token-matched
+  pair K = 3 and K = 6 is registered as ``fixed_k3`` / ``fixed_k6`` (:data:`FIXED_K_VARIANTS`).
+* :func:`run_ircot`: IRCoT (Trivedi et al. 2023): few-shot CoT from training demonstrations;
+  the first sentence of each step is kept and retrieves the next paragraphs; a separate
+  reader call answers.
+* :func:`run_self_ask`: Self-Ask + Search (Press et al. 2023) with four demonstrations, stop
+  sequences and the retrieved context shown to the proposer (as in FlashRAG's version).
 
-No baseline compresses evidence (compression is DynaKRAG's terminal action). Malformed model
-replies never raise: the parsers in :mod:`dynakrag_lite.prompts` have fallbacks, and a reply
-that gives nothing to act on ends acquisition and the reader answers from the documents.
+Each baseline's docstring names the behaviour it reproduces and every deviation our budgets
+force. Diagnostics go to ``MethodResult.extra`` (stop reason, iterations, searches, parse
+fallbacks per prompt kind in ``extra["parse_fallbacks"] = {kind: n}``). No baseline
+compresses evidence (compression is DynaKRAG's terminal action). Malformed model replies
+never raise: every parser has a fallback, and a reply that gives nothing to act on ends
+acquisition and the reader answers from the documents.
 """
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import Callable, Sequence
 
 from . import prompts
-from .actions import Environment, _add_hits, _room, _search_new, stop_answer
+from .actions import stop_answer
+from .config import Environment
 from .controller import MethodResult, StepTrace, finish
 from .corpus import normalize_title
+from .demonstrations import SELF_ASK_DEMOS, Demonstrations, check_disjoint
+from .evidence import add_hits, room, search_new
+from .generators import Generation
 from .state import EvidenceState, RetrievedDoc, initial_state
 from .validity import retrieval_budget_spent
 
@@ -38,6 +50,8 @@ COT_STEP = "cot_step"
 FOLLOW_UP = "follow_up"
 INTERMEDIATE = "intermediate_answer"
 LLM_STEPS = (COT_STEP, FOLLOW_UP, INTERMEDIATE)
+
+SELF_ASK_MAX_ITERATIONS = 5  # proposer calls (FlashRAG's max_iter)
 
 
 # -- shared helpers ---------------------------------------------------------------------
@@ -70,50 +84,56 @@ def _step(before: EvidenceState, after: EvidenceState, action: str, query: str =
 def _search_step(state: EvidenceState, env: Environment, query: str, source: str,
                  trace: list[StepTrace]) -> EvidenceState:
     """Top ``per_action`` unseen docs for ``query`` (dedup id + title, within max_docs)."""
-    added = _search_new(state, env, query, _room(state, env.config))
+    added = search_new(state, env, query, room(state, env.config))
     new = _append_docs(state, added, query, source)
     trace.append(_step(state, new, RETRIEVE, query=query))
     return new
 
 
 def _llm_step(state: EvidenceState, env: Environment, messages, max_tokens: int,
-              action: str) -> tuple[EvidenceState, str]:
-    """One generator call, charged to the ledger; returns the raw reply."""
-    gen = env.generate(messages, max_tokens)
+              action: str, stop: Sequence[str] | None = None
+              ) -> tuple[EvidenceState, Generation]:
+    """One generator call (with stop sequences), charged to the ledger."""
+    if env.generator is None:
+        raise RuntimeError("this baseline needs a generator, and the environment has none")
+    gen = env.generator.generate(messages, max_tokens=max_tokens,
+                                 stop=list(stop) if stop else None)
     return replace(state, history=state.history + (action,),
-                   ledger=state.ledger.plus_generation(gen)), gen.text
+                   ledger=state.ledger.plus_generation(gen)), gen
 
 
-def _conclude(state: EvidenceState, env: Environment, trace: list[StepTrace],
-              chain_answer: str | None, reason: str) -> tuple[EvidenceState, str, str]:
-    """Stop; the chain's own answer if it gave one, else the reader answers from the docs.
-    Returns (state, prediction, answer source)."""
+def _reader(state: EvidenceState, env: Environment, trace: list[StepTrace], reason: str
+            ) -> tuple[EvidenceState, str]:
+    """Stop, then one answer call (the shared answer prompt) on all collected documents."""
     state = stop_answer(state, env, reason=reason)
-    if chain_answer:
-        return state, chain_answer, "chain"
     state, prediction, _ = finish(state, env, trace, compress=False)
-    return state, prediction, "reader"
+    return state, prediction
 
 
 # -- Fixed-K ----------------------------------------------------------------------------
+FIXED_K_VARIANTS: dict[str, int] = {"fixed_k3": 3, "fixed_k6": 6}
+
+
 def default_k(env: Environment) -> int:
     """Fixed-K's K when none is given: ``2 * per_action`` (6 with the paper's budgets)."""
     return min(2 * env.config.per_action, env.config.max_docs)
 
 
 def run_fixed_k(question: str, env: Environment, k: int | None = None,
-                qid: str = "") -> MethodResult:
+                qid: str = "", method: str = "fixed_k") -> MethodResult:
     """Standard RAG: the top-K documents for the question (dedup by id and normalized title),
     then one answer call on them, no compression.
 
-    The paper does not state K. Default ``2 * per_action`` (= 6): room for one retrieval
-    action's worth of documents per hop of a two-hop question, so Fixed-K is not starved of
-    recall, while staying at half of ``max_docs``. Going to 12 is not a stronger baseline
-    for small readers: in our reader test (/work/shared/notes/offline-models.md, 1.5B model,
-    40 HotpotQA questions) top-12 scored F1 .466 against .469 for top-3 at ~4x the tokens and
-    time. The paper's Fixed-K token count (1,892 on HotpotQA) suggests it read ~12 passages;
-    pass ``k=env.config.max_docs`` to reproduce that reading. K is clipped to ``max_docs``
-    (the shared final-context cap); ``k=0`` answers closed-book.
+    The paper does not state K. We report the token-matched pair K = 3 (one retrieval
+    action's worth: IRCoT's and Self-Ask's first search) and K = 6 (the default,
+    ``2 * per_action``: room for one retrieval action per hop of a two-hop question, at half
+    of ``max_docs``), registered as ``fixed_k3`` / ``fixed_k6`` (``method`` names the result).
+    Going to 12 is not a stronger baseline for small readers: in our reader test
+    (shared/notes/offline-models.md, 1.5B model, 40 HotpotQA questions) top-12 scored F1
+    .466 against .469 for top-3 at ~4x the tokens and time. The paper's Fixed-K token count
+    (1,892 on HotpotQA) suggests it read ~12 passages; pass ``k=env.config.max_docs`` to
+    reproduce that reading. K is clipped to ``max_docs`` (the shared final-context cap);
+    ``k=0`` answers closed-book.
     """
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
@@ -123,165 +143,279 @@ def run_fixed_k(question: str, env: Environment, k: int | None = None,
     trace: list[StepTrace] = []
     if k > 0 and _blocked(state, env) is None:
         before = state
-        added = _search_new(state, env, state.question, k)
+        added = search_new(state, env, state.question, k)
         state = _append_docs(state, added, state.question, "fixed_k")
         trace.append(_step(before, state, RETRIEVE, query=state.question, note=f"top-{k}"))
-    state, prediction, _ = _conclude(state, env, trace, None, "fixed_k")
-    return MethodResult("fixed_k", prediction, state, trace, (), time.perf_counter() - t0,
-                        extra={"k": k, "answer_source": "reader"})
+    state, prediction = _reader(state, env, trace, "fixed_k")
+    return MethodResult(method, prediction, state, trace, (), time.perf_counter() - t0,
+                        extra={"k": k, "answer_source": "reader", "stop_reason": "fixed_k",
+                               "parse_fallbacks": {}})
 
 
 # -- IRCoT ------------------------------------------------------------------------------
-def _cot_step(state: EvidenceState, env: Environment, thoughts: Sequence[str],
-              trace: list[StepTrace]) -> tuple[EvidenceState, str, str | None]:
-    """The generator writes the next CoT sentence from the docs and the thoughts so far."""
-    msgs = prompts.ircot_messages(state.question, state.docs, thoughts, env.config.doc_chars)
-    new, text = _llm_step(state, env, msgs, prompts.IRCOT_MAX_TOKENS, COT_STEP)
-    thought, conclusion = prompts.parse_ircot(text)
-    note = f"answer: {conclusion}" if conclusion else (thought or f"unparsed: {text[:120]!r}")
-    trace.append(_step(state, new, COT_STEP, note=note))
-    return new, thought, conclusion
-
-
 def run_ircot(question: str, env: Environment, max_steps: int | None = None,
-              qid: str = "") -> MethodResult:
-    """IRCoT: retrieve ``per_action`` docs for the question, then alternate one CoT sentence
-    (generator) and one search with that sentence as the query, adding ``per_action`` unseen
-    docs each time.
+              qid: str = "", demos: Demonstrations | Sequence | None = None,
+              thought_tokens: int = prompts.IRCOT_MAX_TOKENS) -> MethodResult:
+    """IRCoT (Trivedi et al. 2023, "Interleaving Retrieval with Chain-of-Thought Reasoning").
 
-    Stops when a sentence concludes ('So the answer is: ...'), when a reply yields no sentence
-    (malformed: nothing to search with), after ``max_steps`` retrieval rounds including the
-    first (default ``config.max_steps``, the same budget as DynaKRAG's steps), or at
-    ``max_docs`` / the retrieval cap. The prediction is the chain's conclusion; if the chain
-    did not conclude, IRCoT's reader step answers from the collected documents (one more call).
-    At most ``max_steps`` CoT calls + 1 answer call.
+    Reproduced: retrieve K = ``per_action`` (3) paragraphs for the question; then repeat
+    (1) a few-shot reasoning call on all collected paragraphs, the question and the thoughts
+    so far; (2) keep only the FIRST sentence of the generation; (3) if that sentence contains
+    'answer is', stop; (4) else retrieve K new paragraphs with that sentence as the query.
+    A paragraph cap bounds the collection; a separate reader call (the shared answer prompt,
+    :func:`prompts.answer_messages`) answers from the collected paragraphs at the end. The
+    chain's own answer is kept in ``extra["chain_answer"]`` but is not the prediction.
+
+    ``demos``: :func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the *training*
+    split (gold paragraphs + distractors, template CoT; see that module). A ``qid`` that is a
+    demonstration's id raises :class:`~dynakrag_lite.demonstrations.DemoLeakError`.
+    ``demos=None`` runs zero-shot (same loop and prompt layout, no demonstrations): NOT the
+    faithful baseline, kept for the embedded library and tests; ``extra["n_demos"]`` says
+    which one ran.
+
+    Deviations forced by our budgets and models:
+
+    * paragraph cap: the shared ``max_docs`` (12) instead of the original's 15 for HotpotQA;
+      when it (or the retrieval cap) is reached, reasoning goes on without retrieval, as in
+      the original;
+    * iterations: at most ``max_steps`` reasoning calls (default ``config.max_steps`` = 4, the
+      budget DynaKRAG gets) and as many searches, the question's included; the original runs
+      until 'answer is' or its paragraph cap;
+    * 2 demonstrations (not up to 15) to fit n_ctx 4096 with 0.5B/1.5B readers;
+    * chat format: the original continues one completion prompt; we send the thoughts after
+      'A:' in the user turn, and leading sentences that restate an earlier thought are
+      dropped before the first-sentence rule (``extra["echoed_sentences"]``);
+    * generation budget ``thought_tokens`` (64) with a stop at the first newline: a sentence
+      fits (FlashRAG's 32-token cap truncated 46 of 52 thoughts); steps that used the whole
+      budget are counted in ``extra["thoughts_truncated"]``.
+
+    Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept
+    sentence), ``max_steps`` (iteration cap), ``empty_thought`` (a reply with no new sentence:
+    nothing to retrieve with; parse fallback ``ircot``). At most ``max_steps`` + 1 LLM calls
+    and ``max_steps`` searches.
     """
     t0 = time.perf_counter()
     rounds = env.config.max_steps if max_steps is None else max_steps
+    demo_items = tuple(demos) if demos is not None else ()
+    if qid:
+        check_disjoint((d.id for d in demo_items), [qid])
     state = initial_state(question, qid)
     trace: list[StepTrace] = []
     thoughts: list[str] = []
+    truncated: list[bool] = []
+    fallbacks: Counter = Counter()
+    echoed = 0
     searches = 0
+    iterations = 0
+    chain_answer = ""
     if rounds > 0 and _blocked(state, env) is None:
         state = _search_step(state, env, state.question, "ircot", trace)
         searches = 1
-    while True:
-        state, thought, conclusion = _cot_step(state, env, thoughts, trace)
-        if conclusion:
+    reason = "max_steps"
+    while iterations < rounds:
+        msgs = prompts.ircot_messages(state.question, state.docs, thoughts,
+                                      env.config.doc_chars, demo_items)
+        before = state
+        state, gen = _llm_step(state, env, msgs, thought_tokens, COT_STEP, prompts.IRCOT_STOP)
+        iterations += 1
+        parsed = prompts.parse_ircot(gen.text, thoughts)
+        echoed += parsed.echoed
+        cut = gen.completion_tokens >= thought_tokens
+        if parsed.concludes:
+            truncated.append(cut)
+            thoughts.append(parsed.sentence)
+            chain_answer = parsed.answer
+            trace.append(_step(before, state, COT_STEP, note=parsed.sentence))
             reason = "concluded"
             break
-        if not thought:
+        if not parsed.sentence:
+            fallbacks["ircot"] += 1
+            trace.append(_step(before, state, COT_STEP,
+                               note=f"no sentence: {gen.text[:120]!r}"))
             reason = "empty_thought"
             break
-        thoughts.append(thought)
-        reason = "max_steps" if searches >= rounds else (_blocked(state, env) or "")
-        if reason:
-            break
-        state = _search_step(state, env, thought, "ircot", trace)
-        searches += 1
-    state, prediction, source = _conclude(state, env, trace, conclusion, reason)
+        truncated.append(cut)
+        thoughts.append(parsed.sentence)
+        trace.append(_step(before, state, COT_STEP, note=parsed.sentence))
+        if searches < rounds and iterations < rounds and _blocked(state, env) is None:
+            state = _search_step(state, env, parsed.sentence, "ircot", trace)
+            searches += 1
+    state, prediction = _reader(state, env, trace, reason)
     return MethodResult("ircot", prediction, state, trace, (), time.perf_counter() - t0,
-                        extra={"thoughts": thoughts, "answer_source": source,
-                               "stop_reason": reason})
+                        extra={"thoughts": thoughts, "answer_source": "reader",
+                               "stop_reason": reason, "iterations": iterations,
+                               "concluded_by": {"concluded": "answer_is",
+                                                "max_steps": "cap"}.get(reason, reason),
+                               "searches": searches, "chain_answer": chain_answer,
+                               "thoughts_truncated": sum(truncated),
+                               "truncated_flags": truncated, "echoed_sentences": echoed,
+                               "n_demos": len(demo_items),
+                               "demo_ids": [d.id for d in demo_items],
+                               "parse_fallbacks": dict(fallbacks)})
 
 
 # -- Self-Ask + Search ------------------------------------------------------------------
-def _propose(state: EvidenceState, env: Environment, qa: Sequence[tuple[str, str]],
-             trace: list[StepTrace]) -> tuple[EvidenceState, str | None, str | None]:
-    """The generator proposes the next follow-up question, or concludes."""
-    msgs = prompts.self_ask_messages(state.question, qa)
-    new, text = _llm_step(state, env, msgs, prompts.SELF_ASK_MAX_TOKENS, FOLLOW_UP)
-    follow_up, final = prompts.parse_self_ask(text)
-    note = (f"final: {final}" if final else follow_up) or f"unparsed: {text[:120]!r}"
-    trace.append(_step(state, new, FOLLOW_UP, note=note))
-    return new, follow_up, final
+def _key(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 def _search_follow_up(state: EvidenceState, env: Environment, follow_up: str,
-                      trace: list[StepTrace]) -> tuple[EvidenceState, tuple[RetrievedDoc, ...]]:
+                      trace: list[StepTrace]
+                      ) -> tuple[EvidenceState, tuple[RetrievedDoc, ...], tuple[RetrievedDoc, ...]]:
     """Top ``per_action`` docs for the follow-up. Unlike IRCoT, seen docs are not excluded:
     the intermediate answer reads the follow-up's own top results, which may include a doc an
-    earlier follow-up found. New ones join the state (within max_docs). Returns the state and
-    the docs shown to the intermediate answer (only docs that are in the state)."""
+    earlier search found. New ones join the state (within max_docs). Returns the state, the
+    docs shown to the intermediate answer (only docs that are in the state) and the added
+    ones."""
     per = env.config.per_action
     hits = env.retriever.search(follow_up, k=per + 3)  # extra hits so title dedup can fill
-    top = _add_hits(EvidenceState(question=follow_up), hits, "self_ask", per)
-    added = _add_hits(state, top, "self_ask", _room(state, env.config))
+    top = add_hits(EvidenceState(question=follow_up), hits, "self_ask", per)
+    added = add_hits(state, top, "self_ask", room(state, env.config))
     new = _append_docs(state, added, follow_up, "self_ask")
     trace.append(_step(state, new, RETRIEVE, query=follow_up))
     ids = {d.id for d in top}
     keys = {normalize_title(d.title) for d in top}
     shown = tuple(d for d in new.docs if d.id in ids or normalize_title(d.title) in keys)
-    return new, shown
-
-
-def _intermediate_answer(state: EvidenceState, env: Environment, follow_up: str,
-                         docs: Sequence[RetrievedDoc], trace: list[StepTrace]
-                         ) -> tuple[EvidenceState, str]:
-    msgs = prompts.intermediate_answer_messages(follow_up, docs, env.config.doc_chars)
-    new, text = _llm_step(state, env, msgs, prompts.ANSWER_MAX_TOKENS, INTERMEDIATE)
-    # An empty answer still goes into the chain, as an explicit unknown, so the proposer
-    # sees that this follow-up failed.
-    ans = prompts.parse_answer(text) or "unknown"
-    trace.append(_step(state, new, INTERMEDIATE, query=follow_up, note=ans))
-    return new, ans
-
-
-def _seen(question: str, qa: Sequence[tuple[str, str]]) -> bool:
-    key = normalize_title(question)
-    return any(normalize_title(q) == key for q, _ in qa)
+    return new, shown, new.docs[len(state.docs):]
 
 
 def run_self_ask(question: str, env: Environment, max_followups: int | None = None,
-                 qid: str = "") -> MethodResult:
-    """Self-Ask + Search: the generator proposes a follow-up question (seeing the question and
-    the chain of follow-ups and intermediate answers, not the documents, as in Self-Ask); the
-    retriever finds the top ``per_action`` docs for it; the generator answers the follow-up
-    from those docs (intermediate answer); repeat until 'So the final answer is: ...'.
+                 qid: str = "", demos: Sequence = SELF_ASK_DEMOS,
+                 max_iterations: int = SELF_ASK_MAX_ITERATIONS) -> MethodResult:
+    """Self-Ask + Search (Press et al. 2023, "Measuring and Narrowing the Compositionality
+    Gap"), with the retrieved context shown to the proposer as in FlashRAG's version.
 
-    Caps: ``max_followups`` follow-ups (default ``config.max_steps``: one search each, the
-    same retrieval budget as DynaKRAG), ``max_docs`` and the retrieval cap. After the last
-    permitted follow-up the proposer gets one more turn to conclude. A repeated follow-up
-    stops the chain (its search would return the same documents). A malformed proposal stops
-    the chain too, except before the first follow-up, where the question itself is searched
-    and answered as the follow-up so the reader has documents. A final answer proposed before
-    any follow-up (a closed-book guess; small models also copy the demonstration's answer) is
-    treated the same way, unless no search is allowed at all. Without a final answer from
-    the chain, one answer call on all collected documents gives the prediction.
-    At most 2 * max_followups + 1 chain calls + 1 answer call.
+    Reproduced: few-shot demonstrations in Self-Ask's format ('Are follow up questions
+    needed here: Yes.' / 'Follow up: ...' / 'Intermediate answer: ...' / 'So the final answer
+    is: ...'); generation stops at 'Intermediate answer:' (stop sequence, and the parser
+    cuts there too), so the model never writes an intermediate answer: the search engine
+    answers each follow-up (here: the reader, :func:`prompts.intermediate_answer_messages`,
+    on the follow-up's top ``per_action`` documents). The chain's 'So the final answer is'
+    is the prediction. Up to ``max_iterations`` = 5 proposer calls (FlashRAG's max_iter).
+
+    Our choices and deviations:
+
+    * four demonstrations of our own about well-known real-world facts
+      (:data:`~dynakrag_lite.demonstrations.SELF_ASK_DEMOS`), not the paper's and not drawn
+      from the training split (no gold decompositions for HotpotQA); follow-ups and final
+      answers that copy a demonstration are counted in ``extra["demo_copies"]``;
+    * the question is searched first and its top ``per_action`` docs are shown to the
+      proposer, and every intermediate answer comes with the documents its follow-up added
+      (FlashRAG shows retrieved context; Press et al.'s proposer sees none). A final answer
+      before any follow-up is therefore read from documents and is accepted (closed-book
+      only when no search was allowed);
+    * chat format: the dialogue alternates at Self-Ask's hand-over points (the model writes
+      the 'Follow up:' lines, the user turn brings 'Intermediate answer:');
+    * searches: at most ``config.max_steps`` (the question's included, the budget IRCoT and
+      DynaKRAG get), i.e. ``max_followups`` = ``max_steps - 1`` follow-up searches by
+      default, within ``max_docs`` and the retrieval cap;
+    * a repeated follow-up (same words as an earlier one, or the question itself) is not
+      searched again: the proposer is asked once for its final answer (``force_final``); so
+      is a new follow-up when no search is left. If that reply gives no final answer, or no
+      proposer call is left, the reader answers from all collected documents.
+
+    Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
+    ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
+    ``max_iterations``; ``malformed`` (a reply with neither a follow-up nor a final answer;
+    parse fallback ``self_ask``). ``extra["answer_source"]``: ``chain``, ``forced`` or
+    ``reader``. At most ``max_iterations`` proposer calls, one intermediate answer per
+    follow-up search, and one reader call.
     """
     t0 = time.perf_counter()
-    cap = env.config.max_steps if max_followups is None else max_followups
+    cfg = env.config
+    budget = max(0, cfg.max_steps - 1) if max_followups is None else max_followups
     state = initial_state(question, qid)
     trace: list[StepTrace] = []
     qa: list[tuple[str, str]] = []
-    while True:
-        state, follow_up, final = _propose(state, env, qa, trace)
-        if final and (qa or _blocked(state, env) or cap == 0):
-            reason = "concluded"
+    step_docs: list[tuple[RetrievedDoc, ...]] = []
+    proposed: list[str] = []
+    fallbacks: Counter = Counter()
+    demo_follow = {_key(f) for d in demos for f, _ in d.steps}
+    demo_answers = {_key(d.answer) for d in demos} - {"yes", "no"}
+    demo_copies = 0
+    repeated = 0
+    iterations = 0
+    first_docs: tuple[RetrievedDoc, ...] = ()
+    if cfg.max_steps > 0 and _blocked(state, env) is None:
+        state = _search_step(state, env, state.question, "self_ask", trace)
+        first_docs = state.docs
+    asked = {_key(state.question)}
+    final: str | None = None
+    source = "reader"
+    force = ""
+
+    def propose(force_final: bool) -> tuple[str | None, str | None, str]:
+        nonlocal state, iterations
+        msgs = prompts.self_ask_messages(state.question, qa, first_docs, cfg.doc_chars,
+                                         step_docs=step_docs, demos=demos,
+                                         force_final=force_final)
+        before = state
+        state, gen = _llm_step(state, env, msgs, prompts.SELF_ASK_MAX_TOKENS, FOLLOW_UP,
+                               prompts.SELF_ASK_STOP)
+        iterations += 1
+        f, fin = prompts.parse_self_ask(gen.text)
+        note = (("forced " if force_final else "") + (f"final: {fin}" if fin else
+                f"follow up: {f}" if f else f"malformed: {gen.text[:120]!r}"))
+        trace.append(_step(before, state, FOLLOW_UP, note=note))
+        return f, fin, gen.text
+
+    reason = "max_iterations"
+    while iterations < max_iterations:
+        follow_up, fin, _ = propose(False)
+        if fin:
+            final, source, reason = fin, "chain", "concluded"
             break
-        if final:  # concluding before any search would be closed-book: search first
-            final, follow_up = None, None
         if follow_up is None:
-            if state.docs:
-                reason = "malformed"
-                break
-            follow_up = state.question  # fallback: nothing collected yet
-        if len(qa) >= cap:
-            reason = "max_followups"
+            fallbacks["self_ask"] += 1
+            reason = "malformed"
             break
-        if _seen(follow_up, qa):
-            reason = "repeated_followup"
+        proposed.append(follow_up)
+        if _key(follow_up) in demo_follow:
+            demo_copies += 1
+        if _key(follow_up) in asked:
+            repeated += 1
+            force = "repeated_followup"
+        elif len(qa) >= budget:
+            force = "search_budget"
+        else:
+            force = _blocked(state, env) or ""
+        if force:
+            reason = force
+            if iterations < max_iterations:
+                _, fin, _ = propose(True)
+                if fin:
+                    final, source = fin, "forced"
             break
-        reason = _blocked(state, env) or ""
-        if reason:
-            break
-        state, shown = _search_follow_up(state, env, follow_up, trace)
-        state, ans = _intermediate_answer(state, env, follow_up, shown, trace)
+        asked.add(_key(follow_up))
+        state, shown, added = _search_follow_up(state, env, follow_up, trace)
+        before = state
+        msgs = prompts.intermediate_answer_messages(follow_up, shown, cfg.doc_chars)
+        state, gen = _llm_step(state, env, msgs, prompts.ANSWER_MAX_TOKENS, INTERMEDIATE)
+        ans = prompts.parse_answer(gen.text)
+        if not ans:
+            # An empty answer still goes into the chain, as an explicit unknown, so the
+            # proposer sees that this follow-up failed.
+            fallbacks["intermediate_answer"] += 1
+            ans = "unknown"
+        trace.append(_step(before, state, INTERMEDIATE, query=follow_up,
+                           note=ans if ans != "unknown" else "unknown (empty reply)"))
         qa.append((follow_up, ans))
-    state, prediction, source = _conclude(state, env, trace, final, reason)
+        step_docs.append(added)
+    if final is not None:
+        if _key(final) in demo_answers:
+            demo_copies += 1
+        state = stop_answer(state, env, reason=reason)
+        prediction = final
+    else:
+        state, prediction = _reader(state, env, trace, reason)
     return MethodResult("self_ask", prediction, state, trace, (), time.perf_counter() - t0,
-                        extra={"qa_pairs": qa, "answer_source": source, "stop_reason": reason})
+                        extra={"qa_pairs": qa, "answer_source": source, "stop_reason": reason,
+                               "iterations": iterations,
+                               "searches": state.ledger.retrieval_calls,
+                               "follow_ups": proposed, "n_follow_ups": len(qa),
+                               "repeated_followups": repeated, "forced_final": bool(force),
+                               "demo_copies": demo_copies, "n_demos": len(demos),
+                               "parse_fallbacks": dict(fallbacks)})
 
 
 BASELINES: dict[str, Callable[..., MethodResult]] = {
@@ -289,11 +423,17 @@ BASELINES: dict[str, Callable[..., MethodResult]] = {
     "ircot": run_ircot,
     "self_ask": run_self_ask,
 }
+# Every name run_baseline accepts: the registry plus the Fixed-K pair.
+BASELINE_NAMES: tuple[str, ...] = tuple(BASELINES) + tuple(FIXED_K_VARIANTS)
 
 
 def run_baseline(name: str, question: str, env: Environment, qid: str = "",
                  **kw) -> MethodResult:
-    """Run a baseline by its registry name."""
+    """Run a baseline by name: a :data:`BASELINES` key or a :data:`FIXED_K_VARIANTS` name
+    (``fixed_k3`` / ``fixed_k6``: :func:`run_fixed_k` with that K, under that name)."""
+    if name in FIXED_K_VARIANTS:
+        return run_fixed_k(question, env, k=FIXED_K_VARIANTS[name], qid=qid, method=name,
+                           **kw)
     if name not in BASELINES:
-        raise ValueError(f"unknown baseline {name!r}; choose from {sorted(BASELINES)}")
+        raise ValueError(f"unknown baseline {name!r}; choose from {sorted(BASELINE_NAMES)}")
     return BASELINES[name](question, env, qid=qid, **kw)

@@ -25,9 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CallCache", "default_cache_path", "make_key", "canonical_json"]
+__all__ = ["CallCache", "CacheError", "default_cache_path", "make_key", "canonical_json"]
 
 _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
+
+
+class CacheError(RuntimeError):
+    """The cache file cannot be used (not an SQLite database, unreadable, a folder...)."""
 
 
 def default_cache_path() -> Path:
@@ -82,19 +86,33 @@ class CallCache:
         # A connection must not cross a fork: reopen when running in a child process.
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
+        if self.path.is_dir():
+            raise CacheError(f"LLM call cache {self.path} is a folder, not an SQLite file; "
+                             "point DYNAKRAG_LLM_CACHE (or the cache argument) at a file path")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS calls ("
-            " key TEXT PRIMARY KEY,"
-            " value TEXT NOT NULL,"
-            " checksum TEXT NOT NULL,"
-            " created REAL NOT NULL)"
-        )
+        conn = None
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS calls ("
+                " key TEXT PRIMARY KEY,"
+                " value TEXT NOT NULL,"
+                " checksum TEXT NOT NULL,"
+                " created REAL NOT NULL)"
+            )
+        except sqlite3.DatabaseError as e:
+            # sqlite3 opens lazily: a text file (or any foreign file) fails on the first
+            # statement with "file is not a database". Never overwrite it: it may be someone's.
+            if conn is not None:
+                conn.close()
+            raise CacheError(
+                f"LLM call cache {self.path} is not a usable SQLite database ({e}); move or "
+                f"delete that file (e.g. mv {self.path} {self.path}.bad) or choose another "
+                "cache file with DYNAKRAG_LLM_CACHE / DYNAKRAG_CACHE_DIR") from e
         self._conn, self._pid = conn, os.getpid()
         return conn
 

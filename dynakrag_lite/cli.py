@@ -12,6 +12,14 @@
 names are looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR. Train and evaluate share one
 deterministic split of FILE (``--n-eval`` questions held out, seed ``--split-seed``), so a
 policy is never evaluated on its training questions. Errors go to stderr, exit code 2.
+
+``evaluate --method dynakrag`` without ``--policy`` uses ``results/policies/<dataset>-
+<generator>.joblib`` and nothing else; a policy of another generator must be named with
+``--policy`` (generator transfer). The policy is checked against the run first
+(``policy.check_policy``). ``evaluate`` resumes into ``--out`` (see
+:mod:`dynakrag_lite.experiments`): it refuses a folder of another setup, a folder another
+process is evaluating into, and a damaged predictions file; questions that failed are retried.
+Recorded commands have relative paths and no credentials (``storage.relative_command``).
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import time
 from pathlib import Path
 
 from .policy import PolicyError
+from .storage import redact, relative_command
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -59,14 +68,27 @@ def _add_control(p: argparse.ArgumentParser) -> None:
     p.add_argument("--doc-chars", type=int, default=600, help="0 = whole documents")
 
 
-def default_policy_path(dataset: str, generator: str) -> Path | None:
-    """results/policies/<dataset>-<generator>.joblib, else any policy for the dataset."""
-    folder = RESULTS / "policies"
-    exact = folder / f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
+def policy_file_name(dataset: str, generator: str) -> str:
+    """``<dataset>-<generator>.joblib``, the generator spec made file-name safe."""
+    return f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
+
+
+def default_policy_path(dataset: str, generator: str, folder: Path | None = None) -> Path:
+    """``results/policies/<dataset>-<generator>.joblib``, the policy trained with this very
+    generator; nothing else is picked up silently. Raises :class:`PolicyError` saying which
+    file was looked for and how to pass one (a policy of another generator may be passed
+    with ``--policy``: that is the generator-transfer experiment)."""
+    folder = RESULTS / "policies" if folder is None else Path(folder)
+    exact = folder / policy_file_name(dataset, generator)
     if exact.exists():
         return exact
-    found = sorted(folder.glob(f"{dataset}-*.joblib"))
-    return found[0] if found else None
+    from .storage import relative_command
+    shown = relative_command([str(exact)], prefix="")
+    raise PolicyError(
+        f"no policy for dataset '{dataset}' and generator '{generator}': looked for {shown}. "
+        f"Train it (python -m dynakrag_lite train --data {dataset} --generator {generator} "
+        f"--out {shown}) or pass --policy FILE (a policy trained with another generator is "
+        "allowed: that is generator transfer)")
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -123,31 +145,63 @@ def _setup(args, generator: str | None = None):
     return setup, qs[: args.limit] if args.limit else qs
 
 
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in str(text).split(",") if x.strip()]
+
+
 def cmd_train(args) -> int:
-    from .policy import train_policy
+    """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
+    threshold by cross-validation (all on the training split), fit and save the policy."""
+    from .policy import LAMBDA_GRID, VETO_GRID, train_policy, tune_continuation
+    from .sufficiency import train_signal
     from .trajectories import collect
     setup, train_qs = _setup(args, args.generator)
     env = setup.env
     t0 = time.perf_counter()
-    data = collect(train_qs, env, seed=args.seed)
+    signal = None
+    if env.config.use_sufficiency:
+        signal = train_signal(train_qs, env, args.sufficiency_signal, args.sufficiency_rule,
+                              args.calibration_questions or None, seed=args.seed)
+        if signal is not None:
+            signal.configure(env)  # the trajectories are collected with it
+    data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target)
+    lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(LAMBDA_GRID))
+    thrs = [args.veto_threshold] if args.veto_threshold is not None else \
+        (_floats(args.veto_thresholds) or list(VETO_GRID))
+    lam, thr, tuning = lams[0], (thrs[0] if len(thrs) == 1 else 0.05), None
+    if args.tune_folds >= 2 and len(train_qs) >= 2 and len(lams) * len(thrs) > 1:
+        metric = args.tune_metric or ("f1" if args.continuation_target == "f1" else "sr")
+        lam, thr, frame = tune_continuation(
+            data, lams, thrs, folds=args.tune_folds, metric=metric, seed=args.seed,
+            n_estimators=args.trees, min_samples_leaf=args.min_leaf)
+        tuning = {"metric": metric, "folds": args.tune_folds,
+                  "grid": frame.round(6).to_dict("records")}
     pol = train_policy(data, n_estimators=args.trees, min_samples_leaf=args.min_leaf,
-                       seed=args.seed, veto_threshold=args.veto_threshold, meta={
+                       seed=args.seed, lam=lam, veto_threshold=thr, sufficiency=signal, meta={
                            "dataset": setup.dataset, "generator": args.generator,
                            "generator_model_id": env.generator.model_id,
                            "embedder": args.embedder, "doc_chars": env.config.doc_chars,
                            "per_action": env.config.per_action,
                            "train_ids": [q.id for q in train_qs],
-                           "command": " ".join(["python -m dynakrag_lite"] + sys.argv[1:])})
+                           "tuning": tuning,
+                           "command": relative_command(args.argv)})
     path = pol.save(args.out)
+    from .policy import register_policy
+    register_policy(path)  # keep results/policies/MANIFEST.sha256 in step with the file
     print(json.dumps({"policy": str(path), "questions": len(train_qs),
                       "samples": pol.meta["n_samples"], "prefixes": pol.meta["n_prefixes"],
+                      "continuation_target": args.continuation_target,
+                      "sufficiency": None if signal is None else
+                      {"kind": signal.kind, "threshold": signal.threshold,
+                       "gates": signal.gates},
+                      "lam": lam, "veto_threshold": thr,
                       "seconds": round(time.perf_counter() - t0, 1)}))
     return 0
 
 
 def cmd_evaluate(args) -> int:
-    from .experiments import evaluate
-    from .policy import Policy
+    from .experiments import data_sha256, evaluate
+    from .policy import Policy, check_policy
     policy, path = None, None
     if args.method == "dynakrag" and args.policy:  # fail fast, before indexing anything
         path = Path(args.policy)
@@ -156,11 +210,15 @@ def cmd_evaluate(args) -> int:
     dataset, env = setup.dataset, setup.env
     if args.method == "dynakrag" and policy is None:
         path = default_policy_path(dataset, args.generator)
-        if path is None:
-            raise PolicyError(f"no policy for dataset '{dataset}' in {RESULTS / 'policies'}; "
-                              "pass --policy or run 'train' first")
         policy = Policy.load(path)
+    extra = {}
     if policy is not None:
+        # Refuse a policy that does not fit this run (features, embedder, budgets, sklearn,
+        # training questions among the evaluation questions) before any question runs.
+        check_policy(policy, embedder=args.embedder, doc_chars=env.config.doc_chars,
+                     per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
+        extra["policy"] = policy.provenance()
+        policy.configure(env)  # its calibrated sufficiency signal, before the fingerprint
         if args.lam is not None:
             policy.lam = args.lam
         if args.veto_threshold is not None:
@@ -168,13 +226,19 @@ def cmd_evaluate(args) -> int:
     out = Path(args.out or f"runs/{dataset}-{args.method}")
     summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
                        generator=args.generator, fixed_k=args.fixed_k, seed=args.seed,
-                       run_info={"command": " ".join(["python -m dynakrag_lite"] + sys.argv[1:]),
-                                 "generator_model_id": env.generator.model_id,
-                                 "config": dict(env.config.__dict__),
-                                 "policy": str(path) if path else None,
-                                 "policy_generator": policy.meta.get("generator")
-                                 if policy else None})
-    print(json.dumps({k: summary[k] for k in summary if k != "run"}))
+                       run_info={"command": relative_command(args.argv),
+                                 "generator_model_id": redact(env.generator.model_id),
+                                 "config": dict(env.config.__dict__)},
+                       data_sha256=data_sha256(args.data, args.data_dir),
+                       policy_sha256=extra["policy"]["sha256"] if extra else None,
+                       summary_extra=extra)
+    print(json.dumps({k: summary[k] for k in summary
+                      if k not in ("run", "fingerprint", "diagnostics", "policy")}))
+    d = summary["diagnostics"]
+    if d["errors"]:  # visible, not only in the file: these questions are not in the means
+        print(f"warning: {d['errors']} question(s) failed ({d['error_types']}); they are "
+              "error rows in predictions.jsonl and the next run of this command retries them",
+              file=sys.stderr)
     return 0
 
 
@@ -221,7 +285,27 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--out", required=True)
             p.add_argument("--trees", type=int, default=300)
             p.add_argument("--min-leaf", type=int, default=8)
-            p.add_argument("--veto-threshold", type=float, default=0.05)
+            p.add_argument("--continuation-target", choices=("f1", "sr", "onestep"),
+                           default="f1", help="f1: answer F1 at the rollout's end minus F1 "
+                           "now (one answer call per prefix); sr: the same with support "
+                           "recall (no calls); onestep: best one-step SR gain")
+            p.add_argument("--sufficiency-signal", default="auto",
+                           choices=("auto", "text", "margin", "learned", "answer_conf"),
+                           help="auto: calibrate text/margin/learned on training states and "
+                           "keep the best informative one; text: the plain probe")
+            p.add_argument("--sufficiency-rule", default="youden",
+                           help="threshold rule: youden | precision:P")
+            p.add_argument("--calibration-questions", type=int, default=100,
+                           help="training questions whose states score the LLM signals "
+                           "(0 = all)")
+            p.add_argument("--tune-folds", type=int, default=5,
+                           help="CV folds (by question) for lambda/veto threshold; 0 = off")
+            p.add_argument("--tune-metric", choices=("f1", "sr"), default=None)
+            p.add_argument("--lambdas", default="", help="lambda grid, comma-separated")
+            p.add_argument("--veto-thresholds", default="", help="veto threshold grid")
+            p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
+            p.add_argument("--veto-threshold", type=float, default=None,
+                           help="fix the veto threshold (no tuning)")
         else:
             from .experiments import METHODS
             p.add_argument("--method", required=True, choices=METHODS)
@@ -239,13 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # what ran, for the records (relative paths, no credentials)
     from .data import DataError
     from .generators import GeneratorError
     from .models import ModelError
+    from .storage import LockedError
     try:
         return args.func(args)
     except (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
-            ValueError) as e:
+            LockedError, ValueError) as e:  # ValueError: also ResultsError, FingerprintError
         print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
         return 2

@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .actions import Environment, answer, apply_action, compress_answer_evidence, stop_answer
+from .actions import answer, apply_action, compress_answer_evidence, stop_answer
+from .config import Environment
 from .state import EvidenceState, initial_state
 from .validity import cap_hit, valid_actions
 

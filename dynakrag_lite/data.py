@@ -181,14 +181,10 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[Qu
 
 def write_questions(questions: Iterable[Question], path: str | os.PathLike) -> Path:
     """Write normalized JSONL atomically (a crash never leaves half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for q in questions:
-            fh.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-    return path
+    from .storage import atomic_write_text
+    # A unique temp name per writer (storage): two writers never rename each other's half file.
+    return atomic_write_text(path, "".join(json.dumps(q.to_json(), ensure_ascii=False) + "\n"
+                                           for q in questions))
 
 
 def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:

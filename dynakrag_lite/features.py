@@ -3,8 +3,10 @@
 The paper's feature families: question length and shape; number of documents and of distinct
 titles; frontier position; retrieval-score statistics; lexical question-evidence overlap;
 bridge-entity count; the current action's identity; prior action counts; estimated action
-cost. We add the sufficiency verdict and gap presence (both observable). Nothing here reads a
-gold label: :func:`state_features` takes an :class:`EvidenceState`, which has none.
+cost. We add the sufficiency verdict and gap presence (both observable; a verdict whose
+signal was measured to be at chance, ``Sufficiency.gates=False``, shows as neither yes nor no).
+Nothing here reads a gold label: :func:`state_features` takes an :class:`EvidenceState`, which
+has none.
 """
 from __future__ import annotations
 
@@ -46,6 +48,10 @@ def question_shape(question: str) -> dict[str, float]:
     }
 
 
+def _gates(suff) -> bool:
+    return bool(getattr(suff, "gates", True))
+
+
 def state_features(state: EvidenceState) -> dict[str, float]:
     """Features of s alone (shared by every action's phi(s, a) and by the continuation model)."""
     f = question_shape(state.question)
@@ -79,8 +85,9 @@ def state_features(state: EvidenceState) -> dict[str, float]:
         "n_bridges": float(len(state.unexpanded_bridges)),
         "n_bridges_expanded": float(len(state.expanded_bridges)),
         "suff_none": float(suff is None),
-        "suff_yes": float(suff is not None and suff.sufficient),
-        "suff_no": float(suff is not None and not suff.sufficient),
+        # A verdict that gates nothing (its signal is at chance) is not shown either.
+        "suff_yes": float(suff is not None and _gates(suff) and suff.sufficient),
+        "suff_no": float(suff is not None and _gates(suff) and not suff.sufficient),
         "suff_stale": float(suff is not None and suff.doc_ids != state.doc_ids),
         "gap_present": float(bool(state.gap.strip())),
         "gap_len": float(len(state.gap.split())),

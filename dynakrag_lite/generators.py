@@ -18,6 +18,22 @@ after the longest common prefix. Prompts therefore put the (shared) documents fi
 varying instruction last, and one ``Llama`` object is kept per model file for the life of the
 process, so repeated :func:`make_generator` calls neither reload the weights nor lose that cache.
 
+Every call has a time limit (``timeout`` argument, else ``$DYNAKRAG_GEN_TIMEOUT`` seconds,
+else a default):
+
+* OpenAI-compatible servers (default 120 s): the client's request timeout, with a bounded
+  number of retries (``max_retries``, default 2) on connection errors and timeouts. A server
+  that cannot be reached, times out or answers an error raises :class:`GeneratorError` naming
+  the server URL (credentials redacted). A reply whose message content is ``null`` yields empty
+  text (some servers send null for an empty completion); a reply with no ``choices`` raises.
+* llama.cpp and transformers run in-process (default 600 s, so only a runaway or starved call
+  is cut): a wall-clock cap that stops *decoding*. llama.cpp gets a logits processor that,
+  once the deadline has passed, leaves only the end-of-generation token possible, so decoding
+  ends at the next token; transformers gets ``generate(max_time=...)``. Prompt evaluation
+  itself is not interrupted. The call returns the text decoded so far with
+  ``Generation.truncated = True`` instead of hanging, and :class:`CachedGenerator` does not
+  store truncated generations (they depend on machine speed, not on the inputs).
+
 The heavy libraries (llama_cpp, torch, transformers, openai) are imported inside the backends,
 so importing this module is cheap.
 """
@@ -33,13 +49,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .storage import redact
+
 if TYPE_CHECKING:
     from .cache import CallCache
 
 __all__ = [
     "Message", "Generation", "Generator", "GeneratorError", "LlamaCppGenerator",
     "TransformersGenerator", "OpenAIGenerator", "CachedGenerator", "make_generator",
-    "parse_spec", "approx_token_count", "unload_models",
+    "parse_spec", "approx_token_count", "unload_models", "resolve_timeout", "TIMEOUT_ENV",
 ]
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
@@ -52,6 +70,7 @@ class Generation:
     completion_tokens: int
     seconds: float = 0.0
     cached: bool = False
+    truncated: bool = False  # stopped by the time limit, not by EOS, a stop string or max_tokens
 
     @property
     def total_tokens(self) -> int:
@@ -71,6 +90,41 @@ class Generator(Protocol):
 
 class GeneratorError(RuntimeError):
     """A backend failed to load or to generate (missing package, bad file, server error)."""
+
+
+TIMEOUT_ENV = "DYNAKRAG_GEN_TIMEOUT"
+DEFAULT_SERVER_TIMEOUT = 120.0  # seconds per request to an OpenAI-compatible server
+DEFAULT_LOCAL_TIMEOUT = 600.0  # seconds per in-process call: generous, only stops runaways
+
+
+def resolve_timeout(timeout: float | None, default: float) -> float:
+    """``timeout`` if given, else ``$DYNAKRAG_GEN_TIMEOUT``, else ``default`` (seconds, > 0)."""
+    if timeout is None:
+        env = os.environ.get(TIMEOUT_ENV, "").strip()
+        if env:
+            try:
+                timeout = float(env)
+            except ValueError:
+                raise ValueError(f"${TIMEOUT_ENV} must be a number of seconds, got {env!r}") \
+                    from None
+        else:
+            timeout = default
+    timeout = float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"generation timeout must be > 0 seconds, got {timeout!r}")
+    return timeout
+
+
+class _DecodingMixin:
+    """The ``decoding`` property every backend shares (part of the call-cache key)."""
+
+    temperature: float
+    seed: int | None
+
+    @property
+    def decoding(self) -> dict:
+        """Decoding parameters that change the output (part of the call-cache key)."""
+        return {"temperature": self.temperature, "seed": self.seed}
 
 
 def _check_messages(messages: list[Message]) -> list[dict]:
@@ -145,19 +199,45 @@ def _load_llama(path: Path, n_ctx: int, n_threads: int, seed: int,
         return _LLAMA_CACHE[key]
 
 
-class LlamaCppGenerator:
+class _Deadline:
+    """llama.cpp logits processor: a no-op until the deadline, then only EOS stays possible.
+
+    ``create_chat_completion`` takes no stopping criteria (its chat handler sets its own), but
+    it passes ``logits_processor`` to the sampler, which calls this once per decoded token.
+    """
+
+    def __init__(self, seconds: float, eos: int) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.eos = eos
+        self.hit = False
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.hit or time.monotonic() >= self.deadline:
+            self.hit = True
+            import numpy as np
+            keep = scores[self.eos]
+            scores[:] = -np.inf
+            scores[self.eos] = max(float(keep), 0.0)
+        return scores
+
+
+class LlamaCppGenerator(_DecodingMixin):
     """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
 
     The chat template comes from the GGUF metadata. Token counts are llama.cpp's ``usage``.
-    ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer.
+    ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer. ``timeout``
+    (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) caps decoding wall-clock time: past it
+    the model is made to emit end-of-generation, and the result is marked ``truncated``.
     """
 
     backend = "llama.cpp"
 
     def __init__(self, model_path: str | Path, *, spec: str | None = None,
                  model_id: str | None = None, n_ctx: int = 4096, n_threads: int | None = None,
-                 seed: int = 0, temperature: float = 0.0, verbose: bool = False) -> None:
+                 seed: int = 0, temperature: float = 0.0, verbose: bool = False,
+                 timeout: float | None = None) -> None:
         self.model_path = Path(model_path).expanduser()
+        self.timeout = resolve_timeout(timeout, DEFAULT_LOCAL_TIMEOUT)
         self.spec = spec or f"gguf:{self.model_path}"
         self.n_ctx = n_ctx
         # $DYNAKRAG_N_THREADS overrides the default (1 is much faster when several processes
@@ -175,32 +255,33 @@ class LlamaCppGenerator:
         self.llama, self._lock = _load_llama(self.model_path, n_ctx, self.n_threads, seed,
                                              verbose)
 
-    @property
-    def decoding(self) -> dict:
-        """Decoding parameters that change the output (part of the call-cache key)."""
-        return {"temperature": self.temperature, "seed": self.seed}
-
     def generate(self, messages: list[Message], max_tokens: int = 64,
                  stop: list[str] | None = None) -> Generation:
         msgs = _check_messages(messages)
         _check_max_tokens(max_tokens)
-        t0 = time.perf_counter()
         with self._lock:
+            t0 = time.perf_counter()  # the deadline counts from here, not from waiting
+            deadline = _Deadline(self.timeout, int(self.llama.token_eos()))
             try:
                 # temperature 0 selects llama.cpp's greedy sampler; repeat_penalty 1 keeps it
                 # plain argmax.
                 out = self.llama.create_chat_completion(
                     messages=msgs, max_tokens=max_tokens, stop=list(stop) if stop else None,
-                    temperature=self.temperature, repeat_penalty=1.0, seed=self.seed)
+                    temperature=self.temperature, repeat_penalty=1.0, seed=self.seed,
+                    logits_processor=[deadline])
             except Exception as e:
                 raise GeneratorError(f"llama.cpp generation failed ({self.spec}): {e}") from e
         seconds = time.perf_counter() - t0
         try:
             text = out["choices"][0]["message"]["content"] or ""
             usage = out["usage"]
+            if deadline.hit:
+                warnings.warn(f"{self.spec}: generation stopped at the {self.timeout:g} s time "
+                              f"limit (${TIMEOUT_ENV}); the text is truncated",
+                              RuntimeWarning, stacklevel=2)
             return Generation(text=text, prompt_tokens=int(usage["prompt_tokens"]),
                               completion_tokens=int(usage["completion_tokens"]),
-                              seconds=seconds)
+                              seconds=seconds, truncated=deadline.hit)
         except (KeyError, IndexError, TypeError) as e:
             raise GeneratorError(f"unexpected llama.cpp response ({self.spec}): {out!r}") from e
 
@@ -254,19 +335,23 @@ def _load_hf(model: str, gguf_file: str | None, device: str) -> tuple[Any, Any, 
         return _HF_CACHE[key]
 
 
-class TransformersGenerator:
+class TransformersGenerator(_DecodingMixin):
     """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder.
 
     GGUF weights are dequantised to fp32 on load (RAM about 9x the GGUF size for the 4-bit
     files). The prompt is the tokenizer's chat template; decoding is greedy (``do_sample=False``)
     unless ``temperature > 0``. Token counts come from the tokenizer: prompt = template tokens,
-    completion = generated tokens up to and excluding the end-of-sequence token.
+    completion = generated tokens up to and excluding the end-of-sequence token. ``timeout``
+    (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) is passed as ``generate(max_time=...)``:
+    decoding stops once it has passed and the result is marked ``truncated``.
     """
 
     backend = "transformers"
 
     def __init__(self, model: str, *, gguf_file: str | None = None, spec: str | None = None,
-                 device: str | None = None, temperature: float = 0.0, seed: int = 0) -> None:
+                 device: str | None = None, temperature: float = 0.0, seed: int = 0,
+                 timeout: float | None = None) -> None:
+        self.timeout = resolve_timeout(timeout, DEFAULT_LOCAL_TIMEOUT)
         local = Path(model).expanduser()
         # A folder is identified by its absolute path, so the cache key does not depend on cwd.
         self.model = str(local.resolve()) if local.is_dir() else model
@@ -283,10 +368,6 @@ class TransformersGenerator:
         if not getattr(self.tokenizer, "chat_template", None):
             raise GeneratorError(f"{self.model_id} has no chat template; use an instruct model")
 
-    @property
-    def decoding(self) -> dict:
-        return {"temperature": self.temperature, "seed": self.seed}
-
     def generate(self, messages: list[Message], max_tokens: int = 64,
                  stop: list[str] | None = None) -> Generation:
         import torch
@@ -294,14 +375,14 @@ class TransformersGenerator:
         msgs = _check_messages(messages)
         _check_max_tokens(max_tokens)
         tok, lm = self.tokenizer, self.model_obj
-        t0 = time.perf_counter()
         with self._lock:
+            t0 = time.perf_counter()
             try:
                 prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
                 # The template already carries any BOS token.
                 enc = tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
                 n_prompt = int(enc["input_ids"].shape[1])
-                kw: dict[str, Any] = {"max_new_tokens": max_tokens}
+                kw: dict[str, Any] = {"max_new_tokens": max_tokens, "max_time": self.timeout}
                 if self.temperature > 0:
                     torch.manual_seed(self.seed)
                     kw.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
@@ -318,17 +399,23 @@ class TransformersGenerator:
         new = out[0, n_prompt:].tolist()
         eos = lm.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        ended = False  # stopped by EOS, a stop string or max_tokens: not by the clock
         for i, t in enumerate(new):
             if t in eos_ids:
-                new = new[:i]
+                new, ended = new[:i], True
                 break
         text = tok.decode(new, skip_special_tokens=True)
         if stop:  # generation halts *after* the stop string; callers expect it cut off
             cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
             if cut >= 0:
-                text = text[:cut]
+                text, ended = text[:cut], True
+        truncated = not ended and len(new) < max_tokens and seconds >= self.timeout
+        if truncated:
+            warnings.warn(f"{self.spec}: generation stopped at the {self.timeout:g} s time limit "
+                          f"(${TIMEOUT_ENV}); the text is truncated", RuntimeWarning,
+                          stacklevel=2)
         return Generation(text=text, prompt_tokens=n_prompt, completion_tokens=len(new),
-                          seconds=seconds)
+                          seconds=seconds, truncated=truncated)
 
     def __repr__(self) -> str:
         return f"TransformersGenerator({self.spec!r}, device={self.device!r})"
@@ -338,25 +425,34 @@ class TransformersGenerator:
 # OpenAI-compatible servers
 # ---------------------------------------------------------------------------------------------
 
-class OpenAIGenerator:
+class OpenAIGenerator(_DecodingMixin):
     """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
 
     The API key is ``OPENAI_API_KEY`` or ``"none"`` (local servers ignore it). Token counts come
     from the response's ``usage``. A server that omits ``usage`` gets whitespace-token estimates
     (:func:`approx_token_count`); every such call increments :attr:`approximate_usage_calls`,
     sets :attr:`last_usage_approximate` and warns once, so reports can flag the figures.
+
+    ``timeout`` (seconds per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120) and
+    ``max_retries`` (connection errors, timeouts, 408/429/5xx; default 2) bound a call to about
+    ``(max_retries + 1) * timeout`` plus the client's short back-off. Failures raise
+    :class:`GeneratorError` naming the server URL with any credentials redacted.
     """
 
     backend = "openai"
 
     def __init__(self, model: str, base_url: str | None = None, *, api_key: str | None = None,
                  spec: str | None = None, temperature: float = 0.0, seed: int | None = None,
-                 timeout: float = 600.0, max_retries: int = 2) -> None:
+                 timeout: float | None = None, max_retries: int = 2) -> None:
         try:
             import openai
         except ImportError as e:
             raise GeneratorError(f"the OpenAI backend needs the openai package: "
                                  f"pip install openai [{e}]") from e
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self.timeout = resolve_timeout(timeout, DEFAULT_SERVER_TIMEOUT)
+        self.max_retries = max_retries
         self.model = model
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.spec = spec or f"openai:{model}@{self.base_url}"
@@ -369,11 +465,7 @@ class OpenAIGenerator:
         self._openai = openai
         self.client = openai.OpenAI(
             base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
-            timeout=timeout, max_retries=max_retries)
-
-    @property
-    def decoding(self) -> dict:
-        return {"temperature": self.temperature, "seed": self.seed}
+            timeout=self.timeout, max_retries=max_retries)
 
     def generate(self, messages: list[Message], max_tokens: int = 64,
                  stop: list[str] | None = None) -> Generation:
@@ -386,15 +478,38 @@ class OpenAIGenerator:
         if self.seed is not None:
             kw["seed"] = self.seed
         t0 = time.perf_counter()
+        url = redact(self.base_url)
+        tries = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
+        openai = self._openai
         try:
             resp = self.client.chat.completions.create(**kw)
-        except self._openai.OpenAIError as e:
-            raise GeneratorError(f"OpenAI-compatible call failed ({self.spec}): {e}") from e
+        except openai.APITimeoutError as e:  # (a subclass of APIConnectionError: test first)
+            raise GeneratorError(
+                f"OpenAI-compatible call failed: {url} did not answer within {self.timeout:g} s "
+                f"({tries}; raise ${TIMEOUT_ENV} or timeout= for slow servers)") from e
+        except openai.APIConnectionError as e:
+            raise GeneratorError(
+                f"OpenAI-compatible call failed: cannot connect to {url} ({tries}): "
+                f"{redact(str(e.__cause__ or e))}. Is the server running at that address?"
+            ) from e
+        except openai.APIStatusError as e:
+            raise GeneratorError(f"OpenAI-compatible call failed: {url} answered HTTP "
+                                 f"{e.status_code}: {redact(str(e))}") from e
+        except openai.OpenAIError as e:
+            raise GeneratorError(f"OpenAI-compatible call failed ({url}): {redact(str(e))}") \
+                from e
         seconds = time.perf_counter() - t0
-        if not resp.choices:
-            raise GeneratorError(f"server returned no choices ({self.spec}): {resp!r}")
-        text = resp.choices[0].message.content or ""
-        usage = resp.usage
+        choices = getattr(resp, "choices", None)
+        if not choices:
+            raise GeneratorError(f"OpenAI-compatible call failed: {url} returned no choices "
+                                 f"for model {self.model!r} (empty 'choices' in the response)")
+        message = getattr(choices[0], "message", None)
+        # A null content (some servers send it for an empty completion) is empty text.
+        text = getattr(message, "content", None) or ""
+        if not isinstance(text, str):
+            raise GeneratorError(f"OpenAI-compatible call failed: {url} returned non-text "
+                                 f"content {text!r}")
+        usage = getattr(resp, "usage", None)
         if usage is not None and usage.prompt_tokens is not None \
                 and usage.completion_tokens is not None:
             self.last_usage_approximate = False
@@ -424,7 +539,8 @@ class CachedGenerator:
 
     The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
     inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
-    with ``cached=True`` and ``seconds`` = the time the lookup took.
+    with ``cached=True`` and ``seconds`` = the time the lookup took. A generation cut by the
+    time limit (``truncated``) is returned but not stored: it reflects machine speed.
     """
 
     def __init__(self, inner: Generator, cache: "CallCache") -> None:
@@ -451,7 +567,8 @@ class CachedGenerator:
                               completion_tokens=hit["completion_tokens"],
                               seconds=time.perf_counter() - t0, cached=True)
         g = self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
-        self.cache.put(k, g.text, g.prompt_tokens, g.completion_tokens, g.seconds)
+        if not getattr(g, "truncated", False):
+            self.cache.put(k, g.text, g.prompt_tokens, g.completion_tokens, g.seconds)
         return g
 
     def __repr__(self) -> str:

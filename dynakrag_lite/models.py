@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import atomic_write_text
+
 __all__ = [
     "BundledModel", "Chunk", "REGISTRY", "ModelError", "ModelNotInstalledError",
     "ModelIntegrityError", "cache_root", "models_dir", "install_command", "gguf_path",
@@ -204,16 +206,12 @@ def _hash_file(path: Path, bufsize: int = 1 << 22) -> str:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    atomic_write_text(path, text)  # unique temp name, fsync, os.replace (storage)
+    # mkstemp creates 0600; other users of a shared cache must read the sidecar too.
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.chmod(path, 0o644)
+    except OSError:
+        pass
 
 
 def _sidecar_for(path: Path, sidecar_dir: Path | None) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .actions import ControlConfig, Environment
+from .config import ControlConfig, Environment
 from .corpus import Corpus
 from .data import Question, load_dataset, split_questions
 from .retriever import DEFAULT_EMBEDDER, DenseRetriever

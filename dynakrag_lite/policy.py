@@ -8,22 +8,48 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
   costs no tokens now but ``per_action`` more documents in every later prompt; we charge it the
   mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
 * Continuation model: a random forest on trajectory prefixes (state features only) estimating
-  the best one-step support gain still available by continuing. When its estimate exceeds
-  ``veto_threshold`` and anything else is valid, stop_answer is removed from A(s) at that step
-  (the paper's "can suppress stop_answer"). It matters because with the paper's targets
-  v(s, stop) = SR(s) is a level while acquisition values are deltas: without a veto the value
-  model stops as soon as some support is in hand.
+  the answer utility of continuing against stopping now (the paper's wording). Its target is
+  chosen at collection time (:mod:`dynakrag_lite.training_data`): ``f1`` = F1(answer at the end
+  of the continued rollout) - F1(answer if stopping at this prefix) (default), ``sr`` = the same
+  with SR (cheap: no answer calls), ``onestep`` = the best one-step SR gain (the earlier target).
+  When its estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is
+  removed from A(s) at that step (the paper's "can suppress stop_answer"). It matters because
+  with the paper's targets v(s, stop) = SR(s) is a level while acquisition values are deltas:
+  without a veto the value model stops as soon as some support is in hand.
+* ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
+  (:func:`tune_continuation`, folds grouped by question): each fold's policy re-decides offline
+  along the held-out questions' explored paths (:func:`replay_outcomes`), and the pair with the
+  best mean answer F1 (or SR) at the replayed stopping points wins. :func:`lambda_sweep` returns
+  the cost/quality curve (F1, SR, tokens per lambda) as a DataFrame.
+* ``sufficiency``: the calibrated sufficiency signal trained with the policy
+  (:class:`dynakrag_lite.sufficiency.SufficiencySignal`); :meth:`Policy.configure` applies it
+  to an environment before a run.
 
 Policies are saved with joblib together with metadata (feature names, training data hash,
-generator, dataset, library versions); loading checks the feature names.
+generator, dataset, embedder, document truncation, retrieval budget, training question ids,
+library versions). Loading checks the feature names; :func:`check_policy` checks the rest
+against the run that is about to use the policy.
+
+A joblib file is pickled Python: loading one runs code chosen by whoever wrote it. Policies
+committed in the project's ``results/policies/`` are therefore listed with their sha256 in
+``results/policies/MANIFEST.sha256`` and :meth:`Policy.load` refuses to unpickle one whose
+bytes are not listed there (see that folder's README). Refresh the manifest after training
+with :func:`update_manifest` or ``python -m dynakrag_lite.policy --update-manifest``.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
+import io
+import os
 import platform
+import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -32,10 +58,117 @@ from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
 from .trajectories import TrainingData
 
 POLICY_FORMAT = 1
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The project's committed policies: loading from here is verified against the manifest.
+POLICIES_DIR = PROJECT_ROOT / "results" / "policies"
+MANIFEST_NAME = "MANIFEST.sha256"
 
 
 class PolicyError(RuntimeError):
     pass
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_MANIFEST_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
+def read_manifest(folder: str | Path) -> dict[str, str]:
+    """``{file name: sha256}`` from ``folder/MANIFEST.sha256`` (``sha256sum`` format); {} if absent."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.exists():
+        return {}
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _MANIFEST_LINE.match(line)
+        if m is None:
+            raise PolicyError(f"{path}, line {n}: not a sha256sum line: {line!r}")
+        out[m.group(2)] = m.group(1).lower()
+    return out
+
+
+def update_manifest(folder: str | Path | None = None,
+                    files: Iterable[str | Path] | None = None) -> Path:
+    """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies).
+
+    With ``files``, only those entries are (re)written and the others kept, so refreshing the
+    manifest after training one policy does not vouch for anything else in the folder. Without
+    ``files``, the manifest is rebuilt from every ``*.joblib`` in the folder: run that only after
+    checking what the folder holds. Returns the manifest path.
+    """
+    from .storage import atomic_write_text
+    folder = Path(folder) if folder is not None else POLICIES_DIR
+    if files is None:
+        entries: dict[str, str] = {}
+        targets = sorted(folder.glob("*.joblib"))
+    else:
+        entries = read_manifest(folder)
+        targets = [Path(f) for f in files]
+    for f in targets:
+        f = f if f.is_absolute() or f.parent != Path(".") else folder / f
+        if f.resolve().parent != folder.resolve():
+            raise PolicyError(f"{f} is not in {folder}; a manifest lists its own folder only")
+        entries[f.name] = _sha256_bytes(f.read_bytes())
+    # entries for deleted files would vouch for whatever later takes their name
+    entries = {k: v for k, v in entries.items() if (folder / k).exists()}
+    text = "".join(f"{h}  {name}\n" for name, h in sorted(entries.items()))
+    return atomic_write_text(folder / MANIFEST_NAME, text)
+
+
+def register_policy(path: str | Path) -> Path | None:
+    """After training: record a just-saved policy in its folder's manifest when that folder is
+    the project's ``results/policies`` or already keeps a manifest; returns the manifest path
+    (None for a folder without one, where :meth:`Policy.load` trusts the user's own files)."""
+    path = Path(path)
+    if _in_project_policies(path) or (path.parent / MANIFEST_NAME).exists():
+        return update_manifest(path.parent, files=[path])
+    return None
+
+
+def _in_project_policies(path: Path) -> bool:
+    try:
+        return path.resolve().parent == POLICIES_DIR.resolve()
+    except OSError:
+        return False
+
+
+def _verify_manifest(path: Path, data: bytes) -> str:
+    """sha256 of ``data``; PolicyError unless it is the one the folder's manifest lists."""
+    digest = _sha256_bytes(data)
+    manifest = path.parent / MANIFEST_NAME
+    try:
+        entries = read_manifest(path.parent)
+    except OSError as e:
+        raise PolicyError(f"{path}: cannot read {manifest} ({e})") from None
+    fix = (f"if you trained it yourself, run: python -m dynakrag_lite.policy --update-manifest "
+           f"{path}; otherwise do not load it")
+    if path.name not in entries:
+        raise PolicyError(f"{path}: not listed in {manifest}; refusing to unpickle an "
+                          f"unverified policy file (unpickling runs code). {fix}")
+    if entries[path.name] != digest:
+        raise PolicyError(f"{path}: sha256 {digest[:12]}... does not match {manifest} "
+                          f"({entries[path.name][:12]}...); the file changed since it was "
+                          f"recorded. Refusing to unpickle it. {fix}")
+    return digest
+
+
+def _display_path(path: Path) -> str:
+    """A path worth recording: relative to the project or the working directory, never a
+    machine's absolute path when either contains it."""
+    p = path.resolve()
+    for base in (PROJECT_ROOT, Path.cwd().resolve()):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    try:
+        return os.path.relpath(p, Path.cwd().resolve())
+    except ValueError:  # another drive (Windows)
+        return p.name
 
 
 @dataclass
@@ -46,7 +179,10 @@ class CostModel:
     def fit(self, data: TrainingData, per_action: int = 3) -> "CostModel":
         by: dict[str, list[tuple[int, float]]] = {}
         for s in data.samples:
-            if s.action in LLM_ACTIONS and s.cost_tokens > 0:
+            # executed calls only (a counterfactual probe is labelled without running); a
+            # learned-signal probe can really cost 0 tokens
+            if s.action in LLM_ACTIONS and getattr(s, "executed", True) and (
+                    s.cost_tokens > 0 or s.action == "sufficiency_check"):
                 by.setdefault(s.action, []).append((s.n_docs, s.cost_tokens))
         per_doc = []
         for a, rows in by.items():
@@ -95,6 +231,16 @@ class Policy:
     veto_threshold: float = 0.05
     meta: dict = field(default_factory=dict)
     name: str = "dynakrag"
+    # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
+    sufficiency: object | None = None
+
+    def configure(self, env):
+        """Make ``env``'s sufficiency_check use this policy's calibrated signal (no-op for a
+        policy without one); returns ``env``. Call it before a run (and before its
+        fingerprint: the signal enters ``env.config``)."""
+        if getattr(self, "sufficiency", None) is not None:
+            self.sufficiency.configure(env)
+        return env
 
     # -- selection ---------------------------------------------------------------------
     def values(self, state: EvidenceState, valid: tuple[str, ...]) -> dict[str, float]:
@@ -135,40 +281,160 @@ class Policy:
 
     # -- persistence -------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
+        """joblib-dump the policy (atomically: a unique temp file, then ``os.replace``).
+
+        The meta records the scikit-learn, numpy and joblib versions doing the pickling, which
+        :func:`check_policy` compares with the installed ones. A policy saved into the
+        project's ``results/policies`` must then be added to the manifest
+        (:func:`update_manifest` with ``files=[path]``) before :meth:`load` accepts it.
+        """
         import joblib
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        joblib.dump({"format": POLICY_FORMAT, "policy": self}, tmp, compress=3)
-        tmp.replace(path)
-        return path
+        import sklearn
+        from .storage import atomic_write_bytes
+        meta = {**self.meta, "sklearn": sklearn.__version__, "numpy": np.__version__,
+                "joblib": joblib.__version__}
+        # replace() builds a clean copy: the load-time provenance of ``self`` is not pickled.
+        pol = dataclasses.replace(self, meta=meta)
+        buf = io.BytesIO()
+        joblib.dump({"format": POLICY_FORMAT, "policy": pol}, buf, compress=3)
+        self.meta = meta
+        return atomic_write_bytes(path, buf.getvalue())
 
     @staticmethod
-    def load(path: str | Path) -> "Policy":
+    def load(path: str | Path, *, trusted: bool | None = None) -> "Policy":
+        """Load a policy saved by :meth:`save`.
+
+        **A joblib file is code**: unpickling it runs whatever its author put in it, so load
+        only files you trust. ``trusted`` says whether this one is:
+
+        * ``None`` (default): files in the project's ``results/policies/`` are *not* trusted
+          and must match their sha256 in ``results/policies/MANIFEST.sha256`` (a missing entry
+          or a different hash raises :class:`PolicyError` before anything is unpickled); a file
+          anywhere else is your own and is trusted.
+        * ``False``: verify against ``MANIFEST.sha256`` in the file's own folder, wherever it is.
+        * ``True``: skip the manifest (you vouch for the file).
+
+        Also checks the policy's feature names against this version of the features (see
+        :func:`check_policy` for the checks against a run's settings). After loading,
+        :meth:`provenance` returns the file's relative path and sha256.
+        """
         import joblib
         path = Path(path)
         if not path.exists():
             raise PolicyError(f"{path}: policy file not found")
+        if trusted is None:
+            trusted = not _in_project_policies(path)
         try:
-            blob = joblib.load(path)
+            data = path.read_bytes()  # hash and unpickle the same bytes (no swap in between)
+        except OSError as e:
+            raise PolicyError(f"{path}: cannot read policy file ({e})") from None
+        digest = _sha256_bytes(data) if trusted else _verify_manifest(path, data)
+        try:
+            blob = joblib.load(io.BytesIO(data))
         except Exception as e:  # a truncated or foreign file
             raise PolicyError(f"{path}: not a readable policy file ({e})") from None
         if not isinstance(blob, dict) or blob.get("format") != POLICY_FORMAT:
             raise PolicyError(f"{path}: unknown policy format")
         pol: Policy = blob["policy"]
-        names = tuple(pol.meta.get("feature_names", ()))
-        if names != FEATURE_NAMES:
-            missing = sorted(set(FEATURE_NAMES) - set(names))
-            extra = sorted(set(names) - set(FEATURE_NAMES))
-            raise PolicyError(f"{path}: built for other features (missing {missing[:5]}, "
-                              f"unknown {extra[:5]}); retrain it with this version")
+        problem = _feature_problem(pol)
+        if problem:
+            raise PolicyError(f"{path}: {problem}")
+        pol._source = (path, digest)
         return pol
+
+    def provenance(self, path: str | Path | None = None) -> dict:
+        """Where this policy came from, for run records: {"path" (relative), "sha256",
+        "generator", "dataset", "n_train"}. Without ``path``, the file :meth:`load` read."""
+        if path is not None:
+            p = Path(path)
+            digest = _sha256_bytes(p.read_bytes())
+        else:
+            source = getattr(self, "_source", None)
+            if source is None:
+                raise PolicyError("this policy was not loaded from a file; pass its path")
+            p, digest = source
+        train_ids = self.meta.get("train_ids")
+        return {"path": _display_path(p), "sha256": digest,
+                "generator": self.meta.get("generator"), "dataset": self.meta.get("dataset"),
+                "n_train": len(train_ids) if train_ids is not None
+                else self.meta.get("n_questions")}
+
+
+def _feature_problem(pol: Policy) -> str | None:
+    names = tuple(pol.meta.get("feature_names", ()))
+    if names != FEATURE_NAMES:
+        missing = sorted(set(FEATURE_NAMES) - set(names))
+        extra = sorted(set(names) - set(FEATURE_NAMES))
+        how = (f"missing {missing[:5]}, unknown {extra[:5]}" if missing or extra
+               else "same names in another order")
+        return f"built for other features ({how}); retrain it with this version"
+    n_in = getattr(pol.value_model, "n_features_in_", len(FEATURE_NAMES))
+    if n_in != len(FEATURE_NAMES):
+        return (f"value model expects {n_in} features, this version computes "
+                f"{len(FEATURE_NAMES)}; retrain it with this version")
+    return None
+
+
+def _embedder_key(name: str) -> str:
+    from .retriever import _OFFLINE_ALIASES
+    return _OFFLINE_ALIASES.get(name.lower(), name)
+
+
+def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_action: int,
+                 eval_ids: Iterable[str] = ()) -> None:
+    """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
+    listing every problem).
+
+    Checked against the policy's meta: feature names (this library version's phi), the
+    embedder (retrieval scores are features), document truncation ``doc_chars`` and the
+    per-action retrieval budget (both enter the cost features), the scikit-learn version it was
+    pickled with (forests are not guaranteed to unpickle or predict the same across versions),
+    and that no evaluation question was a training question. A policy trained with another
+    generator is allowed: that is the paper's generator-transfer setting.
+    """
+    import sklearn
+    meta = policy.meta
+    src = getattr(policy, "_source", None)
+    name = _display_path(src[0]) if src else "policy"
+    problems: list[str] = []
+    feat = _feature_problem(policy)
+    if feat:
+        problems.append(feat)
+    missing = [k for k in ("embedder", "doc_chars", "per_action", "train_ids", "sklearn")
+               if k not in meta]
+    if missing:
+        problems.append(f"its metadata lacks {missing}, so it cannot be checked against this "
+                        "run; retrain it with 'python -m dynakrag_lite train'")
+    if "embedder" in meta and _embedder_key(str(meta["embedder"])) != _embedder_key(embedder):
+        problems.append(f"trained with embedder {meta['embedder']!r}, this run uses "
+                        f"{embedder!r} (retrieval-score features differ); pass --embedder "
+                        f"{meta['embedder']} or retrain")
+    if "doc_chars" in meta and meta["doc_chars"] != doc_chars:
+        problems.append(f"trained with documents cut at doc_chars={meta['doc_chars']}, this "
+                        f"run uses {doc_chars}")
+    if "per_action" in meta and meta["per_action"] != per_action:
+        problems.append(f"trained with per_action={meta['per_action']} documents per "
+                        f"retrieval, this run uses {per_action}")
+    if "sklearn" in meta and meta["sklearn"] != sklearn.__version__:
+        problems.append(f"saved with scikit-learn {meta['sklearn']}, installed is "
+                        f"{sklearn.__version__}; install scikit-learn=={meta['sklearn']} "
+                        "(requirements.txt pins it) or retrain")
+    if "train_ids" in meta:
+        train = set(map(str, meta["train_ids"]))
+        overlap = [i for i in dict.fromkeys(map(str, eval_ids)) if i in train]
+        if overlap:
+            problems.append(f"{len(overlap)} evaluation question(s) were training questions "
+                            f"of this policy (e.g. {overlap[0]!r}); evaluate on held-out "
+                            "questions (the default split) or retrain")
+    if problems:
+        raise PolicyError(f"{name} does not fit this run: " + "; ".join(problems))
 
 
 def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: int = 8,
                  seed: int = 13, lam: float = 0.0, veto_threshold: float = 0.05,
-                 n_jobs: int = -1, meta: dict | None = None) -> Policy:
-    """Fit the value, cost and continuation models on collected trajectories."""
+                 n_jobs: int = -1, meta: dict | None = None, sufficiency=None) -> Policy:
+    """Fit the value, cost and continuation models on collected trajectories (``sufficiency``:
+    a calibrated SufficiencySignal to keep with the policy)."""
     import sklearn
     X, y, acts = data.matrix()
     if len(y) == 0:
@@ -185,13 +451,16 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
         "actions": ACTIONS, "n_samples": int(len(y)), "n_prefixes": len(data.prefixes),
         "n_questions": len(data.questions), "data_hash": data_hash(data),
         "sklearn": sklearn.__version__, "numpy": np.__version__,
-        "python": platform.python_version(),
+        "python": platform.python_version(),  # save() adds the joblib version
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "rf": {"n_estimators": n_estimators, "min_samples_leaf": min_samples_leaf,
                "random_state": seed},
+        "continuation_target": getattr(data, "continuation_target", "onestep"),
+        "sufficiency": sufficiency.describe() if sufficiency is not None else None,
     }
     info.update(meta or {})
-    return Policy(value, cont, cost, lam=lam, veto_threshold=veto_threshold, meta=info)
+    return Policy(value, cont, cost, lam=lam, veto_threshold=veto_threshold, meta=info,
+                  sufficiency=sufficiency)
 
 
 def feature_importances(policy: Policy, top: int = 15) -> list[tuple[str, float]]:
@@ -257,3 +526,160 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
                     "chosen_without_veto": free,
                     "targets": {s.action: s.target for s in group}})
     return out
+
+
+# -- offline tuning of the stop rule: veto threshold and lambda -------------------------
+VETO_GRID = (-1.0, 0.0, 0.02, 0.05, 0.1, 0.2, 1.0)  # F1/SR targets lie in [-1, 1]
+LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 tokens
+
+
+def _redecide(d: dict, lam: float, thr: float) -> tuple[str, bool]:
+    """The selection rule of :meth:`Policy.choose` on one replayed state's values/costs."""
+    values, costs, gain = d["values"], d["costs"], d["continue_gain"]
+    veto = gain is not None and gain > thr and "stop_answer" in values and len(values) > 1
+    allowed = {a: values[a] - lam * costs[a] for a in values
+               if not (veto and a == "stop_answer")}
+    return max(allowed, key=lambda a: allowed[a]), veto
+
+
+def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[float, float]]
+              ) -> list[dict]:
+    """Per (lam, thr) and question: where the replayed policy stops along the explored path."""
+    by_q: dict[str, dict[int, dict]] = {}
+    for d in decisions:
+        by_q.setdefault(d["qid"], {})[d["step"]] = d
+    pref = {(p.qid, p.step): p for p in data.prefixes}
+    rows = []
+    for lam, thr in grid:
+        for qid, states in by_q.items():
+            steps = sorted(states)
+            stop, vetoes = steps[-1], 0
+            for st in steps:
+                chosen, veto = _redecide(states[st], lam, thr)
+                vetoes += int(veto)
+                if chosen == "stop_answer":
+                    stop = st
+                    break
+            p = pref.get((qid, stop))
+            last = pref.get((qid, steps[-1]))
+            ans = p.answer_tokens if p is not None and np.isfinite(p.answer_tokens) else 0.0
+            rows.append({
+                "lam": lam, "veto_threshold": thr, "qid": qid, "stop_step": stop,
+                "early": stop != steps[-1], "vetoes": vetoes,
+                "sr": p.sr_now if p is not None else 0.0,
+                "f1": p.f1_now if p is not None else 0.0,
+                "tokens": (p.tokens + ans) if p is not None else 0.0,
+                "sr_end": last.sr_now if last is not None else 0.0,
+                "f1_end": last.f1_now if last is not None else 0.0})
+    return rows
+
+
+def replay_outcomes(policy: Policy, data: TrainingData, lam: float | None = None,
+                    veto_threshold: float | None = None) -> "pd.DataFrame":  # noqa: F821
+    """Where the policy would stop on each question of ``data``, replayed offline.
+
+    Walks each question's explored path (its visited states in order) with the decisions of
+    :func:`replay_decisions`; the first state where the policy chooses stop_answer (else the
+    path's end, where a cap forced the stop) is its stopping point. Assumption: while the policy
+    continues it follows the explored path (an acquisition action other than the rollout's is
+    not executed), so this scores the *stop rule* (value of stopping, the veto, lambda), not the
+    choice among acquisition actions. Outcome columns, read at the stopping point from the
+    prefix records: ``sr``, ``f1`` (reader's answer F1 from those documents; NaN unless collected
+    with continuation="f1"), ``tokens`` (ledger tokens to reach it + its answer call), plus
+    ``stop_step``, ``early`` (stopped before the path's end), ``vetoes``, ``sr_end``/``f1_end``.
+    Gold labels enter only through these recorded outcomes, never the decisions.
+    """
+    import pandas as pd
+    lam = policy.lam if lam is None else lam
+    thr = policy.veto_threshold if veto_threshold is None else veto_threshold
+    decisions = replay_decisions(policy, data, lam=0.0, veto_threshold=np.inf)
+    return pd.DataFrame(_outcomes(decisions, data, [(lam, thr)]))
+
+
+def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
+                      thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
+                      metric: str = "f1", seed: int = 13, n_estimators: int = 300,
+                      min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False
+                      ) -> tuple[float, float, "pd.DataFrame"]:  # noqa: F821
+    """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
+
+    Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
+    policy on the other folds and replays its decisions on the held-out questions for every
+    grid pair (:func:`replay_outcomes`); the pair with the highest mean ``metric`` ("f1" or
+    "sr") over all held-out questions wins, ties broken by fewer tokens, then by the larger
+    threshold (vetoing less) and the smaller lambda. Returns (lam, threshold, frame): one row
+    per grid pair with the means of f1, sr, tokens, early (share stopping before the cap),
+    vetoes, and ``best``.
+    """
+    import pandas as pd
+    from sklearn.model_selection import GroupKFold
+    if metric not in ("f1", "sr"):
+        raise ValueError("metric must be 'f1' or 'sr'")
+    if metric == "f1" and not all(np.isfinite(p.f1_now) for p in data.prefixes):
+        raise PolicyError("metric 'f1' needs answer F1s: collect with continuation='f1'")
+    qids = np.array(list(dict.fromkeys(data.questions)), dtype=object)
+    k = min(folds, len(qids))
+    if k < 2:
+        raise PolicyError("cross-validation needs at least 2 training questions")
+    grid = [(float(lam), float(t)) for lam in lams for t in thresholds]
+    rows = []
+    splits = list(GroupKFold(n_splits=k).split(qids, groups=qids))
+    for i, (tr, te) in enumerate(splits):
+        pol = train_policy(data.subset(qids[tr]), n_estimators=n_estimators,
+                           min_samples_leaf=min_samples_leaf, seed=seed, n_jobs=n_jobs)
+        held = data.subset(qids[te])
+        decisions = replay_decisions(pol, held, lam=0.0, veto_threshold=np.inf)
+        for r in _outcomes(decisions, held, grid):
+            r["fold"] = i
+            rows.append(r)
+        if progress:
+            print(f"fold {i + 1}/{k} done", flush=True)
+    per_q = pd.DataFrame(rows)
+    frame = (per_q.groupby(["lam", "veto_threshold"], as_index=False)
+             .agg(f1=("f1", "mean"), sr=("sr", "mean"), tokens=("tokens", "mean"),
+                  early=("early", "mean"), vetoes=("vetoes", "mean"),
+                  n_questions=("qid", "nunique")))
+    order = frame.sort_values([metric, "tokens", "veto_threshold", "lam"],
+                              ascending=[False, True, False, True])
+    best = order.index[0]
+    frame["best"] = frame.index == best
+    frame["metric"] = metric
+    return float(frame.loc[best, "lam"]), float(frame.loc[best, "veto_threshold"]), frame
+
+
+def lambda_sweep(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
+                 veto_threshold: float = 0.05, folds: int = 5, metric: str = "f1",
+                 **kw) -> "pd.DataFrame":  # noqa: F821
+    """The cost/quality curve: cross-validated mean F1, SR and tokens per lambda at one veto
+    threshold (a DataFrame sorted by lambda; the book plots f1/sr against tokens)."""
+    _, _, frame = tune_continuation(data, lams, (veto_threshold,), folds, metric, **kw)
+    return frame.sort_values("lam").reset_index(drop=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dynakrag_lite.policy --update-manifest [FOLDER | FILE ...]``."""
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lite.policy",
+                                 description="maintain results/policies/MANIFEST.sha256")
+    ap.add_argument("--update-manifest", action="store_true", required=True,
+                    help="record the sha256 of the given policy files (or, given a folder or "
+                         "nothing, of every *.joblib in it) in the folder's MANIFEST.sha256")
+    ap.add_argument("paths", nargs="*", type=Path,
+                    help=f"policy files, or one folder (default: {_display_path(POLICIES_DIR)})")
+    args = ap.parse_args(argv)
+    try:
+        if not args.paths or (len(args.paths) == 1 and args.paths[0].is_dir()):
+            out = update_manifest(args.paths[0] if args.paths else None)
+        else:
+            folders = {p.resolve().parent for p in args.paths}
+            if len(folders) != 1:
+                raise PolicyError("give files of one folder at a time")
+            out = update_manifest(args.paths[0].parent, files=args.paths)
+    except (PolicyError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"updated {_display_path(out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -42,16 +42,56 @@ def _with_docs(docs: Sequence, instruction: str, max_chars: int | None) -> list[
 
 
 # -- final answer -----------------------------------------------------------------------
+# The answer format offered depends on the question's shape: offering "yes/no" to every
+# question made small readers answer Yes/No to entity questions (7 of 30 HotpotQA questions
+# with qwen2.5-coder-0.5b, where 1 gold answer was yes/no).
+_AUX_START = re.compile(r"^\s*(is|are|was|were|am|do|does|did|can|could|has|have|had|will|"
+                        r"would|should|shall|may|might|must|isn't|aren't|wasn't|weren't|"
+                        r"doesn't|don't|didn't)\b", re.I)
+_WH_WORD = re.compile(r"\b(what|which|who|whom|whose|when|where|why|how)\b", re.I)
+_CHOICE = re.compile(r"\bor\b", re.I)
+_EITHER = re.compile(r"\b(either|neither)\b", re.I)
+_BOTH_SAME = re.compile(r"\b(both|same)\b", re.I)
+_THIS_SLOT = re.compile(r"\b(this|these|that)\s+\w+", re.I)
+
+
+def is_yes_no_question(question: str) -> bool:
+    """True for a question whose answer is yes or no.
+
+    * Starts with an auxiliary verb ("Are both X and Y magazines?", "Did X win ...?") and does
+      not offer a choice with "or" ("Is X or Y older?" is answered with X or Y; "either/neither
+      ... or" still asks yes/no).
+    * Or a declarative comparison with "both"/"same" and no wh-word or "this <noun>" slot
+      ("Both X and Y are a genus of flowering plants?"; but "X and Y are both in this
+      country?" asks for the country).
+
+    On the HotpotQA/2Wiki/MuSiQue dev files every question with a yes/no gold answer passes
+    this test, and of the others only two (whose gold answers are malformed) do."""
+    q = " ".join(question.split())
+    if not q:
+        return False
+    if _AUX_START.match(q):
+        return not _CHOICE.search(q) or bool(_EITHER.search(q))
+    return bool(_BOTH_SAME.search(q)) and not _WH_WORD.search(q) and not _THIS_SLOT.search(q) \
+        and not _CHOICE.search(q)
+
+
+def answer_instruction(question: str) -> str:
+    """The answer-format line, conditioned on the question's shape."""
+    if is_yes_no_question(question):
+        return "Answer with yes or no only, no explanation."
+    return "Answer with a short phrase only (a name, date, number or place), no explanation."
+
+
 def answer_messages(question: str, docs: Sequence, max_chars: int | None = None) -> list[Message]:
-    return _with_docs(docs, f"Question: {question}\nAnswer with a short phrase only (a name, "
-                      "date, number, or yes/no), no explanation.\nAnswer:", max_chars)
+    return _with_docs(docs, f"Question: {question}\n{answer_instruction(question)}\nAnswer:",
+                      max_chars)
 
 
 def answer_from_snippets_messages(question: str, snippets: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Evidence:\n{snippets}\n\nQuestion: {question}\n"
-             "Answer with a short phrase only (a name, date, number, or yes/no), no "
-             "explanation.\nAnswer:"}]
+             f"{answer_instruction(question)}\nAnswer:"}]
 
 
 _ANSWER_PREFIX = re.compile(r"^\s*(final answer|answer|a)\s*[:\-]\s*", re.I)
@@ -101,6 +141,36 @@ def parse_sufficiency(text: str) -> SufficiencyReply:
     return SufficiencyReply(False, "", False)
 
 
+# The gap writer: a second call, made only when a score-based verdict (log-prob margin, learned
+# estimator, answer confidence) says insufficient, or always when the verdict gates nothing.
+GAP_MAX_TOKENS = 32
+
+
+def gap_messages(question: str, docs: Sequence, max_chars: int | None = None) -> list[Message]:
+    return _with_docs(docs, f"Question: {question}\nThe documents above do not yet hold every "
+                      "fact needed to answer the question. Which fact is missing? Write it as "
+                      "a short search query (a few words naming the entity and what to look "
+                      "up). Reply with the query only.\nMissing fact:", max_chars)
+
+
+_GAP_PREFIX = re.compile(r"^\s*(insufficient|missing( fact| information)?|(search )?query|"
+                         r"gap)\s*[:\-]\s*", re.I)
+
+
+def parse_gap(text: str) -> str:
+    """First non-empty line without labels, quotes or a trailing period, at most 300
+    characters. Fallback for an empty reply or one that names nothing ('none', 'sufficient'):
+    the empty string, so gap_query stays invalid."""
+    for line in text.strip().splitlines():
+        line = line.strip().strip("\"'*` ")
+        while _GAP_PREFIX.match(line):
+            line = _GAP_PREFIX.sub("", line, count=1).strip().strip("\"'*` ")
+        line = line.rstrip(".").strip().strip("\"'*` ").rstrip(".").strip()
+        if line:
+            return "" if line.lower() in ("none", "nothing", "sufficient", "n/a") else line[:300]
+    return ""
+
+
 # -- query rewriting --------------------------------------------------------------------
 def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None
                      ) -> list[Message]:
@@ -110,11 +180,38 @@ def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None
                       max_chars)
 
 
-def parse_query(text: str, fallback: str) -> str:
-    """First non-empty line without prefixes/quotes; fallback (the question) if empty."""
-    for line in text.strip().splitlines():
-        line = re.sub(r"^\s*(new )?(search )?query\s*[:\-]\s*", "", line.strip(), flags=re.I)
-        line = line.strip().strip('"\'*` ')
+_DOC_MARKER = re.compile(r"^\s*(?:[-*\u2022]\s*)?(?:(?:\[\s*\d+\s*\]|\(\s*\d+\s*\)|"
+                         r"doc(?:ument)?\s*\d+\s*[:.\-]?)\s*)+", re.I)
+_QUERY_LABEL = re.compile(r"^\s*(new |rewritten )?(search )?query\s*[:\-]\s*", re.I)
+_SEARCH_VERB = re.compile(r"^\s*(search(ing)? for|search|look up|find)\s*[:\-]?\s+", re.I)
+_IN_DOCS = re.compile(r"\s+in (the )?(documents?|corpus)\s*[.?!]?\s*$", re.I)
+
+
+def _norm_key(s: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", s.lower()).split())
+
+
+def parse_query(text: str, fallback: str, titles: Sequence[str] = ()) -> str:
+    """First usable line of a rewrite reply, without labels, quotes or copied document text.
+
+    Small models often copy a document instead of writing a query ("[1] Sigmund Jähn:
+    Sigmund Werner Paul Jähn (born ...) is a ..."). Stripped: leading document markers
+    ("[1]", "(2)", "Document 3:"), labels ("Query:"), "Search for ... in the documents".
+    Skipped as a copy: a line of the form "Title: text" whose title is one of ``titles`` (the
+    state's document titles), or, without titles, any marker-led "X: text" line. Fallback
+    when nothing usable remains: ``fallback``."""
+    title_keys = {_norm_key(t) for t in titles if t}
+    for raw_line in text.strip().splitlines():
+        line = raw_line.strip()
+        had_marker = bool(_DOC_MARKER.match(line))
+        line = _DOC_MARKER.sub("", line)
+        line = _QUERY_LABEL.sub("", line).strip().strip('"\'*` ')
+        line = _DOC_MARKER.sub("", line)  # "Query: [2] ..."
+        head, sep, rest = line.partition(":")
+        if sep and rest.strip() and (_norm_key(head) in title_keys
+                                     or (had_marker and not title_keys)):
+            continue  # "Title: copied text"
+        line = _IN_DOCS.sub("", _SEARCH_VERB.sub("", line)).strip().strip('"\'*` .')
         if line:
             return line[:300]
     return fallback
@@ -149,70 +246,193 @@ def parse_snippets(text: str, max_snippets: int) -> list[str]:
 # -- baselines: IRCoT and Self-Ask ------------------------------------------------------
 # IRCoT (Trivedi et al. 2023) interleaves one chain-of-thought sentence with one retrieval;
 # Self-Ask (Press et al. 2023) decomposes into follow-up questions answered by search. Both
-# originals are few-shot with stop sequences; our generator interface has no stop sequences on
-# the environment path, so the parsers cut the reply where the original would have stopped.
-IRCOT_MAX_TOKENS = CHAIN_MAX_TOKENS
+# originals are few-shot completion prompts with stop sequences. Our generators are chat
+# models, so the same text is laid out as chat turns (see each builder); the baselines pass
+# the stop sequences below to the generator, and the parsers still cut a reply where the
+# original would have stopped (a backend may ignore ``stop``).
+IRCOT_MAX_TOKENS = CHAIN_MAX_TOKENS  # one sentence fits: FlashRAG's 32 cut 46 of 52 thoughts
 SELF_ASK_MAX_TOKENS = CHAIN_MAX_TOKENS
+IRCOT_STOP = ["\n"]  # IRCoT keeps one sentence of the first line
+SELF_ASK_STOP = ["Intermediate answer:", "\n\n", "Question:"]  # search answers, not the model
 
-SELF_ASK_SYSTEM = ("You break multi-hop questions into simple follow-up questions, one at a "
-                   "time. Be brief and precise.")
-# One compact demonstration (fictional, so it cannot leak an answer); the original used four.
-_SELF_ASK_DEMO = ("Example:\nQuestion: Who was the father of the director of Red Harbour?\n"
-                  "Follow up: Who directed Red Harbour?\nIntermediate answer: Anna Velk.\n"
-                  "Follow up: Who was the father of Anna Velk?\nIntermediate answer: Oren Velk.\n"
-                  "So the final answer is: Oren Velk\n\n")
+IRCOT_SYSTEM = ("You answer questions by reasoning over Wikipedia paragraphs. Continue the "
+                "answer after 'A:' with your reasoning: each sentence states one fact taken "
+                "from the paragraphs, and the last sentence is 'So the answer is: <answer>.'")
+SELF_ASK_SYSTEM = ("You answer multi-hop questions by asking simple follow-up questions, one "
+                   "at a time. A search engine answers each follow-up. Documents it found "
+                   "are shown to you. When you know the answer, write 'So the final answer "
+                   "is: <answer>'.")
+SELF_ASK_OPENING = "Are follow up questions needed here: Yes."
+
+
+def _clip(text: str, max_chars: int | None) -> str:
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    return text[:max_chars].rsplit(" ", 1)[0] + " ..."
+
+
+def wiki_paragraphs(paragraphs: Sequence, max_chars: int | None = None) -> str:
+    """IRCoT's paragraph layout: 'Wikipedia Title: <title>' then the text, blank-line separated.
+    Items are RetrievedDoc/Document-like (``title``, ``text``) or (title, text) pairs."""
+    parts = []
+    for p in paragraphs:
+        title, text = (p if isinstance(p, tuple) else (p.title, p.text))
+        parts.append(f"Wikipedia Title: {title}\n{_clip(text, max_chars)}")
+    return "\n\n".join(parts) if parts else "(no paragraphs)"
+
+
+# Sentence boundary: end punctuation, space, then an opening capital/quote/bracket/digit. Not
+# after an initial or a common abbreviation ('J. R. R. Tolkien', 'St. Louis', 'U.S. Army').
+_ABBREV = re.compile(r"(?:\b[A-Z]|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Mt|Ft|Gen|Col|Lt|Sgt|Capt|Rev|"
+                     r"Prof|Inc|Ltd|Co|No|vs|etc|U\.S|U\.K|D\.C))\.$")
+_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of one line of prose (a simple rule-based splitter, no model)."""
+    text = " ".join(text.split())
+    out, start = [], 0
+    for m in _BOUNDARY.finditer(text):
+        head = text[start:m.start()].rstrip("\"')]")
+        if _ABBREV.search(head):
+            continue
+        out.append(text[start:m.start()].strip() if text[m.start()] == " "
+                   else text[start:m.end()].strip())
+        start = m.end()
+    if text[start:].strip():
+        out.append(text[start:].strip())
+    return [s for s in out if s]
+
+
+def _demo_turns(demo, n_prefix: int) -> tuple[str, str]:
+    """(user, assistant) of one IRCoT demonstration; the first ``n_prefix`` chain sentences
+    go into the user turn after 'A:' so that the demonstration shows a continuation."""
+    chain = list(demo.chain)
+    n_prefix = max(0, min(n_prefix, len(chain) - 1))
+    head = " ".join(chain[:n_prefix])
+    user = (wiki_paragraphs(demo.paragraphs) + f"\n\nQ: {demo.question}\nA:"
+            + (f" {head}" if head else ""))
+    return user, " ".join(chain[n_prefix:])
 
 
 def ircot_messages(question: str, docs: Sequence, thoughts: Sequence[str],
-                   max_chars: int | None = None) -> list[Message]:
-    so_far = " ".join(thoughts) if thoughts else "(none yet)"
-    return _with_docs(docs, f"Question: {question}\nReason step by step, one sentence at a "
-                      "time. Write the next sentence of reasoning only. When you know the "
-                      "answer, write 'So the answer is: <answer>'.\nReasoning so far: "
-                      f"{so_far}\nNext sentence:", max_chars)
+                   max_chars: int | None = None, demos: Sequence = ()) -> list[Message]:
+    """IRCoT's reasoning step. Demonstrations (``demonstrations.Demonstration``: paragraphs,
+    question, chain) first, each as a user turn (paragraphs, 'Q:', 'A:') and an assistant turn
+    (the chain); the k-th demonstration (0-based) moves its first k mod 2 chain sentences into
+    the user turn, so the few-shot shows the continuation the test turn asks for. Then the
+    test turn: the collected paragraphs, the question and 'A:' followed by the thoughts so far.
+    The original is one completion prompt ending in 'A: <thoughts>'; a chat model cannot
+    continue a partial assistant turn, so its reply may restate the thoughts
+    (``parse_ircot`` drops such echoes). Demonstrations come first so that llama.cpp reuses
+    their KV cache across steps and questions."""
+    msgs: list[Message] = [{"role": "system", "content": IRCOT_SYSTEM}]
+    for i, demo in enumerate(demos):
+        user, assistant = _demo_turns(demo, i % 2)
+        msgs += [{"role": "user", "content": user},
+                 {"role": "assistant", "content": assistant}]
+    so_far = " ".join(t.strip() for t in thoughts if t.strip())
+    msgs.append({"role": "user", "content": wiki_paragraphs(docs, max_chars)
+                 + f"\n\nQ: {question}\nA:" + (f" {so_far}" if so_far else "")})
+    return msgs
 
 
-_THOUGHT_LABEL = re.compile(r"^\s*(next sentence|sentence|reasoning( so far)?|thought|"
-                            r"step \d+)\s*[:\-]\s*", re.I)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
-_REPEATED_LEAD = re.compile(r"^(\s*so the (final )?answer is\s*:?)+\s*", re.I)
-_IRCOT_ANSWER = re.compile(r"so the (?:final )?answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
+@dataclass(frozen=True)
+class IrcotThought:
+    """One parsed IRCoT step. ``sentence``: the kept (first new) sentence, '' if none;
+    ``concludes``: 'answer is' occurs in that sentence; ``answer``: what follows it there;
+    ``echoed``: leading sentences dropped because they restate earlier thoughts."""
+    sentence: str
+    concludes: bool
+    answer: str
+    echoed: int = 0
 
 
-def parse_ircot(text: str) -> tuple[str, str | None]:
-    """(next thought, answer if the reply concludes).
+_THOUGHT_LABEL = re.compile(r"^\s*(a\s*:|(answer|thought|next sentence|sentence|reasoning|"
+                            r"step \d+)\s*[:\-])\s*", re.I)
+_ANSWER_IS = re.compile(r"answer is\b[\s:]*", re.I)
 
-    The thought is the first sentence of the first non-empty line, without echoed labels
-    ('Next sentence:'): IRCoT retrieves with one CoT sentence. The conclusion is searched in the
-    whole reply (small models often write it on a later line); 'So the answer is:' followed by
-    nothing counts as no conclusion. Fallback for an empty reply: ('', None)."""
-    thought = ""
-    for line in text.strip().splitlines():
-        line = _THOUGHT_LABEL.sub("", line.strip()).strip().strip("*` ")
-        if line:
-            thought = _SENTENCE_END.split(line, 1)[0].strip()
+
+def _norm_sentence(s: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", s.lower()).split())
+
+
+def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
+    """IRCoT's rule: keep the FIRST sentence of the generation, and stop iff that sentence
+    contains 'answer is' (a later sentence saying it does not count). Only the first
+    non-empty line is read (generation stops at a newline); echoed labels ('A:', 'Thought:')
+    are removed, and leading sentences equal to an earlier thought (a chat model restating
+    the chain so far) are skipped. Fallback for an empty or all-echo reply:
+    ``IrcotThought('', False, '')``."""
+    line = ""
+    for raw in text.strip().splitlines():
+        raw = raw.strip().strip("*`# ")
+        while _THOUGHT_LABEL.match(raw):
+            raw = _THOUGHT_LABEL.sub("", raw, count=1).strip()
+        if raw:
+            line = raw
             break
-    m = _IRCOT_ANSWER.search(text)
-    # Small models loop ('So the answer is: So the answer is: ...'): drop the repeats.
-    conclusion = parse_answer(_REPEATED_LEAD.sub("", m.group(1))) if m else ""
-    if not conclusion and re.match(r"so the (final )?answer is\b", thought, re.I):
-        thought = ""  # an empty conclusion is no reasoning either: nothing to search with
-    return thought, (conclusion or None)
+    seen = {_norm_sentence(p) for t in previous for p in split_sentences(t)}
+    sentences = split_sentences(line)
+    echoed = 0
+    while sentences and _norm_sentence(sentences[0]) in seen:
+        sentences.pop(0)
+        echoed += 1
+    if not sentences:
+        return IrcotThought("", False, "", echoed)
+    first = sentences[0]
+    m = _ANSWER_IS.search(first)
+    if not m:
+        return IrcotThought(first, False, "", echoed)
+    return IrcotThought(first, True, parse_answer(first[m.end():]), echoed)
 
 
 def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
-                      docs: Sequence = (), max_chars: int | None = None) -> list[Message]:
-    """The follow-up proposer. As in Self-Ask, it sees the question and the chain of follow-ups
-    with their intermediate answers; evidence enters only through those answers. Documents are
-    shown only if given (a variant, not the default)."""
-    steps = "".join(f"Follow up: {q}\nIntermediate answer: {a}\n" for q, a in qa_pairs)
-    ask = (_SELF_ASK_DEMO + f"Question: {question}\nAre follow up questions needed here? Ask "
-           "one simple follow-up question at a time, or, when you can answer, write 'So the "
-           "final answer is: <answer>'.\n" + steps + "Next line (either 'Follow up: "
-           "<question>' or 'So the final answer is: <answer>'):")
-    if docs:
-        return _with_docs(docs, ask, max_chars)
-    return [{"role": "system", "content": SELF_ASK_SYSTEM}, {"role": "user", "content": ask}]
+                      docs: Sequence = (), max_chars: int | None = None, *,
+                      step_docs: Sequence[Sequence] | None = None, demos: Sequence = (),
+                      force_final: bool = False) -> list[Message]:
+    """Self-Ask's proposer as a dialogue in which the search engine is the other speaker.
+
+    Press et al.'s text ('Question: ... / Are follow up questions needed here: Yes. / Follow
+    up: ... / Intermediate answer: ... / So the final answer is: ...') is split into chat
+    turns exactly where Self-Ask hands over to search: the model writes the opening and
+    'Follow up:' lines, the user turn brings 'Intermediate answer:'. ``demos``
+    (``demonstrations.SelfAskDemo``) come first in the same shape. The test dialogue opens
+    with the documents retrieved for the question (``docs``); each intermediate answer
+    comes with the documents its follow-up added (``step_docs[i]``), so the proposer sees all
+    retrieved context, as in FlashRAG's variant (the original proposer sees none).
+    ``force_final`` asks for the final answer now (after a repeated follow-up or when no
+    search is left)."""
+    msgs: list[Message] = [{"role": "system", "content": SELF_ASK_SYSTEM}]
+    for demo in demos:
+        msgs.append({"role": "user", "content": f"Question: {demo.question}"})
+        for i, (f, a) in enumerate(demo.steps):
+            msgs += [{"role": "assistant", "content":
+                      (SELF_ASK_OPENING + "\n" if i == 0 else "") + f"Follow up: {f}"},
+                     {"role": "user", "content": f"Intermediate answer: {a}"}]
+        msgs.append({"role": "assistant", "content": f"So the final answer is: {demo.answer}"})
+    n = 0
+
+    def numbered(ds) -> str:
+        nonlocal n
+        lines = []
+        for d in ds:
+            n += 1
+            lines.append(f"[{n}] {d.render(max_chars)}")
+        return "\n".join(lines)
+    opening = (f"Documents:\n{numbered(docs)}\n\n" if docs else "") + f"Question: {question}"
+    msgs.append({"role": "user", "content": opening})
+    for i, (f, a) in enumerate(qa_pairs):
+        new = (step_docs[i] if step_docs is not None and i < len(step_docs) else ()) or ()
+        msgs += [{"role": "assistant", "content":
+                  (SELF_ASK_OPENING + "\n" if i == 0 else "") + f"Follow up: {f}"},
+                 {"role": "user", "content": (f"New documents:\n{numbered(new)}\n\n"
+                                              if new else "") + f"Intermediate answer: {a}"}]
+    if force_final:
+        msgs[-1] = dict(msgs[-1], content=msgs[-1]["content"] + "\nNo more follow up "
+                        "questions are possible. Reply with 'So the final answer is: "
+                        "<answer>'.")
+    return msgs
 
 
 _FOLLOW_UP = re.compile(r"follow[ -]?up(?: question)?[ \t]*:[ \t]*(\S.*)", re.I)
@@ -222,10 +442,9 @@ _FINAL = re.compile(r"(?:final|the) answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
 def parse_self_ask(text: str) -> tuple[str | None, str | None]:
     """(follow-up question, final answer); at most one is set, both None for a malformed reply.
 
-    The reply is cut at its first 'Intermediate answer:' (where the original stops generation
-    and lets search answer): a model that invents a whole chain does not get to invent the
-    final answer too. Of a follow-up and a conclusion, the earlier one wins. Fallback: a bare
-    line ending in '?' is taken as the follow-up."""
+    The reply is cut at its first 'Intermediate answer:' (the stop sequence: search answers a
+    follow-up, never the model). Of a follow-up and a conclusion, the earlier one wins.
+    Fallback: a bare line ending in '?' is taken as the follow-up."""
     head = re.split(r"intermediate answer\s*:", text, maxsplit=1, flags=re.I)[0]
     fin, fup = _FINAL.search(head), _FOLLOW_UP.search(head)
     if fin and (fup is None or fin.start() < fup.start()):

@@ -12,6 +12,10 @@ Layout written by ``python -m dynakrag_lite evaluate --out ...`` (and by
 come from the folder names, so two runs of one method (an ablation and the full method) never
 collapse into one row even though both summaries say ``"method": "dynakrag"``.
 
+Everything here only reads: no function of this module writes a file (a torn last line of a
+predictions file is ignored, not cut; the writer in :mod:`dynakrag_lite.experiments` does that
+when it resumes).
+
 :func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
 arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),
 the ablation F1s, the retrieval-cap sweep and the GPT-4o-mini transfer F1. They are facts
@@ -24,12 +28,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from .experiments import SUMMARY_KEYS, read_predictions
+from .experiments import SUMMARY_KEYS, latest_rows, read_predictions, row_diagnostics
 
 DEFAULT_ROOT = Path("results/experiments")
 ID_COLUMNS = ("dataset", "generator", "run")
 METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generator"))
-SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("command", "path")
+# errors: error rows (questions whose method raised); complete: every requested question
+# has a real row. Both None for summaries written before they were recorded.
+SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "command", "path")
 
 PAPER_CITATION = ("Wu et al. 2026, 'A Unified Framework for Learnable Evidence Control in "
                   "Multi-Hop RAG', arXiv:2607.06507")
@@ -54,8 +60,8 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
 
     Columns: dataset, generator, run (from the folder names), the summary metrics (method, n,
     em, f1, support_recall, all_support_rate, docs_mean, tokens_mean, llm_calls_mean,
-    retrieval_calls_mean, seconds_mean), the command that produced it (``run.command``) and the
-    summary's path relative to ``root``. An empty DataFrame with these columns when nothing
+    retrieval_calls_mean, seconds_mean), ``errors`` and ``complete``, the command that produced
+    it (``run.command``) and the summary's path relative to ``root``. An empty DataFrame with these columns when nothing
     exists; unreadable summaries are skipped with a warning.
     """
     import warnings
@@ -71,6 +77,8 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
             dataset, generator, run = path.relative_to(base).parts[:3]
             row = {"dataset": dataset, "generator": generator, "run": run}
             row.update({k: s.get(k) for k in METRIC_COLUMNS})
+            row["errors"] = s.get("errors")
+            row["complete"] = (s.get("run") or {}).get("complete")
             row["command"] = (s.get("run") or {}).get("command")
             row["path"] = str(path.relative_to(base))
             rows.append(row)
@@ -91,12 +99,36 @@ def load_summary(dataset: str, generator: str, run: str,
 
 
 def load_predictions(dataset: str, generator: str, run: str,
-                     root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
-    """The per-question records of one run (one row per line of predictions.jsonl)."""
+                     root: str | Path = DEFAULT_ROOT, errors: bool = False) -> pd.DataFrame:
+    """The per-question records of one run: the latest line of each question id in
+    predictions.jsonl (a retried question's success supersedes its error row). Error rows
+    (``"error"`` column) are left out unless ``errors=True``. Never writes; raises
+    :class:`~dynakrag_lite.experiments.ResultsError` for a damaged file."""
+    return pd.DataFrame(_latest(dataset, generator, run, root, errors))
+
+
+def _latest(dataset: str, generator: str, run: str, root: str | Path, errors: bool
+            ) -> list[dict]:
     path = _find_root(root) / dataset / generator / run / "predictions.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no predictions for {dataset}/{generator}/{run} under {root}")
-    return pd.DataFrame(read_predictions(path))
+    return latest_rows(read_predictions(path), errors=errors)
+
+
+def load_diagnostics(dataset: str, generator: str, run: str,
+                     root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per question of a run: stop reason, vetoes, sufficiency verdicts, parse
+    fallbacks and action counts (``n_<action>``), as recorded in each row or derived from its
+    trace for older rows (see :mod:`dynakrag_lite.experiments`)."""
+    recs = []
+    for r in _latest(dataset, generator, run, root, errors=False):
+        d = row_diagnostics(r)
+        rec = {"id": r["id"], "stop_reason": d["stop_reason"], "vetoes": d["vetoes"]}
+        rec.update({f"suff_{k}": v for k, v in d["sufficiency"].items()})
+        rec.update({f"fallback_{k}": v for k, v in d["parse_fallbacks"].items()})
+        rec.update({f"n_{k}": v for k, v in d["actions"].items()})
+        recs.append(rec)
+    return pd.DataFrame(recs).fillna(0)
 
 
 # -- the paper's numbers ------------------------------------------------------------------

@@ -47,6 +47,12 @@ class Sufficiency:
     raw: str
     parsed: bool
     doc_ids: tuple[str, ...]  # the evidence it judged: a later probe on the same set is redundant
+    # Which signal decided (see dynakrag_lite.sufficiency), its score and threshold; gates=False:
+    # the verdict is only recorded (the signal is at chance), features treat it as unknown.
+    score: Optional[float] = None
+    threshold: Optional[float] = None
+    signal: str = "text"
+    gates: bool = True
 
 
 @dataclass(frozen=True)

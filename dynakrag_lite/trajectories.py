@@ -1,36 +1,50 @@
 """Training data: trajectories on training questions and support-recall targets (paper Eq. 1).
 
-At every state s visited by a seeded uniform-valid rollout we execute each valid action a once
-(the counterfactual branch; states are immutable, so branching is free) and label it:
+At every state s visited by a seeded uniform-valid rollout each valid action a gets its label:
 
-    acquisition actions:  v(s, a) = SR(s') - SR(s)
-    sufficiency_check:    v(s, a) = 1[SR(s) = 1]
+    acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed: s' is needed)
+    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no execution needed: no LLM call)
     stop_answer:          v(s, a) = SR(s)
     compress_answer_evidence: not labelled (terminal)
 
-SR uses the gold support labels, which exist only here and in the metrics, never in a state.
-The rollout then continues with the action the uniform controller picks. LLM actions
-(rewrite_query, sufficiency_check) call the generator; the call cache makes re-collection cheap.
+Acquisition branches are executed once each (states are immutable, so branching is free); a
+counterfactual sufficiency_check is labelled without being run, and is executed only when the
+rollout takes it (its next state is then used), which is also when its real token cost is
+logged. SR uses the gold support labels, which exist only here and in the metrics, never in a
+state. The rollout continues with the action the uniform controller picks until a cap forces
+the stop. LLM actions call the generator; the call cache makes re-collection cheap.
+
+Every visited state with documents is also a prefix for the continuation model
+(:class:`PrefixSample`): its SR and, with ``continuation="f1"``, the reader's answer F1 from
+its documents (one answer call per prefix; these calls share the documents prefix of the
+state's other prompts, so llama.cpp reuses the KV cache, and they go through the call cache).
+The target ``gain`` is F1(end of rollout) - F1(now) (``"f1"``), SR(end) - SR(now) (``"sr"``),
+or the best one-step SR gain (``"onestep"``); see :mod:`dynakrag_lite.training_data`.
 """
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from .actions import Environment, apply_action
+from .actions import answer, apply_action
+from .config import Environment
 from .corpus import gold_titles
 from .data import Question
-from .features import FEATURE_NAMES, heuristic_cost, phi, state_features
-from .metrics import support_recall
-from .state import EvidenceState, RETRIEVAL_ACTIONS, STEP_ACTIONS, initial_state
+from .features import heuristic_cost, phi, state_features
+from .metrics import em_f1
+from .state import EvidenceState, RETRIEVAL_ACTIONS, initial_state
+from .training_data import CONTINUATION_TARGETS, PrefixSample, Sample, TrainingData
 from .validity import valid_actions
+from .oracle import sr
 
+# OracleChooser and the TrainingData records used to live here; re-exported for old imports.
+from .oracle import OracleChooser  # noqa: F401
 
-def sr(state: EvidenceState, gold: Sequence[str]) -> float:
-    return support_recall(state.titles, gold)
+__all__ = ["label", "collect_question", "collect", "sr", "Sample", "PrefixSample",
+           "TrainingData", "OracleChooser", "CONTINUATION_TARGETS", "answer_f1"]
 
 
 def label(state: EvidenceState, action: str, gold: Sequence[str],
@@ -46,52 +60,20 @@ def label(state: EvidenceState, action: str, gold: Sequence[str],
     raise ValueError(f"{action} is not labelled")
 
 
-@dataclass
-class Sample:
-    qid: str
-    step: int
-    action: str
-    features: np.ndarray
-    target: float
-    cost_tokens: float  # tokens the action actually cost (for the cost model)
-    n_docs: int
-    chosen: bool = False  # the rollout continued with this action (the path tau)
+def answer_f1(state: EvidenceState, q: Question, env: Environment) -> tuple[float, int]:
+    """(F1 of the reader's answer from the state's documents, tokens of that call)."""
+    _, pred, gen = answer(state, env)
+    if not q.answers:
+        return math.nan, gen.prompt_tokens + gen.completion_tokens
+    return em_f1(pred, q.answers)[1], gen.prompt_tokens + gen.completion_tokens
 
 
-@dataclass
-class PrefixSample:
-    """For the continuation model: does continuing from this prefix raise SR?"""
-    qid: str
-    features: np.ndarray
-    gain: float  # best one-step SR gain among the valid acquisition actions
-    step: int = -1  # len(history) of the prefix (pairs it with the Samples of that state)
-
-
-@dataclass
-class TrainingData:
-    samples: list[Sample] = field(default_factory=list)
-    prefixes: list[PrefixSample] = field(default_factory=list)
-    questions: list[str] = field(default_factory=list)
-
-    def matrix(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        X = np.stack([s.features for s in self.samples]) if self.samples else \
-            np.zeros((0, len(FEATURE_NAMES)))
-        y = np.array([s.target for s in self.samples])
-        return X, y, [s.action for s in self.samples]
-
-    def to_frame(self):
-        """The samples as a pandas DataFrame (one row per labelled (s, a); no features)."""
-        import pandas as pd
-        return pd.DataFrame([{"qid": s.qid, "step": s.step, "action": s.action,
-                              "target": s.target, "chosen": s.chosen, "n_docs": s.n_docs,
-                              "cost_tokens": s.cost_tokens} for s in self.samples],
-                            columns=["qid", "step", "action", "target", "chosen", "n_docs",
-                                     "cost_tokens"])
-
-
-def collect_question(q: Question, env: Environment, seed: int = 13
+def collect_question(q: Question, env: Environment, seed: int = 13, continuation: str = "f1"
                      ) -> tuple[list[Sample], list[PrefixSample]]:
     """One seeded uniform-valid rollout with counterfactual labels at every visited state."""
+    if continuation not in CONTINUATION_TARGETS:
+        raise ValueError(f"unknown continuation target {continuation!r}; one of "
+                         f"{CONTINUATION_TARGETS}")
     gold = gold_titles(q)
     rng = random.Random(f"{seed}|{q.id}")
     state = initial_state(q.question, q.id)
@@ -102,9 +84,10 @@ def collect_question(q: Question, env: Environment, seed: int = 13
         base = state_features(state)
         branches: dict[str, EvidenceState] = {}
         gains = []
+        first = len(samples)
         for a in valid:
             nxt = None
-            if a in STEP_ACTIONS:
+            if a in RETRIEVAL_ACTIONS:  # the label needs s'
                 nxt = apply_action(state, a, env)
                 branches[a] = nxt
             y = label(state, a, gold, nxt)
@@ -113,56 +96,48 @@ def collect_question(q: Question, env: Environment, seed: int = 13
             cost = float(nxt.ledger.tokens - state.ledger.tokens) if nxt is not None else 0.0
             c_est = heuristic_cost(state, a, env.config.doc_chars, env.config.per_action)
             samples.append(Sample(q.id, len(state.history), a, phi(state, a, c_est, base), y,
-                                  cost, len(state.docs)))
+                                  cost, len(state.docs),
+                                  executed=nxt is not None or a == "stop_answer"))
         if state.docs:
             sv = np.array([base[n] for n in base], dtype=np.float64)
-            prefixes.append(PrefixSample(q.id, sv, max(gains, default=0.0),
-                                         len(state.history)))
+            p = PrefixSample(q.id, sv, 0.0, len(state.history),
+                             onestep=max(gains, default=0.0), sr_now=sr(state, gold),
+                             tokens=float(state.ledger.tokens))
+            if continuation == "f1":
+                p.f1_now, p.answer_tokens = answer_f1(state, q, env)
+            prefixes.append(p)
         options = [a for a in valid if a != "stop_answer"]
         if not options:
             break
         choice = rng.choice(options)
-        for smp in samples[len(samples) - len(valid):]:
+        for smp in samples[first:]:
             smp.chosen = smp.action == choice
+        if choice not in branches:  # sufficiency_check: executed now that its s' is used
+            nxt = apply_action(state, choice, env)
+            branches[choice] = nxt
+            for smp in samples[first:]:
+                if smp.action == choice:
+                    smp.cost_tokens = float(nxt.ledger.tokens - state.ledger.tokens)
+                    smp.executed = True
         state = branches[choice]
+    if prefixes:  # the last prefix is the rollout's end
+        end = prefixes[-1]
+        for p in prefixes:
+            p.sr_end, p.f1_end = end.sr_now, end.f1_now
+            p.gain = float(p.target(continuation))
     return samples, prefixes
 
 
 def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
-            progress: bool = True) -> TrainingData:
+            progress: bool = True, continuation: str = "f1") -> TrainingData:
+    """Trajectories of ``questions`` (training questions only) with continuation targets of
+    kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none)."""
     from tqdm.auto import tqdm
-    data = TrainingData()
+    data = TrainingData(continuation_target=continuation)
     qs = list(questions)
     for q in tqdm(qs, desc="trajectories", disable=not progress):
-        s, p = collect_question(q, env, seed)
+        s, p = collect_question(q, env, seed, continuation)
         data.samples.extend(s)
         data.prefixes.extend(p)
         data.questions.append(q.id)
     return data
-
-
-class OracleChooser:
-    """Upper bound, NOT a deployable method: it reads the gold support labels. At each state it
-    executes every valid acquisition action and takes the one with the largest true SR gain;
-    it stops when support is complete or no single action raises it (greedy, one step).
-    Its ledger counts only the path it takes, not the branches it peeked at."""
-    name = "oracle"
-
-    def __init__(self, env: Environment, gold: Sequence[str]):
-        self.env, self.gold = env, list(gold)
-
-    def choose(self, state: EvidenceState, valid: tuple[str, ...]):
-        here = sr(state, self.gold)
-        scores: dict[str, dict[str, float]] = {}
-        best, best_gain = "stop_answer", 0.0
-        for a in valid:
-            if a in RETRIEVAL_ACTIONS and here < 1.0:
-                gain = sr(apply_action(state, a, self.env), self.gold) - here
-                scores[a] = {"true_gain": round(gain, 4)}
-                if gain > best_gain:
-                    best, best_gain = a, gain
-        if best == "stop_answer" and "stop_answer" not in valid:
-            best = valid[0]
-        if "stop_answer" in valid:
-            scores["stop_answer"] = {"true_sr": round(here, 4)}
-        return best, scores

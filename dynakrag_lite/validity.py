@@ -17,7 +17,7 @@ Rules (paper Table 5, with our readings of what it leaves open):
 """
 from __future__ import annotations
 
-from .actions import ControlConfig
+from .config import ControlConfig
 from .state import ACTIONS, EvidenceState
 
 

@@ -1,9 +1,60 @@
-"""Test doubles. The library has no fake generator; tests that check control logic (not model
-quality) use this scripted one so that thousands of states can be explored in seconds. Tests
-of real behaviour use the bundled models (see test_generators, test_end_to_end)."""
+"""Test doubles and the one gate for tests that need real models.
+
+The library has no fake generator; tests that check control logic (not model quality) use the
+scripted one below so that thousands of states can be explored in seconds. Tests of real
+behaviour use the bundled models (see test_generators, test_baselines) and must reach them
+through :func:`require_model` / :func:`require_llama` / :func:`require_modules`: on a developer
+machine a missing piece skips the test, under CI (``$CI`` set) it fails the run, so a broken
+install can never turn the real-model tests into silent skips.
+"""
 from __future__ import annotations
 
+import importlib.util
+import os
+
+import pytest
+
 from dynakrag_lite.generators import Generation
+
+# The bundled models `make test` installs (Makefile: SMALL_MODELS, and the smoke check's
+# --require list). Only these are mandatory under CI; qwen2.5-coder-1.5b comes from the
+# optional `make models-large` and is skipped when absent, CI or not.
+CI_MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b")
+
+
+def in_ci() -> bool:
+    """True when $CI is set to anything but an explicit false (GitHub/GitLab set CI=true)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def missing(reason: str, required_in_ci: bool = True) -> None:
+    """Skip the calling test, or fail it under CI when the missing piece is mandatory there."""
+    if required_in_ci and in_ci():
+        pytest.fail(f"CI must run this test, but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_llama() -> None:
+    """llama-cpp-python must be importable (a broken build still fails at import, loudly)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        missing("llama-cpp-python is not installed (make llama)")
+
+
+def require_modules(*names: str) -> None:
+    """Every named module must be importable (they are all in requirements/`make install`)."""
+    absent = [n for n in names if importlib.util.find_spec(n) is None]
+    if absent:
+        missing(f"modules not installed: {', '.join(absent)} (make install)")
+
+
+def require_model(name: str, llama: bool = True) -> None:
+    """Bundled model ``name`` must be installed, and llama.cpp too unless ``llama=False``."""
+    from dynakrag_lite import models
+    if llama:
+        require_llama()
+    if not models.is_installed(name):
+        missing(f"bundled model {name} is not installed: {models.install_command(name)}",
+                required_in_ci=name in CI_MODELS)
 
 
 class ScriptedGenerator:

@@ -8,21 +8,18 @@ well-formed chain) to check the control flow and the fallbacks.
 """
 from __future__ import annotations
 
-import importlib.util
 from typing import Sequence
 
 import pytest
 
-from dynakrag_lite import models
 from dynakrag_lite.actions import ControlConfig, Environment
 from dynakrag_lite.baselines import (BASELINES, COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE,
                                      default_k, run_baseline, run_fixed_k, run_ircot,
                                      run_self_ask)
 from dynakrag_lite.controller import MethodResult
-from dynakrag_lite.corpus import Corpus, normalize_title
+from dynakrag_lite.corpus import normalize_title
 from dynakrag_lite.generators import Generation, Generator
-from dynakrag_lite.library import build_library
-from dynakrag_lite.retriever import DenseRetriever
+from helpers import require_model
 
 N_QUESTIONS = 2  # per baseline with the real generator: a shared 2-core CPU is slow
 
@@ -63,29 +60,34 @@ class ScriptedGenerator:
 
 # -- fixtures ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def questions():
-    return build_library()
+def questions(library_questions):
+    return library_questions
 
 
 @pytest.fixture(scope="module")
-def retriever(questions):
-    corpus = Corpus.from_questions(questions, name="library")
-    # The default index dir is keyed by a content hash: a rerun loads instead of re-encoding.
-    return DenseRetriever(corpus, show_progress=False)
+def retriever(library_retriever):
+    return library_retriever  # the session's index of the pooled library corpus (conftest)
 
 
 @pytest.fixture(scope="module")
 def real_generator():
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python not installed")
-    if not models.is_installed("smollm2-135m"):
-        pytest.skip(models.install_command("smollm2-135m"))
+    require_model("smollm2-135m")  # skips on a dev machine without it; fails under CI
     from dynakrag_lite.generators import make_generator
     return make_generator("smollm2-135m", cache=False)
 
 
 def _env(retriever, generator, **cfg) -> Environment:
     return Environment(retriever, generator, ControlConfig(**cfg))
+
+
+def run_scripted(run, replies: Sequence[str], question: str, retriever, **cfg
+                 ) -> tuple[MethodResult, ScriptedGenerator]:
+    """``run`` (a baseline function) on ``question`` with scripted replies, invariants checked."""
+    gen = ScriptedGenerator(replies)
+    env = _env(retriever, gen, **cfg)
+    res = run(question, env)
+    _check_invariants(res, env, gen.calls)
+    return res, gen
 
 
 def _check_invariants(res: MethodResult, env: Environment, calls: int) -> None:
@@ -154,10 +156,8 @@ GARBAGE = ["", "   \n\n", "%%%@@@ \x00 ###", "So the answer is:", "Follow up:",
 @pytest.mark.parametrize("name", sorted(BASELINES))
 @pytest.mark.parametrize("reply", GARBAGE, ids=[f"garbage{i}" for i in range(len(GARBAGE))])
 def test_malformed_replies_never_crash(name, reply, questions, retriever):
-    gen = ScriptedGenerator([reply])
-    env = _env(retriever, gen)
-    res = run_baseline(name, questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
+    res, _ = run_scripted(lambda q, env: run_baseline(name, q, env), [reply],
+                          questions[0].question, retriever)
     assert res.state.docs  # a fallback still gathers evidence for the reader
 
 
@@ -172,62 +172,75 @@ def test_fixed_k_k_is_clipped_and_zero_is_closed_book(questions, retriever):
         run_fixed_k(q, _env(retriever, ScriptedGenerator(["x"])), k=-1)
 
 
-def test_ircot_concluding_sentence_is_the_answer(questions, retriever):
-    gen = ScriptedGenerator(["Dathser Records was founded by someone.",
-                             "So the answer is: Gobreindhaven."])
-    env = _env(retriever, gen)
-    res = run_ircot(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
-    assert res.prediction == "Gobreindhaven" and res.extra["answer_source"] == "chain"
-    # question search, one CoT sentence, its search, the concluding sentence
+def test_ircot_stops_at_answer_is_and_the_reader_answers(questions, retriever):
+    res, gen = run_scripted(run_ircot, ["Dathser Records was founded by someone.",
+                                        "So the answer is: Gobreindhaven.", "Kotanbrook"],
+                            questions[0].question, retriever)
+    # The chain's conclusion ends the loop; the separate reader call gives the prediction.
+    assert res.extra["stop_reason"] == "concluded" and res.extra["answer_source"] == "reader"
+    assert res.extra["chain_answer"] == "Gobreindhaven" and res.prediction == "Kotanbrook"
+    # question search, one CoT sentence, its search, the concluding sentence; then the reader
     assert [t.action for t in res.trace] == [RETRIEVE, COT_STEP, RETRIEVE, COT_STEP]
     assert res.trace[2].query == "Dathser Records was founded by someone."
-    assert len(res.state.docs) == 6
+    assert len(res.state.docs) == 6 and gen.calls == 3
     assert "Dathser Records was founded by someone." in gen.prompts[1]
 
 
 def test_ircot_runs_max_steps_rounds_then_the_reader_answers(questions, retriever):
-    gen = ScriptedGenerator([f"Thought number {i} about the question." for i in range(4)]
-                            + ["Kotanbrook"])
-    env = _env(retriever, gen)
-    res = run_ircot(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
+    res, gen = run_scripted(run_ircot, [f"Thought number {i} about the question."
+                                        for i in range(4)] + ["Kotanbrook"],
+                            questions[0].question, retriever)
     assert res.extra["stop_reason"] == "max_steps" and res.extra["answer_source"] == "reader"
     assert res.state.ledger.retrieval_calls == 4 and gen.calls == 5
     assert res.prediction == "Kotanbrook" and len(res.state.docs) == 12
 
 
-def test_self_ask_chain_with_final_answer(questions, retriever):
-    gen = ScriptedGenerator(["Follow up: Who founded Dathser Records?", "Nobody Known",
-                             "So the final answer is: Gobreindhaven"])
-    env = _env(retriever, gen)
-    res = run_self_ask(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
-    assert res.prediction == "Gobreindhaven" and res.extra["answer_source"] == "chain"
-    assert res.extra["qa_pairs"] == [("Who founded Dathser Records?", "Nobody Known")]
-    assert [t.action for t in res.trace] == [FOLLOW_UP, RETRIEVE, INTERMEDIATE, FOLLOW_UP]
-    # The intermediate answer reads the follow-up's docs; the next proposal sees the chain.
-    assert "Question: Who founded Dathser Records?" in gen.prompts[1]
-    assert "Intermediate answer: Nobody Known" in gen.prompts[2]
+@pytest.mark.parametrize("replies, prediction, qa_pairs, actions, in_prompt", [
+    # A follow-up, its search and intermediate answer (read from the follow-up's own
+    # documents), then the conclusion, which sees the chain.
+    (["Follow up: Who founded Dathser Records?", "Nobody Known",
+      "So the final answer is: Gobreindhaven"],
+     "Gobreindhaven", [("Who founded Dathser Records?", "Nobody Known")],
+     [RETRIEVE, FOLLOW_UP, RETRIEVE, INTERMEDIATE, FOLLOW_UP],
+     {1: "Question: Who founded Dathser Records?", 2: "Intermediate answer: Nobody Known"}),
+    # A conclusion before any follow-up is read from the question's documents, shown to the
+    # proposer, and accepted.
+    (["So the final answer is: Oren Velk"], "Oren Velk", [], [RETRIEVE, FOLLOW_UP],
+     {0: "Documents:\n[1] "}),
+], ids=["after_a_follow_up", "from_the_question_documents"])
+def test_self_ask_chain_ends_with_final_answer(questions, retriever, replies, prediction,
+                                               qa_pairs, actions, in_prompt):
+    res, gen = run_scripted(run_self_ask, replies, questions[0].question, retriever)
+    assert res.prediction == prediction and res.extra["answer_source"] == "chain"
+    assert res.extra["stop_reason"] == "concluded"
+    assert res.extra["qa_pairs"] == qa_pairs
+    assert [t.action for t in res.trace] == actions
+    assert res.state.ledger.retrieval_calls == actions.count(RETRIEVE)
+    for call, text in in_prompt.items():
+        assert text in gen.prompts[call]
 
 
-def test_self_ask_stops_on_repeated_follow_up_and_respects_the_cap(questions, retriever):
-    gen = ScriptedGenerator(["Follow up: Who founded Dathser Records?", "Someone",
-                             "Follow up: who founded Dathser Records", "Reader answer"])
-    env = _env(retriever, gen)
-    res = run_self_ask(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
-    assert res.extra["stop_reason"] == "repeated_followup"
-    assert res.state.ledger.retrieval_calls == 1
-    # propose, answer, propose, answer, propose (over the cap), reader answer
-    gen = ScriptedGenerator(["Follow up: Question 0?", "Answer 0", "Follow up: Question 1?",
-                             "Answer 1", "Follow up: Question 2?", "Reader answer"])
-    env = _env(retriever, gen, max_steps=2)
-    res = run_self_ask(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
-    assert res.extra["stop_reason"] == "max_followups" and len(res.extra["qa_pairs"]) == 2
-    assert res.state.ledger.retrieval_calls == 2 and gen.calls == 6
+def test_self_ask_repeated_follow_up_is_not_searched_again(questions, retriever):
+    # search(question), propose, search, answer, propose (a repeat), forced propose, reader
+    res, gen = run_scripted(run_self_ask, ["Follow up: Who founded Dathser Records?", "Someone",
+                                           "Follow up: who founded Dathser Records",
+                                           "no idea", "Reader answer"],
+                            questions[0].question, retriever)
+    assert res.extra["stop_reason"] == "repeated_followup" and res.extra["forced_final"]
+    assert res.state.ledger.retrieval_calls == 2 and gen.calls == 5
     assert res.prediction == "Reader answer" and res.extra["answer_source"] == "reader"
+
+
+def test_self_ask_search_budget_forces_a_final_answer(questions, retriever):
+    # max_steps=2 allows the question's search and one follow-up search.
+    res, gen = run_scripted(run_self_ask, ["Follow up: Question 0?", "Answer 0",
+                                           "Follow up: Question 1?",
+                                           "So the final answer is: Forced"],
+                            questions[0].question, retriever, max_steps=2)
+    assert res.extra["stop_reason"] == "search_budget"
+    assert res.extra["qa_pairs"] == [("Question 0?", "Answer 0")]
+    assert res.state.ledger.retrieval_calls == 2 and gen.calls == 4
+    assert res.prediction == "Forced" and res.extra["answer_source"] == "forced"
 
 
 def test_registry_names():
@@ -236,15 +249,7 @@ def test_registry_names():
         run_baseline("nope", "q?", Environment(None, None))
 
 
-def test_self_ask_does_not_accept_a_closed_book_answer_before_searching(questions, retriever):
-    gen = ScriptedGenerator(["So the final answer is: Oren Velk", "Some intermediate",
-                             "So the final answer is: Y"])
-    env = _env(retriever, gen)
-    res = run_self_ask(questions[0].question, env)
-    _check_invariants(res, env, gen.calls)
-    assert res.prediction == "Y" and res.state.ledger.retrieval_calls == 1
-    assert res.extra["qa_pairs"] == [(questions[0].question, "Some intermediate")]
-    # with no search allowed, the closed-book conclusion is all there is
+def test_self_ask_keeps_a_closed_book_answer_when_no_search_is_allowed(questions, retriever):
     gen = ScriptedGenerator(["So the final answer is: Oren Velk"])
     env = _env(retriever, gen, retrieval_cap=0)
     res = run_self_ask(questions[0].question, env)

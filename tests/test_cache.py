@@ -37,7 +37,7 @@ def test_miss_then_hit(tmp_path):
     g2 = gen.generate(MSGS, max_tokens=16)
     assert not g1.cached and g2.cached
     assert (g2.text, g2.prompt_tokens, g2.completion_tokens) == (g1.text, 7, 3)
-    assert g2.seconds < 0.05 and gen.inner.calls == 1
+    assert gen.inner.calls == 1  # the hit never reached the backend (speed: benchmarks/)
     s = cache.stats()
     assert (s["hits"], s["misses"], s["corrupt"], s["entries"]) == (1, 1, 0, 1)
 

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
+from dynakrag_lite.cache import CallCache
 from dynakrag_lite.cli import main
 from dynakrag_lite.experiments import SUMMARY_KEYS
+from helpers import require_model
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -34,28 +36,48 @@ def test_unknown_generator_spec_is_a_clear_error(capsys):
 
 
 @pytest.mark.slow
-def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, capsys):
+def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, capsys,
+                                                                       private_cache):
+    """Runs the real model: the autouse fixture gives this test an empty LLM call cache, so
+    nothing is replayed from a user's cache and a broken backend fails here."""
+    require_model("smollm2-135m")
     pol = tmp_path / "library-smollm2.joblib"
     code, out, _ = run_cli(capsys, "train", "--data", "library", "--generator", "smollm2-135m",
                            "--out", str(pol), "--limit", "2", "--trees", "20",
                            "--doc-chars", "200")
     assert code == 0 and pol.exists() and json.loads(out.splitlines()[-1])["samples"] > 0
+    with CallCache(private_cache / "llm_calls.sqlite") as calls:
+        assert len(calls) > 0  # the model really ran, into this test's own (fresh) cache
     out_dir = tmp_path / "eval"
     args = ["evaluate", "--data", "library", "--method", "dynakrag", "--policy", str(pol),
             "--generator", "smollm2-135m", "--limit", "2", "--out", str(out_dir),
             "--doc-chars", "200"]
     assert run_cli(capsys, *args)[0] == 0
-    lines = (out_dir / "predictions.jsonl").read_text().splitlines()
+    pred_path = out_dir / "predictions.jsonl"
+    lines = pred_path.read_text().splitlines()
     assert len(lines) == 2
     row = json.loads(lines[0])
     for key in ("id", "prediction", "answers", "em", "f1", "support_recall", "docs", "tokens",
                 "llm_calls", "retrieval_calls", "seconds", "trace"):
         assert key in row
+    assert row["llm_calls"] > 0 and row["tokens"] > 0
     assert all("valid" in t and "scores" in t for t in row["trace"])
     summary = json.loads((out_dir / "summary.json").read_text())
     assert set(SUMMARY_KEYS) <= set(summary) and summary["n"] == 2
-    # a torn last line (a run killed mid-write) is dropped and that question redone
-    with open(out_dir / "predictions.jsonl", "a") as fh:
-        fh.write('{"id": "half')
+    first, second = (json.loads(x) for x in lines)
+
+    # Resume after a clean finish: both questions are done, nothing is redone or appended.
     assert run_cli(capsys, *args)[0] == 0
-    assert (out_dir / "predictions.jsonl").read_text().splitlines() == lines
+    assert pred_path.read_text().splitlines() == lines
+
+    # A run killed while writing question 2: its line is only half on disk. Resuming cuts the
+    # torn line, keeps question 1 byte for byte, and answers question 2 again.
+    pred_path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
+    assert run_cli(capsys, *args)[0] == 0
+    redone = pred_path.read_text().splitlines()
+    assert len(redone) == 2 and redone[0] == lines[0]
+    again = json.loads(redone[1])
+    assert again["id"] == second["id"] != first["id"]
+    assert again["prediction"] == second["prediction"]  # greedy decoding: same answer
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["n"] == 2 and summary["run"]["complete"]

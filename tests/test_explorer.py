@@ -1,9 +1,17 @@
 """The trajectory explorer: replay of a predictions.jsonl record (SR per step, chosen actions,
 gold marks), the static HTML (every step, the answer, escaping), the comparison view, the
-widget built without a display, and a record from a real evaluate() run on the library."""
+widget built without a display, and a record from a real evaluate() run on the library.
+
+The explorer is three modules behind one facade (``dynakrag_lite.explorer``): replay
+(``explorer_replay``), static rendering (``explorer_render``) and the widget
+(``explorer_widget``). The tests at the end check each layer on its own: the layers import
+without the heavier ones, and the facade exports the very objects of the layers."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +208,114 @@ def test_real_evaluate_records_render(real_runs):
     # The learned policy's numbers appear on its steps.
     dyn = runs["dynakrag"][qid]
     assert any(o.value is not None for s in steps_from_record(dyn) for o in s.options)
+
+
+# -- the split: each layer on its own ------------------------------------------------------
+from dynakrag_lite import explorer, explorer_render, explorer_replay, explorer_widget  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+# Every name the book imports from dynakrag_lite.explorer (grep "explorer" book/*.ipynb).
+BOOK_NAMES = ("Explorer", "load_runs", "plot_sr_curve", "render_html", "steps_from_record",
+              "find_result_sets", "sr_curve")
+
+
+def test_facade_reexports_the_layers_objects():
+    layers = (explorer_replay, explorer_render, explorer_widget)
+    for name in explorer.__all__:
+        owners = [m for m in layers if name in m.__all__]
+        assert len(owners) == 1, name  # each public name lives in exactly one layer
+        assert getattr(explorer, name) is getattr(owners[0], name)
+    assert set(BOOK_NAMES) <= set(explorer.__all__)
+    assert set(explorer.__all__) == {n for m in layers for n in m.__all__}
+
+
+@pytest.mark.parametrize("module, forbidden", [
+    ("dynakrag_lite.explorer_replay", ("ipywidgets", "matplotlib", "IPython", "html")),
+    ("dynakrag_lite.explorer_render", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lite.explorer_widget", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lite.explorer", ("ipywidgets", "matplotlib", "IPython")),
+])
+def test_layers_import_without_heavier_dependencies(module, forbidden):
+    """Replay needs neither HTML nor widgets; nothing imports ipywidgets or matplotlib until a
+    widget is built or a plot drawn (a fresh interpreter, so other tests' imports do not
+    count)."""
+    code = (f"import sys, {module}\n"
+            f"print(','.join(m for m in {forbidden!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True).stdout.strip()
+    assert out == "", f"{module} imported {out}"
+
+
+def test_replay_option_order_primary_number_and_missing_actions():
+    entry = {"action": "gap_query", "valid": ["retrieve_more"],
+             "scores": {"retrieve_more": {"value": 0.2, "p": 0.5},
+                        "stop_answer": {"true_gain": 0.1, "true_sr": 0.4}}}
+    rec = {"id": "q", "n_gold": 2, "docs": [], "trace": [entry]}
+    (step,) = explorer_replay.steps_from_record(rec)
+    # "valid" first, then actions that only have numbers, then the chosen action.
+    assert step.valid == ("retrieve_more", "stop_answer", "gap_query")
+    assert [o.chosen for o in step.options] == [False, False, True]
+    assert step.options[0].primary == pytest.approx(0.2)  # value beats p
+    assert step.options[1].primary == pytest.approx(0.1)  # true_gain beats true_sr
+    assert step.options[2].primary is None and step.options[0].raw == {"value": 0.2, "p": 0.5}
+    assert step.sr == 0.0 and step.n_docs == 0 and step.continue_gain is None
+    # A doc id the record does not list is shown, unmarked, but not counted as gold.
+    rec["trace"][0]["added"] = ["ghost"]
+    (step,) = explorer_replay.steps_from_record(rec)
+    assert step.added[0].gold is None and step.added[0].title == "ghost" and step.n_docs == 1
+
+
+def test_replay_loading_errors_and_result_sets(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        explorer_replay.load_records(tmp_path)
+    assert explorer_replay.find_result_sets(tmp_path / "missing") == []
+    for ds, runs in (("hotpotqa", ("dynakrag", "fixed_k")), ("musique", ("fixed_k",))):
+        for run in runs:
+            d = tmp_path / ds / "gen" / run
+            d.mkdir(parents=True)
+            (d / "predictions.jsonl").write_text(json.dumps(hand_record(run)) + "\n\n")
+    assert explorer_replay.find_result_sets(tmp_path) == [tmp_path / "hotpotqa" / "gen"]
+    assert explorer_replay.find_result_sets(tmp_path, need=("fixed_k",)) == [
+        tmp_path / "hotpotqa" / "gen", tmp_path / "musique" / "gen"]
+    assert list(explorer_replay.load_runs(tmp_path / "hotpotqa" / "gen")) == ["dynakrag",
+                                                                            "fixed_k"]
+
+
+def test_render_edge_cases_and_chip_colors():
+    a, b = hand_record("dynakrag"), hand_record("fixed_k")
+    assert "no record" in explorer_render.render_comparison_html(None, None)
+    assert explorer_render.render_comparison_html(a, None) == explorer_render.render_html(a)
+    b["id"] = "q2"
+    assert "different questions" in explorer_render.render_comparison_html(a, b)
+    assert "different questions" not in explorer_render.render_comparison_html(a, a)
+    named = explorer_render.render_comparison_html(a, a, names=["Left run", "Right run"])
+    assert named.count(">Left run</div>") == 1 and named.count(">Right run</div>") == 1
+    # The best option of a step is the greenest; a vetoed one is struck through.
+    out = explorer_render.render_html(a)
+    assert explorer_render._chip_color(1.0) in out and "line-through" in out
+    assert explorer_render._chip_color(None) == "#eeeeee"
+    assert explorer_render._fmt(None) == "–" and explorer_render._fmt(0.5) == "0.5"
+    assert "continuation estimate 0.2" in out
+    assert explorer_render.render_html(a) == explorer_render.render_html(hand_record())
+
+
+def test_widget_layer_without_ipywidgets_calls():
+    """Everything but :meth:`Explorer.widget` works without building a widget."""
+    with pytest.raises(ValueError):
+        explorer_widget.Explorer({"dynakrag": {}})
+    same, other = hand_record("dynakrag"), hand_record("fixed_k")
+    other["support_recall"] = 1.0
+    q0 = dict(hand_record("dynakrag"), id="q0", question="Q" * 120)
+    ex = explorer_widget.Explorer({"dynakrag": {"q0": q0, "q1": same},
+                                   "fixed_k": {"q0": dict(q0, method="fixed_k"), "q1": other},
+                                   "oracle": {"q1": hand_record("oracle")}},
+                                  method="dynakrag", compare="dynakrag")
+    assert ex.compare == "fixed_k"  # compare falls back to another method
+    assert ex.question_ids == ["q1", "q0"]  # the question every method has comes first
+    assert ex.default_question() == "q1"  # SR differs there
+    assert ex.question_label("q0").endswith("...") and len(ex.question_label("q0")) < 110
+    assert ex.n_steps("q1") == 5 and ex.n_steps("nope") == 0
+    assert "oracle has no record" in ex.html("q0", compare="oracle")
+    assert "no record for nope" in ex.html("nope")
+    assert ex.html("q1", compare="") == explorer_render.render_html(same)
+    assert ex._widget is None  # no widget was built by any of this

@@ -6,7 +6,6 @@ server that answers /v1/chat/completions with the real llama.cpp generator.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -20,19 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dynakrag_lite import models
-from dynakrag_lite.cache import CallCache
 from dynakrag_lite.generators import (CachedGenerator, Generation, Generator, GeneratorError,
                                       LlamaCppGenerator, OpenAIGenerator, make_generator,
                                       parse_spec)
+from helpers import require_model, require_modules
 
 MSGS = [{"role": "system", "content": "You are a helpful assistant. Answer in a few words."},
         {"role": "user", "content": "What is the capital of France?"}]
-
-needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                                 reason="llama-cpp-python not installed")
-needs_smollm2 = pytest.mark.skipif(not models.is_installed("smollm2-135m"),
-                                   reason=models.install_command("smollm2-135m"))
-
 
 # -- spec parsing and factory (no model) --------------------------------------------------------
 
@@ -85,10 +78,7 @@ def test_missing_bundled_package_raises_generator_error_with_pip_command(monkeyp
 
 @pytest.fixture(scope="module")
 def smollm2():
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python not installed")
-    if not models.is_installed("smollm2-135m"):
-        pytest.skip(models.install_command("smollm2-135m"))
+    require_model("smollm2-135m")  # skips on a dev machine without it; fails under CI
     return make_generator("smollm2-135m", cache=False)
 
 
@@ -114,20 +104,21 @@ def test_greedy_decoding_is_deterministic_and_stop_strings_cut(smollm2):
 
 
 @pytest.mark.slow
-def test_second_call_hits_cache_in_under_50ms(smollm2, tmp_path):
+def test_second_call_and_a_later_generator_hit_the_cache(smollm2, tmp_path):
+    # Functional check only (hit flags and counters); how fast a hit is belongs in benchmarks/.
     gen = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
     assert isinstance(gen, CachedGenerator) and gen.inner.llama is smollm2.llama  # not reloaded
     cold = gen.generate(MSGS, max_tokens=16)
     warm = gen.generate(MSGS, max_tokens=16)
     assert not cold.cached and warm.cached
-    assert warm.seconds < 0.05, warm.seconds
+    assert (gen.cache.hits, gen.cache.misses) == (1, 1)
     assert (warm.text, warm.prompt_tokens, warm.completion_tokens) == \
         (cold.text, cold.prompt_tokens, cold.completion_tokens)
-    # A fresh generator on the same file (a later run) hits too.
+    # A fresh generator on the same file (a later run) hits too, without decoding.
     again = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
-    t0 = time.perf_counter()
     g = again.generate(MSGS, max_tokens=16)
-    assert g.cached and time.perf_counter() - t0 < 0.05
+    assert g.cached and g.text == cold.text
+    assert (again.cache.hits, again.cache.misses) == (1, 0)
 
 
 @pytest.mark.slow
@@ -232,18 +223,15 @@ def test_openai_server_error_raises_generator_error(stdlib_server):
         OpenAIGenerator("smollm2", base, max_retries=0).generate(MSGS)
 
 
-def _llama_server_missing() -> str | None:
-    missing = [m for m in ("uvicorn", "fastapi", "sse_starlette", "starlette_context",
-                           "pydantic_settings", "yaml", "llama_cpp", "openai")
-               if importlib.util.find_spec(m) is None]
-    return f"llama-cpp-python[server] extras missing: {missing}" if missing else None
+# llama-cpp-python[server] and the openai client (make install puts both in).
+SERVER_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context",
+                  "pydantic_settings", "yaml", "openai")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_llama_server_missing() is not None,
-                    reason=str(_llama_server_missing()))
-@needs_smollm2
 def test_openai_generator_against_llama_cpp_server(tmp_path):
+    require_model("smollm2-135m")
+    require_modules(*SERVER_MODULES)
     path = models.gguf_path("smollm2-135m")
     port = _free_port()
     log = open(tmp_path / "server.log", "wb")
@@ -281,21 +269,26 @@ def test_openai_generator_against_llama_cpp_server(tmp_path):
 # -- transformers on the same GGUF --------------------------------------------------------------
 
 @pytest.mark.slow
-@needs_smollm2
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None
-                        for m in ("torch", "transformers", "gguf")),
-                    reason="needs torch, transformers and gguf")
 def test_transformers_backend_reads_smollm2_gguf(tmp_path):
+    require_model("smollm2-135m", llama=False)
+    require_modules("torch", "transformers", "gguf")
     path = models.gguf_path("smollm2-135m")
     gen = make_generator(f"hf:{path.parent}#{path.name}", cache=tmp_path / "c.sqlite")
     assert gen.model_id == f"{path.parent.resolve()}#{path.name}"
     g = gen.generate(MSGS, max_tokens=12)
     assert g.text.strip() and g.prompt_tokens > 10 and 0 < g.completion_tokens <= 12
     assert gen.generate(MSGS, max_tokens=12).cached
-    if importlib.util.find_spec("llama_cpp") is not None:
-        # Same chat template and tokenizer: the prompt lengths agree with llama.cpp's count.
-        ref = make_generator("smollm2-135m", cache=False).generate(MSGS, max_tokens=1)
-        assert abs(ref.prompt_tokens - g.prompt_tokens) <= 1
     s = gen.inner.generate([{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6"}],
                            max_tokens=12, stop=[","])
     assert "," not in s.text
+
+
+@pytest.mark.slow
+def test_transformers_and_llama_cpp_count_the_same_prompt_tokens(smollm2):
+    # Same GGUF, so the same chat template and tokenizer: prompt lengths agree.
+    require_modules("torch", "transformers", "gguf")
+    path = models.gguf_path("smollm2-135m")
+    hf = make_generator(f"hf:{path.parent}#{path.name}", cache=False)
+    g = hf.generate(MSGS, max_tokens=1)
+    ref = smollm2.generate(MSGS, max_tokens=1)
+    assert abs(ref.prompt_tokens - g.prompt_tokens) <= 1

@@ -106,9 +106,20 @@ def test_library_round_trips_through_jsonl(tmp_path, lib):
     assert load_questions(write_questions(lib, tmp_path / "lib.jsonl")) == lib
 
 
-def test_corpus_note_explains_design():
-    note = library_corpus_note().lower()
-    assert "fictional" in note and "bridge" in note and "comparison" in note
+def test_corpus_note_describes_the_library_it_builds(lib):
+    """The note's claims, parsed from its text, hold for the built library: every question type
+    it lists (``name`` (~P%)) exists with a share within 5 points of P, and no type is left out;
+    its "~A-B candidate paragraphs" bounds the paragraph counts; its 3- and 4-hop claim holds."""
+    note = library_corpus_note()
+    shares = {t: int(p) for t, p in re.findall(r"``(\w+)`` \(~(\d+)%\)", note)}
+    counts = Counter(q.type for q in lib)
+    assert set(shares) == set(counts)
+    for qtype, pct in shares.items():
+        assert abs(100 * counts[qtype] / len(lib) - pct) <= 5, qtype
+    lo, hi = map(int, re.search(r"~(\d+)-(\d+) candidate\s+paragraphs", note).groups())
+    assert all(lo <= len(q.paragraphs) <= hi for q in lib)
+    assert "3-hop and 4-hop" in note
+    assert {len(q.supporting_titles) for q in lib if q.type == "compositional"} == {3, 4}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -1,0 +1,511 @@
+#!/usr/bin/env python
+"""The chapters' Colab path: one generated install cell per chapter, from one repository URL.
+
+Two halves live in this file:
+
+* **Generation** (runs here, needs PyYAML): :func:`read_repo` reads the single source of truth,
+  ``repository.url`` / ``branch`` / ``path_to_book`` in ``_config.yml``;
+  :func:`install_cell_source` renders a chapter's install cell from what the chapter needs
+  (:data:`CHAPTER_NEEDS`: bundled model names and benchmark datasets); ``--write`` rewrites that
+  cell and the Colab badge URL in every ``book/*.ipynb``::
+
+      python data_scripts/colab.py --print 14   # show chapter 14's cell
+      python data_scripts/colab.py --check      # exit 1 if a chapter is out of date
+      python data_scripts/colab.py --write      # rewrite cells and badges (idempotent)
+
+  The install cell is found by its first line, :data:`MARKER`, or (once, for chapters written
+  before this script) as the code cell that pip-installs under ``"google.colab" in
+  sys.modules``; a chapter that has none gets one after its badge. The cell is tagged
+  ``remove-input`` and saved without outputs. Nothing else in a notebook is touched.
+
+* **Setup** (runs on Colab, standard library only): the cell is a no-op unless
+  ``"google.colab" in sys.modules``. On Colab it clones the repository with
+  ``git clone --depth 1`` (so ``results/``, ``book/_llm_cache.sqlite`` and ``data_scripts/``
+  come along; ``pip install git+...`` would leave them out), loads *this file from the clone*
+  and calls :func:`setup`, which in order:
+
+  1. probes the Hugging Face hub (a 3 s TCP connect) and sets ``HF_HUB_OFFLINE`` /
+     ``TRANSFORMERS_OFFLINE`` to ``1`` only when it is unreachable, else ``0`` (so a later
+     ``os.environ.setdefault("HF_HUB_OFFLINE", "1")`` in a chapter cannot turn an online
+     Colab offline);
+  2. ``pip install -r requirements.txt`` minus :data:`COLAB_SKIP` (Colab's own torch, and the
+     book-building tools a reader does not need), then ``pip install --no-deps -e <clone>``,
+     and puts the clone on ``sys.path`` for the running kernel;
+  3. if the chapter runs a bundled model and ``llama_cpp`` is missing: llama-cpp-python from
+     the prebuilt CPU wheel index :data:`LLAMA_CPU_INDEX` (``--only-binary``, so pip cannot
+     fall back to a silent source build); if that fails, it *says* it is compiling for
+     ~5-10 minutes and compiles with :data:`PORTABLE_CMAKE_ARGS` (never ``-march=native``).
+     The version pin is read from ``data_scripts/install_llama.py`` in the clone;
+  4. installs the weight packages of each model the chapter needs, as listed in
+     ``dynakrag_lite.models.REGISTRY`` of the clone (``--no-deps``, skipped when installed);
+  5. for each benchmark the chapter uses, runs ``data_scripts/prepare_data.py --dataset D
+     --out <clone>/.cache/data`` (download + normalize the official dev file) and sets
+     ``DYNAKRAG_DATA_DIR`` when at least one file is there; a failed download is reported and
+     the chapter skips that benchmark, as it does anywhere without data;
+  6. copies ``book/_llm_cache.sqlite`` to ``<clone>/.cache/llm_calls.sqlite`` and points
+     ``DYNAKRAG_LLM_CACHE`` at it (quick mode replays the recorded calls, as ``make book``);
+  7. changes into ``<clone>/book`` (chapters run from there, as in ``make book``).
+
+  Every step is skipped when already done, so re-running the cell (or a second chapter in the
+  same runtime) costs seconds. Knobs, for tests and forks: ``DYNAKRAG_COLAB_REPO`` (clone this
+  URL or path instead), ``DYNAKRAG_COLAB_HOME`` (clone under this folder, default
+  ``/content``), ``DYNAKRAG_COLAB_PIP`` (the pip command, default ``python -m pip``),
+  ``DYNAKRAG_COLAB_PROBE`` (``host:port`` probed for the hub), ``DYNAKRAG_COLAB_DRY_RUN=1``
+  (print pip and data commands instead of running them).
+
+What is tested here (tests/test_colab_setup.py) and what is not: the generated cell is run by
+a bare interpreter (``python -m venv --without-pip``) with a fake ``google.colab`` module,
+cloning a local bare repository, with a recording fake pip and a fake ``prepare_data.py``: the
+order of the steps, the commands, the compile fallback and its warning, the offline probe, the
+environment left behind and the no-op without the fake module are all checked. Not tested
+here (no Colab, no network): a real Colab runtime, whether :data:`LLAMA_CPU_INDEX` serves a
+wheel for the pinned version and Colab's Python, a real 5-10 minute compile, real PyPI
+installs of the weight packages, and the real dev-set downloads (HotpotQA from the CMU mirror;
+2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted downloads, in
+which case ``prepare_data.py`` prints how to fetch the file by hand).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MARKER = "# dynakrag-colab-setup"
+CELL_TAG = "remove-input"
+CELL_ID = "colab-setup"
+BADGE_ID = "colab-badge"
+BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
+COLAB_GITHUB = "https://colab.research.google.com/github/"
+
+# llama-cpp-python's own index of prebuilt CPU wheels (its README, "Pre-built Wheel"). pip
+# ignores an extra index whose newest version lacks a wheel and compiles the PyPI sdist instead
+# (abetlen/llama-cpp-python#1872), hence --only-binary in the first attempt.
+LLAMA_CPU_INDEX = "https://abetlen.github.io/llama-cpp-python/whl/cpu"
+# Portable x86-64 baseline (any CPU since ~2015); never -march=native (see install_llama.py).
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
+                       "-DGGML_F16C=ON -DGGML_BMI2=ON")
+COMPILE_WARNING = ("llama-cpp-python: no prebuilt CPU wheel could be installed, so it is "
+                   "compiled from source now with portable flags. This takes about 5-10 "
+                   "minutes on Colab's 2 cores; the cell is not stuck.")
+# requirements.txt lines not installed on Colab: Colab ships its own torch (the pinned PyPI
+# build would replace it, several GB), and the book-building/publishing tools are not needed
+# to run a chapter (they also pin Sphinx/IPython versions that can clash with Colab's).
+COLAB_SKIP = ("torch", "jupyter-book", "nbval", "papermill", "ghp-import")
+HUB_PROBE = "huggingface.co:443"
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a chapter needs on Colab: bundled generator names (keys of
+    ``dynakrag_lite.models.REGISTRY``) and benchmark names (``prepare_data.py --dataset``)."""
+    models: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
+
+
+SMOL = ("smollm2-135m",)
+BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
+# Keyed by the chapter file's two-digit prefix. Chapters 01-02 describe the three benchmarks
+# when present; 12-14 rerun on HotpotQA in full mode; 14 transfers to the 0.5B Qwen model.
+CHAPTER_NEEDS: dict[str, Needs] = {
+    "00": Needs(SMOL),
+    "01": Needs((), BENCHMARKS),
+    "02": Needs((), BENCHMARKS),
+    "03": Needs(SMOL),
+    "04": Needs(),
+    "05": Needs(SMOL), "06": Needs(SMOL), "07": Needs(SMOL), "08": Needs(SMOL),
+    "09": Needs(SMOL), "10": Needs(SMOL), "11": Needs(SMOL),
+    "12": Needs(SMOL, ("hotpotqa",)),
+    "13": Needs(SMOL, ("hotpotqa",)),
+    "14": Needs(SMOL + ("qwen2.5-coder-0.5b",), ("hotpotqa",)),
+    "15": Needs(SMOL),
+    "99": Needs(),  # prints the paper-scale commands; runs nothing
+}
+DEFAULT_NEEDS = Needs(SMOL)
+
+
+def needs_for(chapter: str) -> Needs:
+    """The needs of ``chapter`` (a file name such as ``14_generator_transfer.ipynb`` or
+    ``14``); a chapter not listed gets the small model only."""
+    return CHAPTER_NEEDS.get(Path(chapter).name[:2], DEFAULT_NEEDS)
+
+
+# -- the single source: _config.yml ----------------------------------------------------------
+@dataclass(frozen=True)
+class Repo:
+    url: str  # https://github.com/ORG/NAME
+    branch: str = "main"
+    path_to_book: str = "book"
+
+    @property
+    def slug(self) -> str:
+        return self.url.split("github.com/", 1)[1]
+
+    @property
+    def name(self) -> str:
+        return self.slug.split("/")[1]
+
+    def badge_url(self, notebook: str) -> str:
+        """Colab's URL for a chapter file of the book folder."""
+        return (f"{COLAB_GITHUB}{self.slug}/blob/{self.branch}/"
+                f"{self.path_to_book.strip('/')}/{Path(notebook).name}")
+
+
+def read_repo(config: str | Path = ROOT / "_config.yml") -> Repo:
+    """``repository.url``, ``branch`` and ``path_to_book`` of a jupyter-book ``_config.yml``."""
+    import yaml  # only the generator needs it; setup() on Colab does not
+    cfg = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+    rep = cfg.get("repository") or {}
+    url = str(rep.get("url") or "").strip().rstrip("/")
+    url = url[:-4] if url.endswith(".git") else url
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url):
+        raise ValueError(f"{config}: repository.url must be https://github.com/ORG/NAME "
+                         f"(Colab opens notebooks from GitHub), not {url!r}")
+    return Repo(url, str(rep.get("branch") or "main"), str(rep.get("path_to_book") or "book"))
+
+
+# -- generation ------------------------------------------------------------------------------
+def install_cell_source(repo: Repo, needs: Needs, chapter: str = "") -> str:
+    """The canonical source of a chapter's install cell. Plain Python (no ``!`` magics), so
+    it runs under any interpreter; a no-op unless ``google.colab`` is imported."""
+    chapter = Path(chapter).stem
+    q = json.dumps  # Python literals with double quotes
+    return f'''{MARKER}: generated by data_scripts/colab.py from _config.yml; edit there.
+# On Colab only: clone the repository (library, results/, LLM cache, data_scripts/), install
+# it with what this chapter needs, then work from its book/ folder. Elsewhere: does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import importlib.util, os, subprocess
+    _url = os.environ.get("DYNAKRAG_COLAB_REPO", {q(repo.url)})
+    _root = os.path.join(os.environ.get("DYNAKRAG_COLAB_HOME", "/content"), {q(repo.name)})
+    if not os.path.isdir(os.path.join(_root, ".git")):
+        subprocess.run(["git", "clone", "--depth", "1", "--branch", {q(repo.branch)}, _url, _root],
+                       check=True)
+    _spec = importlib.util.spec_from_file_location(
+        "dynakrag_colab", os.path.join(_root, "data_scripts", "colab.py"))
+    _colab = sys.modules["dynakrag_colab"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_colab)
+    _colab.setup(_root, models={q(list(needs.models))}, data={q(list(needs.data))},
+                 chapter={q(chapter)})'''
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _source(cell: Mapping) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _is_install_cell(cell: Mapping, legacy: bool) -> bool:
+    if cell.get("cell_type") != "code":
+        return False
+    src = _source(cell)
+    if src.startswith(MARKER):
+        return True
+    return legacy and '"google.colab" in sys.modules' in src and "pip" in src
+
+
+_BADGE_RE = re.compile(re.escape(COLAB_GITHUB) + r"[^)\s\"']+")
+
+
+def rewrite_notebook(nb: dict, filename: str, repo: Repo, needs: Needs | None = None) -> dict:
+    """A copy of ``nb`` with the canonical install cell and badge URL; idempotent."""
+    nb = json.loads(json.dumps(nb))
+    cells = nb["cells"]
+    needs = needs_for(filename) if needs is None else needs
+    with_ids = (nb.get("nbformat", 4), nb.get("nbformat_minor", 0)) >= (4, 5)
+    # The badge: rewrite its URL wherever it is; add one after the title if there is none.
+    url = repo.badge_url(filename)
+    badge_at = None
+    for i, c in enumerate(cells):
+        if c.get("cell_type") == "markdown" and COLAB_GITHUB in _source(c):
+            new = _BADGE_RE.sub(url, _source(c))
+            if new != _source(c):
+                c["source"] = _lines(new)
+            badge_at = i if badge_at is None else badge_at
+    if badge_at is None:
+        badge = {"cell_type": "markdown", "metadata": {},
+                 "source": _lines(f"[![Open In Colab]({BADGE_IMG})]({url})")}
+        if with_ids:
+            badge["id"] = BADGE_ID
+        title = next((i for i, c in enumerate(cells) if c.get("cell_type") == "markdown"), -1)
+        badge_at = title + 1
+        cells.insert(badge_at, badge)
+    # The install cell: the marked one, else a legacy Colab pip cell, else a new one.
+    at = next((i for i, c in enumerate(cells) if _is_install_cell(c, legacy=False)), None)
+    if at is None:
+        at = next((i for i, c in enumerate(cells) if _is_install_cell(c, legacy=True)), None)
+    if at is None:
+        cell = {"cell_type": "code", "metadata": {}, "source": [], "outputs": [],
+                "execution_count": None}
+        if with_ids:
+            cell["id"] = CELL_ID
+        at = badge_at + 1
+        cells.insert(at, cell)
+    cell = cells[at]
+    meta = {k: v for k, v in cell.get("metadata", {}).items() if k != "execution"}
+    tags = list(meta.get("tags", []))
+    if CELL_TAG not in tags:
+        tags.append(CELL_TAG)
+    meta["tags"] = tags
+    cell.update(metadata=meta, source=_lines(install_cell_source(repo, needs, filename)),
+                outputs=[], execution_count=None)
+    return nb
+
+
+def dumps_notebook(nb: Mapping) -> str:
+    """The byte layout Jupyter and nbformat write (sorted keys, one-space indent)."""
+    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def write_chapters(book_dir: str | Path, repo: Repo, check: bool = False) -> list[Path]:
+    """Rewrite every ``*.ipynb`` in ``book_dir``; return those that changed (``check``: those
+    that would change, writing nothing)."""
+    changed = []
+    for path in sorted(Path(book_dir).glob("*.ipynb")):
+        raw = path.read_text(encoding="utf-8")
+        new = dumps_notebook(rewrite_notebook(json.loads(raw), path.name, repo))
+        if new != raw:
+            changed.append(path)
+            if not check:
+                tmp = path.with_suffix(".ipynb.tmp")
+                tmp.write_text(new, encoding="utf-8")
+                os.replace(tmp, path)
+    return changed
+
+
+# -- setup (runs on Colab; standard library only) --------------------------------------------
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def hub_reachable(probe: str | None = None, timeout: float = 3.0) -> bool:
+    """A TCP connect to ``host:port`` (default: the Hugging Face hub) within ``timeout``."""
+    host, _, port = (probe or os.environ.get("DYNAKRAG_COLAB_PROBE") or HUB_PROBE).rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def colab_requirements(text: str, skip: Sequence[str] = COLAB_SKIP) -> str:
+    """``requirements.txt`` without comments and without the packages in ``skip``."""
+    keep = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line)
+        if m and m.group(0).lower().replace("_", "-") not in skip:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def llama_pin(root: Path) -> str:
+    """``==VERSION`` from ``data_scripts/install_llama.py`` (the version `make install`
+    builds), or "" when that script is not there."""
+    try:
+        text = (root / "data_scripts" / "install_llama.py").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    m = re.search(r'^VERSION\s*=\s*"([^"]+)"', text, re.M)
+    return f"=={m.group(1)}" if m else ""
+
+
+class Runner:
+    """Runs commands with their output streamed through ``log`` (a notebook shows it; a
+    child's own stdout would go to the kernel's terminal), or only prints them (dry run)."""
+
+    def __init__(self, log: Callable[[str], None] = print, dry_run: bool | None = None):
+        self.log = log
+        self.dry_run = _flag("DYNAKRAG_COLAB_DRY_RUN") if dry_run is None else dry_run
+        pip = os.environ.get("DYNAKRAG_COLAB_PIP", "").strip()
+        self.pip = shlex.split(pip) if pip else [sys.executable, "-m", "pip"]
+
+    def __call__(self, cmd: Sequence[str], env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> int:
+        cmd = [str(c) for c in cmd]
+        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        shown = (shown + " " if shown else "") + shlex.join(cmd)
+        if self.dry_run:
+            self.log(f"[dry-run] {shown}")
+            return 0
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", cwd=cwd,
+                                env={**os.environ, **(env or {})})
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.log(line.rstrip("\n"))
+        return proc.wait()
+
+    def pip_install(self, *args: str, env: Mapping[str, str] | None = None) -> int:
+        return self(self.pip + ["install", *args], env=env)
+
+
+def _done(stamp: Path) -> bool:
+    return stamp.exists()
+
+
+def _touch(stamp: Path) -> None:
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+
+
+def install_llama(run: Runner, root: Path, log: Callable[[str], None] = print) -> str:
+    """Prebuilt CPU wheel first, else a portable source build (announced). Returns "wheel" or
+    "compiled"; raises RuntimeError if both fail."""
+    spec = f"llama-cpp-python[server]{llama_pin(root)}"
+    log(f"llama-cpp-python: trying a prebuilt CPU wheel from {LLAMA_CPU_INDEX}")
+    if run.pip_install("--only-binary", "llama-cpp-python", "--extra-index-url",
+                       LLAMA_CPU_INDEX, "--timeout", "20", "--retries", "1", spec) == 0:
+        return "wheel"
+    log(COMPILE_WARNING)
+    log(f"CMAKE_ARGS={PORTABLE_CMAKE_ARGS}")
+    env = {"CMAKE_ARGS": PORTABLE_CMAKE_ARGS, "FORCE_CMAKE": "1"}
+    if run.pip_install("--no-binary", "llama-cpp-python", "--no-cache-dir", spec, env=env):
+        raise RuntimeError("llama-cpp-python failed to install (prebuilt wheel and source "
+                           "build); see the pip output above")
+    return "compiled"
+
+
+def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = (),
+          chapter: str = "", log: Callable[[str], None] = print) -> dict:
+    """Install the cloned repository at ``root`` and what a chapter needs; see the module
+    docstring for the steps. Returns what was done (also printed)."""
+    root = Path(root).resolve()
+    run = Runner(log)
+    state = root / ".cache" / "colab"
+    report: dict = {"root": str(root), "chapter": chapter, "steps": []}
+
+    def step(name: str, msg: str) -> None:
+        report["steps"].append(name)
+        log(f"[colab setup] {msg}")
+
+    # 1. network: offline only when the hub is unreachable.
+    online = hub_reachable()
+    flag = "0" if online else "1"
+    os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = flag
+    report["online"] = online
+    step("network", f"Hugging Face hub {'reachable' if online else 'unreachable'}: "
+                    f"HF_HUB_OFFLINE={flag}")
+
+    # 2. the library and its requirements.
+    req_text = colab_requirements((root / "requirements.txt").read_text(encoding="utf-8"))
+    stamp = state / f"requirements-{hashlib.sha256(req_text.encode()).hexdigest()[:12]}"
+    if _done(stamp):
+        step("requirements", "requirements already installed")
+    else:
+        step("requirements", "pip install -r requirements.txt (without "
+                             f"{', '.join(COLAB_SKIP)}) and the library")
+        state.mkdir(parents=True, exist_ok=True)
+        req = state / "requirements.txt"
+        req.write_text(req_text, encoding="utf-8")
+        if run.pip_install("-q", "-r", str(req)) or \
+                run.pip_install("-q", "--no-deps", "-e", str(root)):
+            raise RuntimeError("pip failed to install the requirements; see its output above")
+        if not run.dry_run:
+            _touch(stamp)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # an editable install is seen by new processes only
+    importlib.invalidate_caches()
+
+    # 3. llama.cpp, when the chapter runs a bundled model.
+    if models:
+        if importlib.util.find_spec("llama_cpp") is not None:
+            step("llama", "llama-cpp-python already installed")
+        else:
+            step("llama", "installing llama-cpp-python")
+            report["llama"] = install_llama(run, root, log)
+            importlib.invalidate_caches()
+
+    # 4. the weight packages of each model.
+    if models:
+        from dynakrag_lite import models as registry
+        for name in models:
+            m = registry.REGISTRY[name]
+            if registry.is_installed(name):
+                step(f"model:{name}", f"model {name} already installed")
+                continue
+            step(f"model:{name}", f"model {name}: {len(m.distributions)} weight package(s)")
+            if run.pip_install("-q", "--no-deps", *m.distributions):
+                raise RuntimeError(f"could not install model {name}: "
+                                   f"{registry.install_command(name)}")
+        importlib.invalidate_caches()
+
+    # 5. benchmark data, downloaded and normalized by the repository's own script.
+    data_dir = root / ".cache" / "data"
+    for ds in data:
+        target = data_dir / f"{ds}.jsonl"
+        if target.exists():
+            step(f"data:{ds}", f"{ds}: {target.name} already prepared")
+            continue
+        step(f"data:{ds}", f"{ds}: downloading and normalizing the official dev file")
+        rc = run([sys.executable, str(root / "data_scripts" / "prepare_data.py"),
+                  "--dataset", ds, "--out", str(data_dir)], cwd=root)
+        if rc:
+            log(f"[colab setup] {ds}: not available (prepare_data.py exit {rc}); the chapter "
+                "skips it")
+    if data and any((data_dir / f"{ds}.jsonl").exists() for ds in BENCHMARKS):
+        os.environ["DYNAKRAG_DATA_DIR"] = str(data_dir)
+        report["data_dir"] = str(data_dir)
+
+    # 6. the recorded model calls, replayed through a working copy (as `make book` does).
+    cache = root / ".cache" / "llm_calls.sqlite"
+    committed = root / "book" / "_llm_cache.sqlite"
+    if committed.exists() and not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(committed, cache)
+    if cache.exists():
+        os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
+        step("llm-cache", "recorded model calls: DYNAKRAG_LLM_CACHE=.cache/llm_calls.sqlite")
+
+    # 7. chapters run from book/.
+    os.chdir(root / "book")
+    step("chdir", f"working directory: {root / 'book'}")
+    log("[colab setup] done. If Colab asks to restart the runtime (pip upgraded a package it "
+        "had loaded), restart and run this cell again: finished steps are skipped.")
+    return report
+
+
+# -- command line ------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true",
+                      help="rewrite the install cell and badge of every chapter")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 if a chapter's install cell or badge is out of date")
+    mode.add_argument("--print", metavar="CHAPTER", help="print a chapter's install cell")
+    ap.add_argument("--config", type=Path, default=ROOT / "_config.yml")
+    ap.add_argument("--book-dir", type=Path, default=None,
+                    help="folder of the chapters (default: repository.path_to_book)")
+    args = ap.parse_args(argv)
+    repo = read_repo(args.config)
+    if args.print:
+        print(install_cell_source(repo, needs_for(args.print), args.print))
+        return 0
+    book = args.book_dir or args.config.parent / repo.path_to_book
+    changed = write_chapters(book, repo, check=args.check)
+    verb = "out of date" if args.check else "rewritten"
+    for p in changed:
+        print(f"{verb}: {p}")
+    print(f"{len(changed)} chapter(s) {verb}; repository {repo.url} (branch {repo.branch})")
+    return 1 if (args.check and changed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

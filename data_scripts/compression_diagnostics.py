@@ -1,0 +1,266 @@
+"""Measure the compressors on the HotpotQA TRAINING split (never the evaluation split).
+
+    python data_scripts/compression_diagnostics.py --dataset hotpotqa \
+        --generator qwen2.5-coder-0.5b --llm-questions 15 --k-docs 6 \
+        --out results/diagnostics/compression.json \
+        --selector-out results/selectors/hotpotqa-sentence-selector.joblib
+
+The training split is the one the CLI uses (build_setup, --n-eval 100, --split-seed 0). It is
+shuffled (seed 13) and cut into three disjoint parts: ``fit`` (train the sentence selector),
+``dev`` (choose logistic regression vs gradient boosting), ``measure`` (every number below).
+Each question's documents are its top ``--k-docs`` retrieved paragraphs (a final state of that
+size). Measured:
+
+* label rule vs HotpotQA's sentence-level supporting facts (where the provenance file has
+  them): how well "gold paragraph sentence with the answer or >= 0.5 of the question's content
+  words" matches the annotation;
+* extractive selector on ``measure``: answer-string survival (answer in the documents -> in
+  the evidence lines), gold-paragraph coverage, source document positions;
+* LLM compressor (``--generator``) on the first ``--llm-questions`` of ``measure``: parsed
+  snippets, validity rate and drop reasons, quote-ratio histogram, survival before and after
+  validation, source positions, fallback rate; and answer F1 from the documents, from the raw
+  LLM snippets (the old behaviour), from the validated compression (documents on fallback)
+  and from the extractive evidence.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dynakrag_lite import prompts  # noqa: E402
+from dynakrag_lite.compression import (ExtractiveCompressor, answer_in, build_compression,  # noqa: E402
+                                       content_words, label_sentences, render_evidence,
+                                       sentence_features, snippet_stats, split_sentences,
+                                       train_sentence_selector, training_rows, _make_model)
+from dynakrag_lite.corpus import normalize_title  # noqa: E402
+from dynakrag_lite.data import data_dir  # noqa: E402
+from dynakrag_lite.metrics import f1_score  # noqa: E402
+from dynakrag_lite.pipeline import build_setup  # noqa: E402
+from dynakrag_lite.state import RetrievedDoc  # noqa: E402
+
+
+def provenance_facts(dataset_file: Path) -> dict[str, list]:
+    p = dataset_file.with_name(dataset_file.stem + ".provenance.jsonl")
+    out = {}
+    if p.exists():
+        for line in open(p, encoding="utf-8"):
+            r = json.loads(line)
+            if r.get("supporting_facts"):
+                out[r["id"]] = r["supporting_facts"]
+    return out
+
+
+def label_agreement(questions, facts) -> dict:
+    """Label rule vs annotated supporting sentences, over gold paragraphs' sentences."""
+    tp = fp = fn = tn = 0
+    n_q = 0
+    for q in questions:
+        sf = facts.get(q.id)
+        if not sf:
+            continue
+        n_q += 1
+        gold_sents = {(t, i) for t, i in sf}
+        docs = [RetrievedDoc(str(j), p.title, p.text, 0.0, "x", 0)
+                for j, p in enumerate(q.paragraphs) if p.is_supporting]
+        rows = sentence_features(q.question, docs)
+        y = label_sentences(q.question, q.answers, docs, q.supporting_titles, rows)
+        for di, si, lab in zip(rows.doc_index, rows.sent_index, y):
+            truth = (docs[di].title, si) in gold_sents
+            tp += lab and truth
+            fp += lab and not truth
+            fn += (not lab) and truth
+            tn += (not lab) and not truth
+    return {"questions": n_q, "precision": round(tp / max(1, tp + fp), 3),
+            "recall": round(tp / max(1, tp + fn), 3), "tp": int(tp), "fp": int(fp),
+            "fn": int(fn), "tn": int(tn)}
+
+
+def docs_for(retriever, questions, k):
+    hits = retriever.search_many([q.question for q in questions], k)
+    return [[RetrievedDoc(h.doc.id, h.doc.title, h.doc.text, h.score, "retrieve_more", 0)
+             for h in hs] for hs in hits]
+
+
+def average_precision(y, p):
+    from sklearn.metrics import average_precision_score
+    return float(average_precision_score(y, p)) if y.sum() else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", default="hotpotqa")
+    ap.add_argument("--generator", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--llm-questions", type=int, default=15)
+    ap.add_argument("--k-docs", type=int, default=6)
+    ap.add_argument("--n-fit", type=int, default=400)
+    ap.add_argument("--n-dev", type=int, default=100)
+    ap.add_argument("--max-snippets", type=int, default=8)
+    ap.add_argument("--out", default="results/diagnostics/compression.json")
+    ap.add_argument("--selector-out", default="results/selectors/hotpotqa-sentence-selector.joblib")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    setup = build_setup(args.dataset, generator=None, show_progress=False)
+    env = setup.env
+    retr = env.retriever
+    train = list(setup.train)
+    random.Random(13).shuffle(train)
+    fit, dev, measure = (train[:args.n_fit], train[args.n_fit:args.n_fit + args.n_dev],
+                         train[args.n_fit + args.n_dev:])
+    out: dict = {"command": "python " + " ".join(sys.argv), "dataset": setup.dataset,
+                 "split": {"train_questions": len(train), "fit": len(fit), "dev": len(dev),
+                           "measure": len(measure), "eval_split_untouched": len(setup.eval)},
+                 "k_docs": args.k_docs, "max_snippets": args.max_snippets}
+    facts = provenance_facts(Path(data_dir()) / f"{setup.dataset}.jsonl")
+    out["label_rule_vs_supporting_facts"] = label_agreement(train, facts)
+
+    # -- the sentence selector: fit on `fit`, choose the model on `dev` --------------------
+    Xf, yf, _, _ = training_rows(fit, retr, k_docs=9)
+    Xd, yd, _, _ = training_rows(dev, retr, k_docs=9)
+    choice = {}
+    for kind in ("logreg", "gbt"):
+        m = _make_model(kind, 13).fit(Xf, yf)
+        choice[kind] = round(average_precision(yd, m.predict_proba(Xd)[:, 1]), 4)
+    best = max(choice, key=choice.get)
+    out["selector_choice_dev_average_precision"] = choice
+    sel = train_sentence_selector(fit, retr, k_docs=9, model=best, meta={
+        "dataset": setup.dataset, "split_seed": 0, "n_eval": 100,
+        "command": out["command"]})
+    sel.meta["dev_average_precision"] = choice[best]
+    Path(args.selector_out).parent.mkdir(parents=True, exist_ok=True)
+    sel.save(args.selector_out)
+    out["selector"] = {"path": args.selector_out, "model": best,
+                       **{k: sel.meta[k] for k in ("n_questions", "n_sentences", "n_positive",
+                                                   "label_rule", "embedder")}}
+    if best == "logreg":
+        coefs = sel.model[-1].coef_[0]
+        out["selector"]["logreg_coefficients"] = {
+            f: round(float(c), 3) for f, c in sorted(zip(sel.features, coefs),
+                                                     key=lambda x: -abs(x[1]))}
+
+    # -- extractive on `measure` -----------------------------------------------------------
+    comp_x = ExtractiveCompressor(sel, retr.encode)
+    mdocs = docs_for(retr, measure, args.k_docs)
+    xs = {"questions": len(measure), "answer_in_docs": 0, "answer_in_snippets": 0,
+          "gold_docs_in_state": 0, "gold_docs_with_snippet": 0, "fallback_to_docs": 0,
+          "snippets": 0, "source_positions": Counter(), "all_sentences": 0}
+    x_cache = {}
+    for q, docs in zip(measure, mdocs):
+        c = comp_x.compress(q.question, docs, args.max_snippets)
+        x_cache[q.id] = c
+        st = snippet_stats(docs, c, q.answers)
+        xs["answer_in_docs"] += st["answer_in_docs"]
+        xs["answer_in_snippets"] += st["answer_in_snippets"]
+        xs["fallback_to_docs"] += c.fallback_to_docs
+        xs["snippets"] += len(c.valid_snippets)
+        xs["all_sentences"] += sum(len(split_sentences(d.text)) for d in docs)
+        gold = {normalize_title(t) for t in q.supporting_titles}
+        gidx = {i for i, d in enumerate(docs) if normalize_title(d.title) in gold}
+        xs["gold_docs_in_state"] += len(gidx)
+        xs["gold_docs_with_snippet"] += len(gidx & {s.doc_index for s in c.valid_snippets})
+        xs["source_positions"].update(s.doc_index + 1 for s in c.valid_snippets)
+    xs["survival_rate"] = round(xs["answer_in_snippets"] / max(1, xs["answer_in_docs"]), 4)
+    xs["gold_doc_coverage"] = round(xs["gold_docs_with_snippet"]
+                                    / max(1, xs["gold_docs_in_state"]), 4)
+    xs["kept_share_of_sentences"] = round(xs["snippets"] / max(1, xs["all_sentences"]), 4)
+    xs["source_positions"] = dict(sorted(xs["source_positions"].items()))
+    out["extractive"] = xs
+
+    # -- LLM compressor on the first llm-questions of `measure` ----------------------------
+    if args.generator and args.llm_questions:
+        from dynakrag_lite.generators import make_generator
+        gen = make_generator(args.generator)
+        cfg = env.config
+        ls = {"questions": 0, "parsed": 0, "valid": 0, "dropped": Counter(),
+              "answer_in_docs": 0, "answer_in_raw_snippets": 0, "answer_in_valid_evidence": 0,
+              "answer_in_extractive": 0, "fallback_to_docs": 0, "source_positions": Counter(),
+              "quote_ratios": [], "template_word_snippet": 0}
+        f1 = {"docs": [], "raw_llm_snippets": [], "validated_llm": [], "extractive": []}
+        examples = []
+        llm_seconds = 0.0
+        for q, docs in list(zip(measure, mdocs))[:args.llm_questions]:
+            g = gen.generate(prompts.compress_messages(q.question, docs, False,
+                                                       args.max_snippets, cfg.doc_chars),
+                             max_tokens=prompts.COMPRESS_MAX_TOKENS)
+            llm_seconds += g.seconds
+            parsed = prompts.parse_snippets(g.text, args.max_snippets)
+            c = build_compression(parsed, g.text, g, docs)
+            from dynakrag_lite.compression import validate_snippets
+            _, _, ratios = validate_snippets(parsed, docs)
+            ls["quote_ratios"] += [round(r, 3) for r in ratios]
+            st = snippet_stats(docs, c, q.answers)
+            ls["questions"] += 1
+            ls["parsed"] += st["parsed"]
+            ls["valid"] += st["valid"]
+            ls["dropped"].update(st["dropped"])
+            ls["template_word_snippet"] += sum("snippet" in p.lower() for p in parsed)
+            ls["answer_in_docs"] += st["answer_in_docs"]
+            ls["answer_in_valid_evidence"] += st["answer_in_snippets"]
+            ls["answer_in_raw_snippets"] += st["answer_in_docs"] and any(
+                answer_in(a, " ".join(parsed)) for a in q.answers)
+            xc = x_cache[q.id]
+            ls["answer_in_extractive"] += st["answer_in_docs"] and any(
+                answer_in(a, " ".join(render_evidence(xc.valid_snippets))) for a in q.answers)
+            ls["fallback_to_docs"] += c.fallback_to_docs
+            ls["source_positions"].update(s.doc_index + 1 for s in c.valid_snippets)
+
+            def ans(msgs):
+                nonlocal llm_seconds
+                r = gen.generate(msgs, max_tokens=prompts.ANSWER_MAX_TOKENS)
+                llm_seconds += r.seconds
+                return prompts.parse_answer(r.text)
+
+            a_docs = ans(prompts.answer_messages(q.question, docs, cfg.doc_chars))
+            a_raw = ans(prompts.answer_from_snippets_messages(q.question, "\n".join(parsed))) \
+                if parsed else a_docs
+            a_val = a_docs if c.fallback_to_docs else ans(
+                prompts.answer_from_snippets_messages(q.question, "\n".join(c.snippets)))
+            a_x = a_docs if xc.fallback_to_docs else ans(
+                prompts.answer_from_snippets_messages(q.question, "\n".join(xc.snippets)))
+            for key, a in (("docs", a_docs), ("raw_llm_snippets", a_raw),
+                           ("validated_llm", a_val), ("extractive", a_x)):
+                f1[key].append(max(f1_score(a, gold) for gold in q.answers))
+            if len(examples) < 4:
+                examples.append({"question": q.question, "answers": list(q.answers),
+                                 "raw": g.text[:600], "kept": list(c.snippets),
+                                 "dropped": [list(d) for d in c.dropped],
+                                 "fallback": c.fallback_reason,
+                                 "predictions": {"docs": a_docs, "raw": a_raw,
+                                                 "validated": a_val, "extractive": a_x}})
+        hist = Counter(min(9, int(r * 10)) / 10 for r in ls["quote_ratios"])
+        ls["quote_ratio_histogram"] = {f"{k:.1f}": v for k, v in sorted(hist.items())}
+        del ls["quote_ratios"]
+        ls["validity_rate"] = round(ls["valid"] / max(1, ls["parsed"]), 4)
+        ls["survival_raw"] = round(ls["answer_in_raw_snippets"] / max(1, ls["answer_in_docs"]), 4)
+        ls["survival_validated"] = round(ls["answer_in_valid_evidence"]
+                                         / max(1, ls["answer_in_docs"]), 4)
+        ls["survival_extractive_same_questions"] = round(
+            ls["answer_in_extractive"] / max(1, ls["answer_in_docs"]), 4)
+        ls["dropped"] = dict(ls["dropped"])
+        ls["source_positions"] = dict(sorted(ls["source_positions"].items()))
+        ls["answer_f1"] = {k: round(float(np.mean(v)), 4) for k, v in f1.items()}
+        ls["answer_f1_n"] = len(f1["docs"])
+        ls["generator"] = args.generator
+        ls["llm_seconds"] = round(llm_seconds, 1)
+        ls["examples"] = examples
+        out["llm"] = ls
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k not in ("llm",)}, indent=1,
+                     default=str)[:4000])
+    if "llm" in out:
+        print(json.dumps({k: v for k, v in out["llm"].items() if k != "examples"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

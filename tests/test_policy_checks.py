@@ -1,0 +1,210 @@
+"""A saved policy is refused when it does not fit the run (features, embedder, truncation,
+budget, scikit-learn version, train/eval overlap), and a policy file in the project's
+results/policies is unpickled only when its sha256 is the one in MANIFEST.sha256."""
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+import sklearn
+from sklearn.ensemble import RandomForestRegressor
+
+from dynakrag_lite import policy as policy_mod
+from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES
+from dynakrag_lite.policy import (MANIFEST_NAME, POLICIES_DIR, CostModel, Policy, PolicyError,
+                                  check_policy, read_manifest, update_manifest)
+
+RUN = {"embedder": "all-MiniLM-L6-v2", "doc_chars": 600, "per_action": 3}
+TRAIN_IDS = ["q1", "q2", "q3"]
+
+
+def _policy(**meta) -> Policy:
+    rng = np.random.default_rng(0)
+    X = rng.random((40, len(FEATURE_NAMES)))
+    value = RandomForestRegressor(n_estimators=3, random_state=0).fit(X, X[:, 0])
+    info = {"feature_names": FEATURE_NAMES, "state_feature_names": STATE_FEATURE_NAMES,
+            "sklearn": sklearn.__version__, "numpy": np.__version__, "dataset": "library",
+            "generator": "smollm2-135m", "train_ids": TRAIN_IDS, "n_questions": 3, **RUN}
+    info.update(meta)
+    return Policy(value, None, CostModel(), meta=info)
+
+
+def test_matching_policy_is_accepted():
+    check_policy(_policy(), **RUN, eval_ids=["e1", "e2"])
+
+
+def test_policy_from_another_generator_is_allowed():
+    check_policy(_policy(generator="qwen2.5-coder-1.5b"), **RUN, eval_ids=["e1"])
+
+
+def test_embedder_aliases_count_as_the_same_model():
+    check_policy(_policy(), **{**RUN, "embedder": "minilm"})
+
+
+@pytest.mark.parametrize("meta, run, message", [
+    ({"embedder": "all-mpnet-base-v2"}, {}, r"embedder 'all-mpnet-base-v2'.*uses 'all-MiniLM"),
+    ({}, {"embedder": "BAAI/bge-large-en-v1.5"}, r"this run uses 'BAAI/bge-large-en-v1.5'"),
+    ({"doc_chars": 300}, {}, r"doc_chars=300, this run uses 600"),
+    ({}, {"doc_chars": None}, r"doc_chars=600, this run uses None"),
+    ({"per_action": 5}, {}, r"per_action=5 .*this run uses 3"),
+    ({"sklearn": "0.24.2"}, {}, rf"scikit-learn 0.24.2, installed is {sklearn.__version__}"),
+    ({"feature_names": FEATURE_NAMES[:-1] + ("old_feature",)}, {},
+     r"other features.*old_feature"),
+    ({"feature_names": FEATURE_NAMES[::-1]}, {}, r"other features \(same names in another"),
+])
+def test_each_mismatch_is_refused(meta, run, message):
+    with pytest.raises(PolicyError, match=message):
+        check_policy(_policy(**meta), **{**RUN, **run})
+
+
+def test_missing_metadata_is_refused_not_assumed():
+    pol = _policy()
+    del pol.meta["embedder"], pol.meta["train_ids"]
+    with pytest.raises(PolicyError, match=r"lacks \['embedder', 'train_ids'\]"):
+        check_policy(pol, **RUN)
+
+
+def test_training_and_evaluation_overlap_is_refused_with_count_and_example():
+    with pytest.raises(PolicyError, match=r"2 evaluation question\(s\) were training "
+                                          r"questions of this policy \(e.g. 'q2'\)"):
+        check_policy(_policy(), **RUN, eval_ids=["e1", "q2", "q3", "q2"])
+
+
+def test_every_problem_is_listed_at_once():
+    with pytest.raises(PolicyError) as e:
+        check_policy(_policy(per_action=5, doc_chars=100), **RUN, eval_ids=["q1"])
+    assert all(s in str(e.value) for s in ("per_action=5", "doc_chars=100", "q1"))
+
+
+# -- saving, loading, provenance -----------------------------------------------------------------
+
+def test_save_records_library_versions_and_writes_no_temp_files(tmp_path):
+    path = _policy().save(tmp_path / "p.joblib")
+    back = Policy.load(path)
+    assert back.meta["joblib"] == joblib.__version__
+    assert back.meta["sklearn"] == sklearn.__version__ and back.meta["numpy"] == np.__version__
+    assert [p.name for p in tmp_path.iterdir()] == ["p.joblib"]
+
+
+def test_provenance_after_load_needs_no_argument(tmp_path):
+    path = _policy().save(tmp_path / "p.joblib")
+    prov = Policy.load(path).provenance()
+    assert prov["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prov["generator"] == "smollm2-135m" and prov["dataset"] == "library"
+    assert prov["n_train"] == 3
+    assert not Path(prov["path"]).is_absolute() and prov["path"].endswith("p.joblib")
+    with pytest.raises(PolicyError, match="not loaded from a file"):
+        _policy().provenance()
+    assert _policy().provenance(path)["sha256"] == prov["sha256"]
+
+
+def test_provenance_of_a_project_policy_is_project_relative():
+    files = sorted(POLICIES_DIR.glob("*.joblib"))
+    if not files:
+        pytest.skip("no committed policy")
+    prov = Policy.load(files[0]).provenance()
+    assert prov["path"] == f"results/policies/{files[0].name}"
+
+
+# -- the manifest --------------------------------------------------------------------------------
+
+def test_committed_policies_match_the_committed_manifest():
+    entries = read_manifest(POLICIES_DIR)
+    files = sorted(POLICIES_DIR.glob("*.joblib"))
+    assert sorted(entries) == [f.name for f in files], "run: python -m dynakrag_lite.policy " \
+                                                       "--update-manifest <new policy file>"
+    for f in files:
+        assert entries[f.name] == hashlib.sha256(f.read_bytes()).hexdigest(), f.name
+    text = (POLICIES_DIR / MANIFEST_NAME).read_text()
+    assert all(len(line.split("  ")) == 2 for line in text.splitlines())  # sha256sum format
+
+
+@pytest.fixture
+def project_folder(tmp_path, monkeypatch):
+    """Stand-in for results/policies (the real one is shared and committed)."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    monkeypatch.setattr(policy_mod, "POLICIES_DIR", folder)
+    return folder
+
+
+def test_project_policy_missing_from_manifest_is_refused(project_folder):
+    path = _policy().save(project_folder / "lib-x.joblib")
+    with pytest.raises(PolicyError, match=r"lib-x.joblib: not listed in .*MANIFEST.sha256"):
+        Policy.load(path)
+    update_manifest(project_folder, files=[path])
+    assert Policy.load(path).meta["dataset"] == "library"
+
+
+def test_project_policy_with_changed_bytes_is_refused(project_folder):
+    path = _policy().save(project_folder / "lib-x.joblib")
+    update_manifest(project_folder, files=[path])
+    _policy(dataset="tampered").save(path)
+    with pytest.raises(PolicyError, match=r"lib-x.joblib: sha256 .* does not match"):
+        Policy.load(path)
+    assert Policy.load(path, trusted=True).meta["dataset"] == "tampered"  # explicit opt-out
+
+
+class _Payload:
+    """Unpickling this touches a marker file: the stand-in for malicious code."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_mismatched_file_is_never_unpickled(project_folder, tmp_path):
+    marker = tmp_path / "code-ran"
+    good = _policy().save(project_folder / "lib-x.joblib")
+    update_manifest(project_folder, files=[good])
+    good.write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(PolicyError, match="does not match"):
+        Policy.load(good)
+    assert not marker.exists()
+    with pytest.raises(PolicyError):  # trusted: it does run, then fails as a non-policy
+        Policy.load(good, trusted=True)
+    assert marker.exists()
+
+
+def test_policy_elsewhere_is_trusted_by_default_and_can_be_checked(tmp_path):
+    path = _policy().save(tmp_path / "mine.joblib")
+    assert Policy.load(path).meta["generator"] == "smollm2-135m"
+    with pytest.raises(PolicyError, match="not listed"):
+        Policy.load(path, trusted=False)
+    update_manifest(tmp_path, files=[path])
+    Policy.load(path, trusted=False)
+
+
+def test_update_manifest_keeps_other_entries_and_drops_deleted_files(project_folder):
+    a = _policy().save(project_folder / "a.joblib")
+    b = _policy(dataset="b").save(project_folder / "b.joblib")
+    update_manifest(project_folder, files=[a])
+    assert list(read_manifest(project_folder)) == ["a.joblib"]  # b is not vouched for
+    update_manifest(project_folder, files=[b])
+    assert sorted(read_manifest(project_folder)) == ["a.joblib", "b.joblib"]
+    a.unlink()
+    update_manifest(project_folder)
+    assert list(read_manifest(project_folder)) == ["b.joblib"]
+
+
+def test_manifest_command_line(project_folder, capsys):
+    path = _policy().save(project_folder / "c.joblib")
+    assert policy_mod.main(["--update-manifest", str(path)]) == 0
+    assert "MANIFEST.sha256" in capsys.readouterr().out
+    Policy.load(path)
+
+
+def test_register_policy_after_training(project_folder, tmp_path):
+    path = _policy().save(project_folder / "d.joblib")
+    assert policy_mod.register_policy(path) == project_folder / MANIFEST_NAME
+    Policy.load(path)
+    elsewhere = tmp_path / "mine"
+    own = _policy().save(elsewhere / "e.joblib")
+    assert policy_mod.register_policy(own) is None  # a user's folder: no manifest imposed
+    assert not (elsewhere / MANIFEST_NAME).exists()
