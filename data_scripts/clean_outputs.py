@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -190,9 +189,8 @@ def clean_file(path: str | Path, check: bool = False, rules: list | None = None,
     if new == raw:
         return False
     if not check:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, path)
+        from dynakrag_lite.storage import atomic_write_text
+        atomic_write_text(path, new)
     return True
 
 

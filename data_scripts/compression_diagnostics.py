@@ -37,10 +37,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynakrag_lite import prompts  # noqa: E402
-from dynakrag_lite.compression import (ExtractiveCompressor, answer_in, build_compression,  # noqa: E402
-                                       content_words, label_sentences, render_evidence,
-                                       sentence_features, snippet_stats, split_sentences,
-                                       train_sentence_selector, training_rows, _make_model)
+from dynakrag_lite.compression import (LABEL_Q_OVERLAP, ExtractiveCompressor,  # noqa: E402
+                                       SentenceSelector, answer_in, build_compression,
+                                       label_sentences, render_evidence, sentence_features,
+                                       snippet_stats, split_sentences, training_rows,
+                                       validate_snippets, _make_model)
 from dynakrag_lite.corpus import normalize_title  # noqa: E402
 from dynakrag_lite.data import data_dir  # noqa: E402
 from dynakrag_lite.metrics import f1_score  # noqa: E402
@@ -84,6 +85,11 @@ def label_agreement(questions, facts) -> dict:
             "fn": int(fn), "tn": int(tn)}
 
 
+def label_rule() -> str:
+    return (f"gold paragraph sentence with an answer string or >= {LABEL_Q_OVERLAP} of the "
+            "question's content words")
+
+
 def docs_for(retriever, questions, k):
     hits = retriever.search_many([q.question for q in questions], k)
     return [[RetrievedDoc(h.doc.id, h.doc.title, h.doc.text, h.score, "retrieve_more", 0)
@@ -106,6 +112,12 @@ def main() -> int:
     ap.add_argument("--max-snippets", type=int, default=8)
     ap.add_argument("--out", default="results/diagnostics/compression.json")
     ap.add_argument("--selector-out", default="results/selectors/hotpotqa-sentence-selector.joblib")
+    ap.add_argument("--reuse-selector", action="store_true",
+                    help="load --selector-out (trained by an earlier run of this script on the "
+                         "same fit part) instead of training; its numbers are kept from --out")
+    ap.add_argument("--f1-extra", type=int, default=0,
+                    help="also compare answer F1 from extractive evidence vs documents on the "
+                         "next N measure questions (answer calls only)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     setup = build_setup(args.dataset, generator=None, show_progress=False)
@@ -119,6 +131,28 @@ def main() -> int:
                  "split": {"train_questions": len(train), "fit": len(fit), "dev": len(dev),
                            "measure": len(measure), "eval_split_untouched": len(setup.eval)},
                  "k_docs": args.k_docs, "max_snippets": args.max_snippets}
+    if args.reuse_selector:
+        prev = json.loads(Path(args.out).read_text())
+        for k in ("label_rule_vs_supporting_facts", "selector_choice_dev_average_precision",
+                  "selector"):
+            out[k] = prev[k]
+        sel = SentenceSelector.load(args.selector_out)
+        assert sel.meta["train_ids"] == [q.id for q in fit], "selector of another fit part"
+    else:
+        sel = fit_selector(args, out, setup, retr, train, fit, dev)
+    print("selector ready", round(time.perf_counter() - t0), flush=True)
+    measure_all(args, out, setup, env, retr, sel, measure)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k not in ("llm",)}, indent=1,
+                     default=str)[:4000])
+    if "llm" in out:
+        print(json.dumps({k: v for k, v in out["llm"].items() if k != "examples"}, indent=1))
+    return 0
+
+
+def fit_selector(args, out, setup, retr, train, fit, dev):
     facts = provenance_facts(Path(data_dir()) / f"{setup.dataset}.jsonl")
     out["label_rule_vs_supporting_facts"] = label_agreement(train, facts)
 
@@ -131,10 +165,14 @@ def main() -> int:
         choice[kind] = round(average_precision(yd, m.predict_proba(Xd)[:, 1]), 4)
     best = max(choice, key=choice.get)
     out["selector_choice_dev_average_precision"] = choice
-    sel = train_sentence_selector(fit, retr, k_docs=9, model=best, meta={
-        "dataset": setup.dataset, "split_seed": 0, "n_eval": 100,
-        "command": out["command"]})
-    sel.meta["dev_average_precision"] = choice[best]
+    # the same fit as train_sentence_selector(fit, retr, k_docs=9, model=best), reusing rows
+    sel = SentenceSelector(_make_model(best, 13).fit(Xf, yf), meta={
+        "model": best, "seed": 13, "k_docs": 9, "use_embeddings": True,
+        "embedder": retr.embedder_name, "documents": "top-9 retrieved",
+        "label_rule": label_rule(), "n_questions": len(fit), "n_sentences": int(len(yf)),
+        "n_positive": int(yf.sum()), "train_ids": [q.id for q in fit],
+        "dataset": setup.dataset, "split_seed": 0, "n_eval": 100, "command": out["command"],
+        "dev_average_precision": choice[best]})
     Path(args.selector_out).parent.mkdir(parents=True, exist_ok=True)
     sel.save(args.selector_out)
     out["selector"] = {"path": args.selector_out, "model": best,
@@ -145,6 +183,10 @@ def main() -> int:
         out["selector"]["logreg_coefficients"] = {
             f: round(float(c), 3) for f, c in sorted(zip(sel.features, coefs),
                                                      key=lambda x: -abs(x[1]))}
+    return sel
+
+
+def measure_all(args, out, setup, env, retr, sel, measure):
 
     # -- extractive on `measure` -----------------------------------------------------------
     comp_x = ExtractiveCompressor(sel, retr.encode)
@@ -181,7 +223,8 @@ def main() -> int:
         cfg = env.config
         ls = {"questions": 0, "parsed": 0, "valid": 0, "dropped": Counter(),
               "answer_in_docs": 0, "answer_in_raw_snippets": 0, "answer_in_valid_evidence": 0,
-              "answer_in_extractive": 0, "fallback_to_docs": 0, "source_positions": Counter(),
+              "answer_in_extractive": 0, "answer_reaches_reader_validated": 0,
+              "fallback_to_docs": 0, "source_positions": Counter(),
               "quote_ratios": [], "template_word_snippet": 0}
         f1 = {"docs": [], "raw_llm_snippets": [], "validated_llm": [], "extractive": []}
         examples = []
@@ -193,7 +236,6 @@ def main() -> int:
             llm_seconds += g.seconds
             parsed = prompts.parse_snippets(g.text, args.max_snippets)
             c = build_compression(parsed, g.text, g, docs)
-            from dynakrag_lite.compression import validate_snippets
             _, _, ratios = validate_snippets(parsed, docs)
             ls["quote_ratios"] += [round(r, 3) for r in ratios]
             st = snippet_stats(docs, c, q.answers)
@@ -204,6 +246,7 @@ def main() -> int:
             ls["template_word_snippet"] += sum("snippet" in p.lower() for p in parsed)
             ls["answer_in_docs"] += st["answer_in_docs"]
             ls["answer_in_valid_evidence"] += st["answer_in_snippets"]
+            ls["answer_reaches_reader_validated"] += st["answer_reaches_reader"]
             ls["answer_in_raw_snippets"] += st["answer_in_docs"] and any(
                 answer_in(a, " ".join(parsed)) for a in q.answers)
             xc = x_cache[q.id]
@@ -228,6 +271,7 @@ def main() -> int:
             for key, a in (("docs", a_docs), ("raw_llm_snippets", a_raw),
                            ("validated_llm", a_val), ("extractive", a_x)):
                 f1[key].append(max(f1_score(a, gold) for gold in q.answers))
+            print("llm question", ls["questions"], round(llm_seconds), flush=True)
             if len(examples) < 4:
                 examples.append({"question": q.question, "answers": list(q.answers),
                                  "raw": g.text[:600], "kept": list(c.snippets),
@@ -242,6 +286,8 @@ def main() -> int:
         ls["survival_raw"] = round(ls["answer_in_raw_snippets"] / max(1, ls["answer_in_docs"]), 4)
         ls["survival_validated"] = round(ls["answer_in_valid_evidence"]
                                          / max(1, ls["answer_in_docs"]), 4)
+        ls["reach_validated_with_fallback"] = round(
+            ls["answer_reaches_reader_validated"] / max(1, ls["answer_in_docs"]), 4)
         ls["survival_extractive_same_questions"] = round(
             ls["answer_in_extractive"] / max(1, ls["answer_in_docs"]), 4)
         ls["dropped"] = dict(ls["dropped"])
@@ -249,17 +295,29 @@ def main() -> int:
         ls["answer_f1"] = {k: round(float(np.mean(v)), 4) for k, v in f1.items()}
         ls["answer_f1_n"] = len(f1["docs"])
         ls["generator"] = args.generator
-        ls["llm_seconds"] = round(llm_seconds, 1)
+        ls["llm_seconds"] = round(llm_seconds, 1)  # calls served from the cache count 0
         ls["examples"] = examples
         out["llm"] = ls
-    out["seconds"] = round(time.perf_counter() - t0, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k not in ("llm",)}, indent=1,
-                     default=str)[:4000])
-    if "llm" in out:
-        print(json.dumps({k: v for k, v in out["llm"].items() if k != "examples"}, indent=1))
-    return 0
+    if args.generator and args.f1_extra:
+        from dynakrag_lite.generators import make_generator
+        gen = make_generator(args.generator)
+        lo = args.llm_questions
+        pairs = list(zip(measure, mdocs))[lo:lo + args.f1_extra]
+        f1d, f1x, secs = [], [], 0.0
+        for q, docs in pairs:
+            xc = x_cache[q.id]
+            for msgs, acc in ((prompts.answer_messages(q.question, docs, env.config.doc_chars),
+                               f1d),
+                              (prompts.answer_from_snippets_messages(q.question,
+                                                                     "\n".join(xc.snippets)),
+                               f1x)):
+                r = gen.generate(msgs, max_tokens=prompts.ANSWER_MAX_TOKENS)
+                secs += r.seconds
+                acc.append(max(f1_score(prompts.parse_answer(r.text), g) for g in q.answers))
+        out["extractive_vs_docs_f1_extra"] = {
+            "questions": f"measure[{lo}:{lo + len(pairs)}]", "n": len(pairs),
+            "docs": round(float(np.mean(f1d)), 4), "extractive": round(float(np.mean(f1x)), 4),
+            "llm_seconds": round(secs, 1)}  # calls served from the cache count 0
 
 
 if __name__ == "__main__":

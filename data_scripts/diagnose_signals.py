@@ -58,7 +58,7 @@ def _r(x):
     return None if x is None or (isinstance(x, float) and not np.isfinite(x)) else round(x, 4)
 
 
-def signal_report(kind, scores, y, groups, seconds, extra=None) -> dict:
+def signal_report(kind, scores, y, groups, seconds, extra=None, reachable=None) -> dict:
     a = S.auc(scores, y)
     thr = 0.5 if kind == "text" else S.youden_threshold(scores, y)
     out = {"auc": _r(a), "auc_se": _r(S.grouped_auc_se(scores, y, groups)),
@@ -70,6 +70,8 @@ def signal_report(kind, scores, y, groups, seconds, extra=None) -> dict:
            "score_mean_insufficient": _r(float(np.mean(scores[y == 0]))) if (y == 0).any()
            else None,
            "seconds": round(seconds, 1)}
+    if reachable is not None and reachable.any():
+        out["auc_reachable_only"] = _r(S.auc(scores[reachable], y[reachable]))
     if kind == "text":
         out["sufficient_rate"] = _r(float(np.mean(extra)))
     if kind == "margin":
@@ -165,6 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-eval", type=int, default=100)
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--doc-chars", type=int, default=600)
+    ap.add_argument("--max-docs", type=int, default=12,
+                    help="document cap of the states (smaller: shorter prompts, faster)")
     ap.add_argument("--runs-dir", default=None)
     ap.add_argument("--index-dir", default=None, help="dense index folder (default: the cache)")
     ap.add_argument("--out", default=str(ROOT / "results" / "diagnostics"))
@@ -181,17 +185,19 @@ def main(argv=None) -> int:
                         n_eval=args.n_eval, split_seed=args.split_seed, show_progress=False,
                         index_dir=args.index_dir)
     env = setup.env
-    env.config = replace(env.config, doc_chars=args.doc_chars or None)
+    env.config = replace(env.config, doc_chars=args.doc_chars or None, max_docs=args.max_docs)
     train = setup.train  # never setup.eval
     qs = train[: args.limit]
     states = S.calibration_states(qs, env, per_question=args.per_question, seed=args.seed)
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
+    reach = np.array([c.kind == "reachable" for c in states])
     report: dict = {
         "dataset": setup.dataset, "generator": args.generator, "split": "train",
         "n_questions": len(qs), "n_states": len(states), "positives": int(y.sum()),
         "sr_levels": dict(sorted(Counter(round(c.sr, 3) for c in states).items())),
         "docs_per_state": dict(sorted(Counter(len(c.state.docs) for c in states).items())),
+        "state_kinds": dict(Counter(c.kind for c in states)),
         "signals": {}}
     scores: dict[str, np.ndarray] = {}
     text_extra = None
@@ -203,7 +209,7 @@ def main(argv=None) -> int:
         for kind in llm_kinds:
             scores[kind] = got[kind]["score"]
             rec = signal_report(kind, got[kind]["score"], y, groups, secs,
-                                got[kind].get("extra"))
+                                got[kind].get("extra"), reach)
             rec["seconds_note"] = "the LLM signals' total time, split evenly"
             report["signals"][kind] = rec
             print(kind, json.dumps(rec), flush=True)
@@ -216,15 +222,19 @@ def main(argv=None) -> int:
         X = np.stack([S.learned_features(c.state) for c in all_states])
         ya = np.array([float(c.sufficient) for c in all_states])
         ga = np.array([c.qid for c in all_states], dtype=object)
-        oof = S.oof_estimator_scores(X, ya, ga, seed=args.seed)
+        ra = np.array([c.kind == "reachable" for c in all_states])
+        oof = S.oof_estimator_scores(X, ya, ga, seed=args.seed, train_mask=ra)
         key = {(c.qid, c.state.doc_ids): i for i, c in enumerate(all_states)}
         sub = np.array([oof[key[(c.qid, c.state.doc_ids)]] for c in states])
         scores["learned"] = sub
-        rec = signal_report("learned", sub, y, groups, time.perf_counter() - t1)
+        rec = signal_report("learned", sub, y, groups, time.perf_counter() - t1,
+                            reachable=reach)
         rec["all_states"] = {"n_questions": len(lq), "n_states": len(all_states),
                              "positives": int(ya.sum()), "auc_oof": _r(S.auc(oof, ya)),
                              "auc_se": _r(S.grouped_auc_se(oof, ya, ga)),
-                             "within_question_auc": within_question_auc(oof, ya, ga)}
+                             "within_question_auc": within_question_auc(oof, ya, ga),
+                             "auc_oof_reachable_only": _r(S.auc(oof[ra], ya[ra])),
+                             "note": "trained on reachable states only (out-of-fold)"}
         report["signals"]["learned"] = rec
         print("learned", json.dumps(rec), flush=True)
     chosen = S.calibrate(scores, y, groups, generator=args.generator,

@@ -49,6 +49,12 @@ def main(argv: list[str]) -> int:
         shutil.copy(BOOK_CACHE, work)
     os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # No progress bars or weight-loading bars in committed outputs (read at import time).
+    for k, v in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                 ("TRANSFORMERS_VERBOSITY", "error")):
+        os.environ.setdefault(k, v)
+    sys.path.insert(0, str(ROOT / "data_scripts"))
+    from clean_outputs import clean_file  # drops widgets, stderr bars and machine paths
     failed = []
     for path in chapters:
         nb = nbformat.read(path, as_version=4)
@@ -62,6 +68,7 @@ def main(argv: list[str]) -> int:
                   f"{str(e).splitlines()[0][:200]}", flush=True)
             continue
         nbformat.write(nb, path)
+        clean_file(path)
         print(f"{path.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     if work.exists() and BOOK_CACHE.exists() and work.resolve() != BOOK_CACHE.resolve():
         print(f"{merge_cache(work, BOOK_CACHE)} new model calls recorded in {BOOK_CACHE.name}")

@@ -29,6 +29,8 @@ from dynakrag_lite.storage import relative_command  # noqa: E402
 RUNS = {
     "dynakrag": ["--method", "dynakrag"],
     "fixed_k": ["--method", "fixed_k"],
+    "fixed_k3": ["--method", "fixed_k", "--fixed-k", "3"],  # the token-matched pair
+    "fixed_k6": ["--method", "fixed_k", "--fixed-k", "6"],
     "ircot": ["--method", "ircot"],
     "self_ask": ["--method", "self_ask"],
     "uniform": ["--method", "uniform"],

@@ -182,17 +182,22 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
       budget DynaKRAG gets) and as many searches, the question's included; the original runs
       until 'answer is' or its paragraph cap;
     * 2 demonstrations (not up to 15) to fit n_ctx 4096 with 0.5B/1.5B readers;
-    * chat format: the original continues one completion prompt; we send the thoughts after
-      'A:' in the user turn, and leading sentences that restate an earlier thought are
-      dropped before the first-sentence rule (``extra["echoed_sentences"]``);
+    * chat format: the original continues one completion prompt; we keep its layout (all
+      paragraphs, then 'Q:' and 'A:') in the first user turn and give the thoughts so far as
+      the model's own earlier turns, one sentence each, with 'Continue.' between them (the
+      demonstrations have the same shape). Leading sentences that restate an earlier
+      thought are dropped before the first-sentence rule (``extra["echoed_sentences"]``);
+      a reply that only restates stops the chain (``repeated_thought``);
     * generation budget ``thought_tokens`` (64) with a stop at the first newline: a sentence
       fits (FlashRAG's 32-token cap truncated 46 of 52 thoughts); steps that used the whole
       budget are counted in ``extra["thoughts_truncated"]``.
 
     Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept
-    sentence), ``max_steps`` (iteration cap), ``empty_thought`` (a reply with no new sentence:
-    nothing to retrieve with; parse fallback ``ircot``). At most ``max_steps`` + 1 LLM calls
-    and ``max_steps`` searches.
+    sentence), ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated
+    earlier thoughts), ``empty_thought`` (a reply with no sentence at all: nothing to
+    retrieve with; parse fallback ``ircot``). ``extra["concluded_by"]`` is ``answer_is``,
+    ``cap`` or that reason. At most ``max_steps`` + 1 LLM calls and ``max_steps``
+    searches.
     """
     t0 = time.perf_counter()
     rounds = env.config.max_steps if max_steps is None else max_steps
@@ -229,10 +234,14 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
             reason = "concluded"
             break
         if not parsed.sentence:
-            fallbacks["ircot"] += 1
-            trace.append(_step(before, state, COT_STEP,
-                               note=f"no sentence: {gen.text[:120]!r}"))
-            reason = "empty_thought"
+            if parsed.echoed:
+                reason = "repeated_thought"
+                note = f"only restated earlier thoughts: {gen.text[:120]!r}"
+            else:
+                fallbacks["ircot"] += 1
+                reason = "empty_thought"
+                note = f"no sentence: {gen.text[:120]!r}"
+            trace.append(_step(before, state, COT_STEP, note=note))
             break
         truncated.append(cut)
         thoughts.append(parsed.sentence)
@@ -330,7 +339,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     step_docs: list[tuple[RetrievedDoc, ...]] = []
     proposed: list[str] = []
     fallbacks: Counter = Counter()
-    demo_follow = {_key(f) for d in demos for f, _ in d.steps}
+    demo_follow = {_key(f) for d in demos for f in d.follow_ups}
     demo_answers = {_key(d.answer) for d in demos} - {"yes", "no"}
     demo_copies = 0
     repeated = 0
@@ -343,6 +352,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     final: str | None = None
     source = "reader"
     force = ""
+    forced_call = False
 
     def propose(force_final: bool) -> tuple[str | None, str | None, str]:
         nonlocal state, iterations
@@ -382,6 +392,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
         if force:
             reason = force
             if iterations < max_iterations:
+                forced_call = True
                 _, fin, _ = propose(True)
                 if fin:
                     final, source = fin, "forced"
@@ -392,13 +403,13 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
         msgs = prompts.intermediate_answer_messages(follow_up, shown, cfg.doc_chars)
         state, gen = _llm_step(state, env, msgs, prompts.ANSWER_MAX_TOKENS, INTERMEDIATE)
         ans = prompts.parse_answer(gen.text)
+        note = ans
         if not ans:
             # An empty answer still goes into the chain, as an explicit unknown, so the
             # proposer sees that this follow-up failed.
             fallbacks["intermediate_answer"] += 1
-            ans = "unknown"
-        trace.append(_step(before, state, INTERMEDIATE, query=follow_up,
-                           note=ans if ans != "unknown" else "unknown (empty reply)"))
+            ans, note = "unknown", "unknown (empty reply)"
+        trace.append(_step(before, state, INTERMEDIATE, query=follow_up, note=note))
         qa.append((follow_up, ans))
         step_docs.append(added)
     if final is not None:
@@ -413,7 +424,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
                                "iterations": iterations,
                                "searches": state.ledger.retrieval_calls,
                                "follow_ups": proposed, "n_follow_ups": len(qa),
-                               "repeated_followups": repeated, "forced_final": bool(force),
+                               "repeated_followups": repeated, "forced_final": forced_call,
                                "demo_copies": demo_copies, "n_demos": len(demos),
                                "parse_fallbacks": dict(fallbacks)})
 

@@ -224,14 +224,20 @@ def cmd_evaluate(args) -> int:
         if args.veto_threshold is not None:
             policy.veto_threshold = args.veto_threshold
     out = Path(args.out or f"runs/{dataset}-{args.method}")
+    demos = None
+    if args.method == "ircot":  # few-shot, as the original: demonstrations from training
+        from .demonstrations import build_ircot_demos
+        demos = build_ircot_demos(setup.train, seed=args.split_seed,
+                                  eval_ids=[q.id for q in eval_qs])
+        extra["ircot_demos"] = sorted(demos.ids)
     summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
                        generator=args.generator, fixed_k=args.fixed_k, seed=args.seed,
                        run_info={"command": relative_command(args.argv),
                                  "generator_model_id": redact(env.generator.model_id),
                                  "config": dict(env.config.__dict__)},
                        data_sha256=data_sha256(args.data, args.data_dir),
-                       policy_sha256=extra["policy"]["sha256"] if extra else None,
-                       summary_extra=extra)
+                       policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
+                       summary_extra=extra, demos=demos)
     print(json.dumps({k: summary[k] for k in summary
                       if k not in ("run", "fingerprint", "diagnostics", "policy")}))
     d = summary["diagnostics"]

@@ -36,11 +36,15 @@ class StepTrace:
     gap: str = ""
     sufficient: bool | None = None
     note: str = ""
+    parsed: bool | None = None  # a sufficiency probe's reply followed the format
 
     def to_json(self) -> dict:
-        return {"step": self.step, "action": self.action, "valid": list(self.valid),
-                "scores": self.scores, "added": list(self.added), "query": self.query,
-                "gap": self.gap, "sufficient": self.sufficient, "note": self.note}
+        out = {"step": self.step, "action": self.action, "valid": list(self.valid),
+               "scores": self.scores, "added": list(self.added), "query": self.query,
+               "gap": self.gap, "sufficient": self.sufficient, "note": self.note}
+        if self.parsed is not None:
+            out["parsed"] = self.parsed
+        return out
 
 
 @dataclass
@@ -85,7 +89,8 @@ def record_step(before: EvidenceState, after: EvidenceState, action: str,
     return StepTrace(step=len(before.history), action=action, valid=valid, scores=scores,
                      added=added, query=after.query if added or action != "stop_answer" else "",
                      gap=after.gap, sufficient=None if suff is None else suff.sufficient,
-                     note=note)
+                     note=note or after.note,  # apply_action clears the previous note
+                     parsed=None if suff is None else suff.parsed)
 
 
 def finish(state: EvidenceState, env: Environment, trace: list[StepTrace],
@@ -99,7 +104,7 @@ def finish(state: EvidenceState, env: Environment, trace: list[StepTrace],
         snippets = comp.snippets
         trace.append(StepTrace(step=len(before.history), action="compress_answer_evidence",
                                valid=("compress_answer_evidence",), scores={}, added=(),
-                               note=f"{len(snippets)} snippets"))
+                               note=getattr(comp, "note", "") or f"{len(snippets)} snippets"))
     state, prediction, _ = answer(state, env, snippets)
     return state, prediction, snippets
 

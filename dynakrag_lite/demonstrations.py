@@ -27,8 +27,10 @@ Self-Ask (Press et al. 2023) used four hand-written demonstrations. We wrote fou
 (:data:`SELF_ASK_DEMOS`) about well-known real-world facts rather than fictional names: a
 fictional name ('Anna Velk') was copied verbatim into real follow-up questions by the 0.5B
 model. Two are bridge questions, one a comparison, one a yes/no comparison, mirroring
-HotpotQA's question types. Self-Ask's demonstrations are not drawn from the training split:
-our datasets carry no follow-up decompositions for HotpotQA to build them from.
+HotpotQA's question types. As our proposer sees retrieved documents, each demonstration
+carries short documents of its own (our wording) in the places a test dialogue has them.
+Self-Ask's demonstrations are not drawn from the training split: our datasets carry no
+follow-up decompositions for HotpotQA to build them from.
 """
 from __future__ import annotations
 
@@ -249,24 +251,54 @@ def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: 
 # -- Self-Ask ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SelfAskDemo:
+    """One Self-Ask demonstration: the documents found for the question, the steps
+    (follow-up, intermediate answer, documents that follow-up added) and the final answer."""
     question: str
-    steps: tuple[tuple[str, str], ...]  # (follow-up, intermediate answer)
+    docs: tuple[tuple[str, str], ...]
+    steps: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...]
     answer: str
 
+    @property
+    def follow_ups(self) -> tuple[str, ...]:
+        return tuple(s[0] for s in self.steps)
 
+
+# Our own text about well-known facts. Each dialogue is shaped like a test dialogue: the
+# question's documents hold the first hop only, a follow-up's search adds the second.
 SELF_ASK_DEMOS: tuple[SelfAskDemo, ...] = (
-    SelfAskDemo("In which country was the composer of the opera Carmen born?",
-                (("Who composed the opera Carmen?", "Georges Bizet"),
-                 ("In which country was Georges Bizet born?", "France")), "France"),
-    SelfAskDemo("Which was completed first, the Eiffel Tower or the Statue of Liberty?",
-                (("When was the Eiffel Tower completed?", "1889"),
-                 ("When was the Statue of Liberty completed?", "1886")),
-                "the Statue of Liberty"),
-    SelfAskDemo("Are the Louvre and the Prado both art museums?",
-                (("What kind of institution is the Louvre?", "an art museum in Paris"),
-                 ("What kind of institution is the Prado?", "an art museum in Madrid")),
-                "yes"),
-    SelfAskDemo("When was the university where Alan Turing earned his PhD founded?",
-                (("At which university did Alan Turing earn his PhD?", "Princeton University"),
-                 ("When was Princeton University founded?", "1746")), "1746"),
+    SelfAskDemo(
+        "In which country was the composer of the opera Carmen born?",
+        (("Carmen", "Carmen is an opera in four acts by Georges Bizet. It was first performed "
+          "in Paris in 1875."),),
+        (("Who composed the opera Carmen?", "Georges Bizet", ()),
+         ("In which country was Georges Bizet born?", "France",
+          (("Georges Bizet", "Georges Bizet (1838-1875) was a composer of the Romantic era, "
+            "born in Paris, France."),))),
+        "France"),
+    SelfAskDemo(
+        "Which is older, the Eiffel Tower or the Statue of Liberty?",
+        (("Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was "
+          "completed in 1889."),),
+        (("When was the Eiffel Tower completed?", "1889", ()),
+         ("When was the Statue of Liberty dedicated?", "1886",
+          (("Statue of Liberty", "The Statue of Liberty is a statue on Liberty Island in New "
+            "York Harbor. It was dedicated on October 28, 1886."),))),
+        "the Statue of Liberty"),
+    SelfAskDemo(
+        "Are the Louvre and the Prado both art museums?",
+        (("Louvre", "The Louvre is the world's most-visited art museum, in Paris, France."),),
+        (("What kind of institution is the Louvre?", "an art museum", ()),
+         ("What kind of institution is the Prado?", "an art museum",
+          (("Museo del Prado", "The Museo del Prado in Madrid is the main Spanish national "
+            "art museum."),))),
+        "yes"),
+    SelfAskDemo(
+        "When was the university where Alan Turing earned his PhD founded?",
+        (("Alan Turing", "Alan Turing was an English mathematician. He earned his PhD at "
+          "Princeton University in 1938."),),
+        (("At which university did Alan Turing earn his PhD?", "Princeton University", ()),
+         ("When was Princeton University founded?", "1746",
+          (("Princeton University", "Princeton University is a private Ivy League university "
+            "in New Jersey, founded in 1746."),))),
+        "1746"),
 )

@@ -424,7 +424,8 @@ def trace_diagnostics(trace: Sequence[dict], *, question: str = "", prediction: 
     q = " ".join(question.split())
     for t in trace:
         a, note = t.get("action"), str(t.get("note") or "")
-        if a == "rewrite_query" and q and " ".join(str(t.get("query", "")).split()) == q:
+        if a == "rewrite_query" and ("fallback:" in note or (
+                q and " ".join(str(t.get("query", "")).split()) == q)):
             fallbacks["rewrite"] += 1
         elif a == "compress_answer_evidence" and note.startswith("0 snippets"):
             fallbacks["compress"] += 1
@@ -503,7 +504,7 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
              policy=None, dataset: str = "", generator: str = "", fixed_k: int | None = None,
              seed: int = 13, progress: bool = True, run_info: dict | None = None, *,
              data_sha256: str | None = None, policy_sha256: str | None = None,
-             summary_extra: dict | None = None) -> dict:
+             summary_extra: dict | None = None, demos=None) -> dict:
     """Run ``method`` on every question of ``questions`` not yet done in ``out_dir`` (see the
     module docstring for the folder's files); return the summary.
 
@@ -518,6 +519,11 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     pred_path = out / PREDICTIONS_FILE
     fingerprint = run_fingerprint(method, env, policy=policy, policy_sha256=policy_sha256,
                                   data_sha256=data_sha256, fixed_k=fixed_k, seed=seed)
+    if demos is not None and method == "ircot":
+        # Demonstrations come from training questions: refuse any overlap with these ones, and
+        # make them part of the setup a resumed run must share.
+        demos.check_disjoint(q.id for q in questions)
+        fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
     wanted = list(dict.fromkeys(q.id for q in questions))
     with FolderLock(out, "evaluation"):
         # Check before touching anything: a corrupt file stops us before run.json could adopt
@@ -549,7 +555,8 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
             for q in bar:
                 t0 = time.perf_counter()
                 try:
-                    row = score(q, run_method(method, q, env, policy, fixed_k, seed))
+                    row = score(q, run_method(method, q, env, policy, fixed_k, seed,
+                                              demos=demos))
                     json.dumps(row, ensure_ascii=False)  # unserializable extra = an error too
                 except Exception as e:  # one question's failure must not end the run
                     row = error_row(q, method, e, time.perf_counter() - t0)

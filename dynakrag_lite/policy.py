@@ -49,13 +49,16 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from .features import FEATURE_NAMES, STATE_FEATURE_NAMES, heuristic_cost, phi, state_features
 from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
 from .trajectories import TrainingData
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 POLICY_FORMAT = 1
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -575,7 +578,7 @@ def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[fl
 
 
 def replay_outcomes(policy: Policy, data: TrainingData, lam: float | None = None,
-                    veto_threshold: float | None = None) -> "pd.DataFrame":  # noqa: F821
+                    veto_threshold: float | None = None) -> "pd.DataFrame":
     """Where the policy would stop on each question of ``data``, replayed offline.
 
     Walks each question's explored path (its visited states in order) with the decisions of
@@ -600,7 +603,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
                       metric: str = "f1", seed: int = 13, n_estimators: int = 300,
                       min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False
-                      ) -> tuple[float, float, "pd.DataFrame"]:  # noqa: F821
+                      ) -> tuple[float, float, "pd.DataFrame"]:
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
     Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
@@ -649,7 +652,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
 
 def lambda_sweep(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                  veto_threshold: float = 0.05, folds: int = 5, metric: str = "f1",
-                 **kw) -> "pd.DataFrame":  # noqa: F821
+                 **kw) -> "pd.DataFrame":
     """The cost/quality curve: cross-validated mean F1, SR and tokens per lambda at one veto
     threshold (a DataFrame sorted by lambda; the book plots f1/sr against tokens)."""
     _, _, frame = tune_continuation(data, lams, (veto_threshold,), folds, metric, **kw)

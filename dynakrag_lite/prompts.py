@@ -255,14 +255,15 @@ SELF_ASK_MAX_TOKENS = CHAIN_MAX_TOKENS
 IRCOT_STOP = ["\n"]  # IRCoT keeps one sentence of the first line
 SELF_ASK_STOP = ["Intermediate answer:", "\n\n", "Question:"]  # search answers, not the model
 
-IRCOT_SYSTEM = ("You answer questions by reasoning over Wikipedia paragraphs. Continue the "
-                "answer after 'A:' with your reasoning: each sentence states one fact taken "
-                "from the paragraphs, and the last sentence is 'So the answer is: <answer>.'")
+IRCOT_SYSTEM = ("You answer questions by reasoning over Wikipedia paragraphs, one sentence "
+                "per turn. Each sentence states one fact taken from the paragraphs. When the "
+                "facts give the answer, write 'So the answer is: <answer>.'")
+IRCOT_CONTINUE = "Continue."
 SELF_ASK_SYSTEM = ("You answer multi-hop questions by asking simple follow-up questions, one "
                    "at a time. A search engine answers each follow-up. Documents it found "
                    "are shown to you. When you know the answer, write 'So the final answer "
                    "is: <answer>'.")
-SELF_ASK_OPENING = "Are follow up questions needed here: Yes."
+SELF_ASK_OPENING = "Are follow up questions needed here: Yes."  # stated, as FlashRAG does
 
 
 def _clip(text: str, max_chars: int | None) -> str:
@@ -304,36 +305,39 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-def _demo_turns(demo, n_prefix: int) -> tuple[str, str]:
-    """(user, assistant) of one IRCoT demonstration; the first ``n_prefix`` chain sentences
-    go into the user turn after 'A:' so that the demonstration shows a continuation."""
-    chain = list(demo.chain)
-    n_prefix = max(0, min(n_prefix, len(chain) - 1))
-    head = " ".join(chain[:n_prefix])
-    user = (wiki_paragraphs(demo.paragraphs) + f"\n\nQ: {demo.question}\nA:"
-            + (f" {head}" if head else ""))
-    return user, " ".join(chain[n_prefix:])
+def _chain_turns(chain: Sequence[str]) -> list[Message]:
+    """Chain sentences as assistant turns, with a 'Continue.' user turn between them."""
+    msgs: list[Message] = []
+    for i, sentence in enumerate(chain):
+        if i:
+            msgs.append({"role": "user", "content": IRCOT_CONTINUE})
+        msgs.append({"role": "assistant", "content": sentence})
+    return msgs
 
 
 def ircot_messages(question: str, docs: Sequence, thoughts: Sequence[str],
                    max_chars: int | None = None, demos: Sequence = ()) -> list[Message]:
-    """IRCoT's reasoning step. Demonstrations (``demonstrations.Demonstration``: paragraphs,
-    question, chain) first, each as a user turn (paragraphs, 'Q:', 'A:') and an assistant turn
-    (the chain); the k-th demonstration (0-based) moves its first k mod 2 chain sentences into
-    the user turn, so the few-shot shows the continuation the test turn asks for. Then the
-    test turn: the collected paragraphs, the question and 'A:' followed by the thoughts so far.
-    The original is one completion prompt ending in 'A: <thoughts>'; a chat model cannot
-    continue a partial assistant turn, so its reply may restate the thoughts
-    (``parse_ircot`` drops such echoes). Demonstrations come first so that llama.cpp reuses
+    """IRCoT's reasoning step. The original is one completion prompt: demonstrations, then
+    the collected paragraphs ('Wikipedia Title: ...'), 'Q: <question>' and 'A: <thoughts so
+    far>', which the model continues. In chat form: each demonstration
+    (``demonstrations.Demonstration``) is a user turn with its paragraphs, 'Q:' and 'A:',
+    then its chain one sentence per assistant turn ('Continue.' user turns between); the test
+    dialogue has the same shape, the thoughts so far as the model's own earlier turns, so the
+    reply is the next sentence (a chat model asked to continue a chain pasted into a user
+    turn restates it instead). All collected paragraphs stay in the first user turn, before
+    the question, as in the original; demonstrations come first so that llama.cpp reuses
     their KV cache across steps and questions."""
     msgs: list[Message] = [{"role": "system", "content": IRCOT_SYSTEM}]
-    for i, demo in enumerate(demos):
-        user, assistant = _demo_turns(demo, i % 2)
-        msgs += [{"role": "user", "content": user},
-                 {"role": "assistant", "content": assistant}]
-    so_far = " ".join(t.strip() for t in thoughts if t.strip())
+    for demo in demos:
+        msgs.append({"role": "user", "content": wiki_paragraphs(demo.paragraphs)
+                     + f"\n\nQ: {demo.question}\nA:"})
+        msgs += _chain_turns(demo.chain)
     msgs.append({"role": "user", "content": wiki_paragraphs(docs, max_chars)
-                 + f"\n\nQ: {question}\nA:" + (f" {so_far}" if so_far else "")})
+                 + f"\n\nQ: {question}\nA:"})
+    thoughts = [t.strip() for t in thoughts if t.strip()]
+    if thoughts:
+        msgs += _chain_turns(thoughts)
+        msgs.append({"role": "user", "content": IRCOT_CONTINUE})
     return msgs
 
 
@@ -387,6 +391,33 @@ def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     return IrcotThought(first, True, parse_answer(first[m.end():]), echoed)
 
 
+def _numbered(docs: Sequence, start: int, max_chars: int | None) -> str:
+    """'[n] title: text' lines numbered from ``start``; items are docs or (title, text)."""
+    lines = []
+    for i, d in enumerate(docs, start=start):
+        title, text = (d if isinstance(d, tuple) else (d.title, d.text))
+        lines.append(f"[{i}] {title}: {_clip(text, max_chars)}")
+    return "\n".join(lines)
+
+
+def _self_ask_dialogue(question: str, docs: Sequence, steps: Sequence,
+                       max_chars: int | None) -> list[Message]:
+    """One Self-Ask dialogue: (follow-up, intermediate answer, new docs) steps."""
+    n = 1
+    head = (f"Documents:\n{_numbered(docs, n, max_chars)}\n\n" if docs else "")
+    n += len(docs)
+    msgs: list[Message] = [{"role": "user", "content":
+                            f"{head}Question: {question}\n{SELF_ASK_OPENING}"}]
+    for follow_up, answer, new in steps:
+        new = tuple(new or ())
+        msgs += [{"role": "assistant", "content": f"Follow up: {follow_up}"},
+                 {"role": "user", "content": (f"New documents:\n{_numbered(new, n, max_chars)}"
+                                              "\n\n" if new else "")
+                  + f"Intermediate answer: {answer}"}]
+        n += len(new)
+    return msgs
+
+
 def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
                       docs: Sequence = (), max_chars: int | None = None, *,
                       step_docs: Sequence[Sequence] | None = None, demos: Sequence = (),
@@ -395,39 +426,23 @@ def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
 
     Press et al.'s text ('Question: ... / Are follow up questions needed here: Yes. / Follow
     up: ... / Intermediate answer: ... / So the final answer is: ...') is split into chat
-    turns exactly where Self-Ask hands over to search: the model writes the opening and
-    'Follow up:' lines, the user turn brings 'Intermediate answer:'. ``demos``
-    (``demonstrations.SelfAskDemo``) come first in the same shape. The test dialogue opens
-    with the documents retrieved for the question (``docs``); each intermediate answer
-    comes with the documents its follow-up added (``step_docs[i]``), so the proposer sees all
-    retrieved context, as in FlashRAG's variant (the original proposer sees none).
-    ``force_final`` asks for the final answer now (after a repeated follow-up or when no
-    search is left)."""
+    turns where Self-Ask hands over to search: the model writes the 'Follow up:' and 'So the
+    final answer is:' lines, the user turns bring the question (with 'Are follow up
+    questions needed here: Yes.' stated, as FlashRAG does for multi-hop datasets) and each
+    'Intermediate answer:'. The test dialogue opens with the documents retrieved for the
+    question (``docs``) and each intermediate answer comes with the documents its follow-up
+    added (``step_docs[i]``), so the proposer sees all retrieved context (FlashRAG's
+    variant; the original proposer sees none). ``demos``
+    (``demonstrations.SelfAskDemo``) come first, in exactly the same shape, with their own
+    short documents. ``force_final`` asks for the final answer now (after a repeated
+    follow-up or when no search is left)."""
     msgs: list[Message] = [{"role": "system", "content": SELF_ASK_SYSTEM}]
     for demo in demos:
-        msgs.append({"role": "user", "content": f"Question: {demo.question}"})
-        for i, (f, a) in enumerate(demo.steps):
-            msgs += [{"role": "assistant", "content":
-                      (SELF_ASK_OPENING + "\n" if i == 0 else "") + f"Follow up: {f}"},
-                     {"role": "user", "content": f"Intermediate answer: {a}"}]
+        msgs += _self_ask_dialogue(demo.question, demo.docs, demo.steps, None)
         msgs.append({"role": "assistant", "content": f"So the final answer is: {demo.answer}"})
-    n = 0
-
-    def numbered(ds) -> str:
-        nonlocal n
-        lines = []
-        for d in ds:
-            n += 1
-            lines.append(f"[{n}] {d.render(max_chars)}")
-        return "\n".join(lines)
-    opening = (f"Documents:\n{numbered(docs)}\n\n" if docs else "") + f"Question: {question}"
-    msgs.append({"role": "user", "content": opening})
-    for i, (f, a) in enumerate(qa_pairs):
-        new = (step_docs[i] if step_docs is not None and i < len(step_docs) else ()) or ()
-        msgs += [{"role": "assistant", "content":
-                  (SELF_ASK_OPENING + "\n" if i == 0 else "") + f"Follow up: {f}"},
-                 {"role": "user", "content": (f"New documents:\n{numbered(new)}\n\n"
-                                              if new else "") + f"Intermediate answer: {a}"}]
+    steps = [(f, a, (step_docs[i] if step_docs is not None and i < len(step_docs) else ()))
+             for i, (f, a) in enumerate(qa_pairs)]
+    msgs += _self_ask_dialogue(question, docs, steps, max_chars)
     if force_final:
         msgs[-1] = dict(msgs[-1], content=msgs[-1]["content"] + "\nNo more follow up "
                         "questions are possible. Reply with 'So the final answer is: "

@@ -103,6 +103,7 @@ class EvidenceState:
     ledger: Ledger = field(default_factory=Ledger)
     stopped: bool = False
     stop_reason: str = ""
+    note: str = ""  # what the last action reports about itself (e.g. a rewrite fallback)
 
     # -- derived views -----------------------------------------------------------------
     @property

@@ -478,15 +478,22 @@ def estimator_data(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: int = 5,
-                         kind: str = "forest", seed: int = 13, **kw) -> np.ndarray:
-    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC."""
+                         kind: str = "forest", seed: int = 13,
+                         train_mask: np.ndarray | None = None, **kw) -> np.ndarray:
+    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC.
+    ``train_mask``: rows allowed in the training folds (e.g. reachable states only); every
+    row of a held-out fold is predicted."""
     from sklearn.model_selection import GroupKFold
     groups = np.asarray(groups, dtype=object)
+    mask = np.ones(len(y), bool) if train_mask is None else np.asarray(train_mask, bool)
     k = min(folds, len(set(groups.tolist())))
-    out = np.full(len(y), float(np.mean(y)) if len(y) else 0.0)
+    out = np.full(len(y), float(np.mean(y[mask])) if mask.any() else 0.0)
     if k < 2:
         return out
     for tr, te in GroupKFold(n_splits=k).split(X, y, groups):
+        tr = tr[mask[tr]]
+        if len(tr) == 0:
+            continue
         est = fit_estimator(X[tr], y[tr], kind=kind, seed=seed, **kw)
         out[te] = est.predict(X[te])
     return out
@@ -501,18 +508,55 @@ class CalibrationState:
     qid: str
     state: Any  # EvidenceState
     sr: float
+    kind: str = "reachable"  # or "contrast" (see calibration_states)
 
     @property
     def sufficient(self) -> bool:
         return self.sr >= 1.0 - 1e-9
 
 
-def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13
-                       ) -> list[CalibrationState]:
+def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState | None:
+    """The complete state ``c`` with its lower-scored gold document swapped for the best unseen
+    non-gold document of the initial ranking: same size, support incomplete."""
+    from .bridge import bridge_candidates
+    from .corpus import normalize_title
+    from .metrics import support_recall
+    from .state import RetrievedDoc
+    st = c.state
+    keys = {normalize_title(t) for t in gold}
+    golds = [i for i, d in enumerate(st.docs) if normalize_title(d.title) in keys]
+    if len(st.docs) < 2 or not golds or st.initial_ranking is None:
+        return None
+    i = min(golds, key=lambda k: st.docs[k].score)
+    ids, titles = set(st.doc_ids), set(st.title_keys)
+    for e in st.initial_ranking:
+        key = normalize_title(e.title)
+        if e.id in ids or key in titles or key in keys:
+            continue
+        old = st.docs[i]
+        docs = st.docs[:i] + (RetrievedDoc(e.id, e.title, e.text, e.score, old.source,
+                                           old.step),) + st.docs[i + 1:]
+        cfg = env.config
+        bridges = bridge_candidates(st.question, docs, exclude=st.expanded_bridges,
+                                    max_candidates=cfg.max_bridges, use_spacy=cfg.use_spacy)
+        new = replace(st, docs=docs, bridge_candidates=bridges)
+        return CalibrationState(c.qid, new, support_recall(new.titles, gold), "contrast")
+    return None
+
+
+def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13,
+                       contrast: bool = True) -> list[CalibrationState]:
     """States of training questions with documents at different SR, reached by the
     retrieval-only actions (no LLM call): retrieve_more 1..3 times, and a seeded walk that
     mixes retrieve_more with bridge_entity_expand. Distinct document sets only, at most
     ``per_question`` per question. Gold labels give each state's SR; nothing gold is in a state.
+
+    On a pooled HotpotQA corpus the first three documents often already hold both gold
+    paragraphs, so reachable states alone are mostly complete. ``contrast`` adds, per question,
+    one matched incomplete state: the first complete state with one gold document swapped for
+    the best unseen distractor of its ranking (same size; the contrast of the measurement in
+    ``shared/notes/offline-models.md``). It is built with gold labels, on training questions
+    only, for calibration; no policy ever visits it.
     """
     import random
     from .actions import apply_action
@@ -552,7 +596,13 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
         idx = list(range(len(found)))
         keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)
                           [:per_question])
-        out.extend(found[i] for i in keep_idx)
+        chosen = [found[i] for i in keep_idx]
+        if contrast:
+            full = next((k for k, c in enumerate(chosen) if c.sufficient), None)
+            alt = _contrast(chosen[full], gold, env) if full is not None else None
+            if alt is not None and alt.state.doc_ids not in seen:
+                chosen.insert(full + 1, alt)
+        out.extend(chosen)
     return out
 
 
@@ -737,8 +787,10 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
         if kind == "learned":
             X = np.stack([learned_features(c.state) for c in states]) if states else \
                 np.zeros((0, len(LEARNED_FEATURE_NAMES)))
+            reach = np.array([c.kind == "reachable" for c in states], bool)
             out[kind] = {"score": oof_estimator_scores(X, y, groups, estimator_folds,
-                                                       kind=estimator_kind, seed=seed)}
+                                                       kind=estimator_kind, seed=seed,
+                                                       train_mask=reach)}
         else:
             out[kind] = {"score": np.array(vals[kind], dtype=np.float64)}
             if kind == "text":
@@ -807,8 +859,11 @@ def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "mar
     estimator = None
     if "learned" in kinds:
         learned = signal_scores(states, env, ["learned"], seed=seed)["learned"]["score"]
+        # fitted on reachable states only: contrast states are not what a policy visits (their
+        # swapped-in document is always ranked low, a retrieval-score artefact)
+        reach = np.array([c.kind == "reachable" for c in states], bool)
         X = np.stack([learned_features(c.state) for c in states])
-        estimator = fit_estimator(X, y, seed=seed)
+        estimator = fit_estimator(X[reach], y[reach], seed=seed)
         scores["learned"] = learned[sub]
     if llm_kinds:
         got = signal_scores([states[i] for i in sub], env, llm_kinds, seed=seed,
@@ -902,7 +957,8 @@ def train_signal(questions: Sequence, env, kind: str = "auto", rule: str = "youd
         st = sig.stats[kind]
         est = None
         if kind == "learned":
-            states = calibration_states(questions, env, seed=seed)
+            states = [c for c in calibration_states(questions, env, seed=seed)
+                      if c.kind == "reachable"]
             est = fit_estimator(np.stack([learned_features(c.state) for c in states]),
                                 np.array([float(c.sufficient) for c in states]), seed=seed)
         sig = replace(sig, kind=kind, threshold=st.threshold, gates=True, rule=st.rule,

@@ -38,7 +38,8 @@ def test_parse_query_strips_markers_labels_and_search_phrasing():
 
 
 def test_parse_query_takes_the_next_line_after_a_copy():
-    reply = "[1] Sigmund Jähn: Sigmund Werner Paul Jähn was a cosmonaut\nChrister Fuglesang flight"
+    reply = ("[1] Sigmund Jähn: Sigmund Werner Paul Jähn was a cosmonaut\n"
+             "Christer Fuglesang flight")
     assert parse_query(reply, "F", titles=["Sigmund Jähn"]) == "Christer Fuglesang flight"
 
 

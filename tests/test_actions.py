@@ -95,10 +95,22 @@ def test_stop_answer_ends_acquisition(env, q):
 def test_compression_then_answer_from_snippets(env, q):
     s = apply_action(initial_state(q.question), "retrieve_more", env)
     s = apply_action(s, "stop_answer", env)
-    s, comp = compress_answer_evidence(s, env)
-    assert comp.snippets == ("[1] a fact", "[2] b")
-    s, pred, _ = answer(s, env, comp.snippets)
+    # Snippets that quote the first two documents survive validation, in document order.
+    first = [d.text.split(". ")[0] for d in s.docs[:2]]
+    quoting = Environment(env.retriever, ScriptedGenerator(
+        compress=f"- [1] {first[0]}\n- [2] {first[1]}"), env.config)
+    s, comp = compress_answer_evidence(s, quoting)
+    assert not comp.fallback_to_docs
+    assert [x.doc_index for x in comp.valid_snippets] == [0, 1]
+    assert comp.snippets[0].startswith(s.docs[0].title + ": ")
+    s, pred, _ = answer(s, quoting, comp.snippets)
     assert pred == "Paris" and s.ledger.llm_calls == 2
+
+
+def test_compression_snippets_that_quote_no_document_fall_back_to_the_documents(env, q):
+    s = apply_action(initial_state(q.question), "retrieve_more", env)
+    s, comp = compress_answer_evidence(apply_action(s, "stop_answer", env), env)
+    assert comp.fallback_to_docs and comp.snippets == ()  # "a fact" / "b" quote nothing
 
 
 def test_malformed_replies_fall_back_without_crashing(library_retriever, q):
@@ -107,8 +119,10 @@ def test_malformed_replies_fall_back_without_crashing(library_retriever, q):
     s = apply_action(initial_state(q.question), "retrieve_more", env)
     s = apply_action(s, "sufficiency_check", env)
     assert not s.sufficiency.parsed and s.gap == ""  # fallback: insufficient, no gap
+    before = s
     s = apply_action(s, "rewrite_query", env)
-    assert s.query == q.question  # fallback: the question itself
+    # fallback for an empty rewrite: the question plus the best unexpanded bridge entity
+    assert s.query == f"{q.question} {before.unexpanded_bridges[0]}"
     s, comp = compress_answer_evidence(apply_action(s, "stop_answer", env), env)
     assert comp.snippets == ()
     _, pred, _ = answer(s, env, comp.snippets)  # no snippets: answers from the documents

@@ -131,7 +131,8 @@ def test_ircot_keeps_only_the_first_sentence_and_retrieves_with_it(question,
         "Sturdrael Thouse is a native of Faldaendstead. Another sentence.",
         "So the answer is: Faldaendstead. Trailing text."]))
     env = env_of(library_retriever, gen)
-    res = run_ircot(question.question, env, demos=build_ircot_demos(toy_pool(), k=2))
+    demos = build_ircot_demos(toy_pool(), k=2)
+    res = run_ircot(question.question, env, demos=demos)
     # 'answer is' in a LATER sentence of the first reply does not stop the chain
     assert res.extra["thoughts"] == ["Danser Records was founded by Sturdrael Thouse.",
                                      "Sturdrael Thouse is a native of Faldaendstead.",
@@ -148,13 +149,17 @@ def test_ircot_keeps_only_the_first_sentence_and_retrieves_with_it(question,
     assert len(gen.calls) == 4 and is_reader(gen.calls[-1]["messages"])
     assert res.prediction == "Reader Answer" and res.extra["answer_source"] == "reader"
     assert all(d.title in gen.user(3) for d in res.state.docs)
-    # reasoning calls: few-shot, sentence budget, stop at newline, thoughts so far after A:
-    for c in gen.calls[:3]:
+    # reasoning calls: few-shot, sentence budget, stop at newline; the thoughts so far are
+    # the model's own earlier turns, after the paragraphs and the question
+    demo_turns = sum(len(d.chain) for d in demos)
+    for i, c in enumerate(gen.calls[:3]):
         assert c["stop"] == ["\n"] and c["max_tokens"] == prompts.IRCOT_MAX_TOKENS
-        assert sum(m["role"] == "assistant" for m in c["messages"]) == 2  # 2 demos
-        assert "So the answer is: Lyon." in str(c["messages"]) or \
-            "So the answer is: no." in str(c["messages"])
-    assert gen.user(1).endswith("A: Danser Records was founded by Sturdrael Thouse.")
+        text = str(c["messages"])
+        assert all(d.question in text and d.chain[-1] in text for d in demos)
+        assistant = [m["content"] for m in c["messages"] if m["role"] == "assistant"]
+        assert assistant[demo_turns:] == res.extra["thoughts"][:i]
+    assert gen.calls[1]["messages"][-2]["content"] == res.extra["thoughts"][0]
+    assert gen.calls[1]["messages"][-3]["content"].endswith(f"Q: {question.question}\nA:")
 
 
 def test_ircot_answer_is_tested_on_the_first_sentence_only(question, library_retriever):
@@ -174,6 +179,13 @@ def test_ircot_drops_a_restated_chain_before_taking_the_first_sentence(question,
     assert res.extra["thoughts"] == ["Fact one is here.", "Fact two is here.",
                                      "So the answer is: Z."]
     assert res.extra["echoed_sentences"] == 3 and res.extra["stop_reason"] == "concluded"
+
+
+def test_ircot_stops_when_a_reply_only_restates_the_chain(question, library_retriever):
+    gen = RecordingGenerator(ircot_script(["Fact one is here.", "Fact one is here."]))
+    res = run_ircot(question.question, env_of(library_retriever, gen))
+    assert res.extra["stop_reason"] == "repeated_thought" and res.extra["iterations"] == 2
+    assert res.extra["parse_fallbacks"] == {} and res.extra["thoughts"] == ["Fact one is here."]
 
 
 def test_ircot_respects_the_paragraph_cap_and_keeps_reasoning(question, library_retriever):
@@ -292,7 +304,7 @@ def test_self_ask_repeated_follow_up_forces_the_final_answer(question, library_r
 
 
 def test_self_ask_counts_copied_demonstration_follow_ups(question, library_retriever):
-    proposals = [f"Follow up: {SELF_ASK_DEMOS[0].steps[0][0]}", "So the final answer is: France"]
+    proposals = [f"Follow up: {SELF_ASK_DEMOS[0].follow_ups[0]}", "So the final answer is: France"]
     gen = RecordingGenerator(self_ask_script(question.question, proposals))
     res = run_self_ask(question.question, env_of(library_retriever, gen))
     assert res.extra["demo_copies"] == 2  # the follow-up and the final answer
@@ -315,27 +327,36 @@ def test_fixed_k_pair_reads_exactly_k_docs(name, k, question, library_retriever)
 
 # -- real model: behaviour, not quality -------------------------------------------------
 @pytest.mark.slow
-def test_real_model_ircot_iterates_and_self_ask_does_not_copy_demos(shared_data_dir):
+def test_real_model_ircot_iterates_and_self_ask_does_not_copy_demos(shared_data_dir, tmp_path):
+    """Three real HotpotQA training questions with qwen2.5-coder-0.5b. The corpus is pooled
+    from 30 training questions (not all 824: indexing those takes minutes on a shared CPU),
+    so this checks behaviour, not quality."""
     require_model("qwen2.5-coder-0.5b")
-    from dynakrag_lite.pipeline import build_setup
-    setup = build_setup("hotpotqa", generator="qwen2.5-coder-0.5b", data_dir=shared_data_dir,
-                        show_progress=False, cache=False)
-    # three real HotpotQA training questions; demonstrations from the other training ones
-    qs = setup.train[:3]
-    pool = setup.train[3:]
-    demos = build_ircot_demos(pool, eval_ids=[q.id for q in setup.eval] + [q.id for q in qs])
-    env = setup.env
+    from dynakrag_lite.corpus import Corpus
+    from dynakrag_lite.data import load_dataset, split_questions
+    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.retriever import DenseRetriever
+    train, evals = split_questions(load_dataset(shared_data_dir / "hotpotqa.jsonl"), 100, 0)
+    qs = train[:3]
+    retriever = DenseRetriever(Corpus.from_questions(train[:30], name="hotpotqa"),
+                               index_dir=tmp_path / "index", show_progress=False)
+    env = Environment(retriever, make_generator("qwen2.5-coder-0.5b", cache=False),
+                      ControlConfig.for_dataset("hotpotqa", doc_chars=400))
+    # demonstrations from the other training questions, never from evaluation ones
+    demos = build_ircot_demos(train[3:], eval_ids=[q.id for q in evals] + [q.id for q in qs])
     ircot = [run_ircot(q.question, env, qid=q.id, demos=demos) for q in qs]
     assert max(r.extra["iterations"] for r in ircot) > 1
+    demo_text = {d.question for d in demos} | {s for d in demos for s in d.chain}
     for r in ircot:
         assert r.extra["n_demos"] == 2 and r.extra["answer_source"] == "reader"
         assert r.state.ledger.llm_calls == r.extra["iterations"] + 1
+        assert r.state.ledger.retrieval_calls == r.extra["searches"] <= env.config.max_steps
         assert len(r.state.docs) <= env.config.max_docs
-    demo_text = {d.question for d in demos} | {s for d in demos for s in d.chain}
-    assert not any(t in demo_text for r in ircot for t in r.extra["thoughts"])
+        assert not any(t in demo_text for t in r.extra["thoughts"])
     asks = [run_self_ask(q.question, env, qid=q.id) for q in qs]
-    demo_follow_ups = {f.lower() for d in SELF_ASK_DEMOS for f, _ in d.steps}
+    demo_follow_ups = {f.lower() for d in SELF_ASK_DEMOS for f in d.follow_ups}
     for r in asks:
         assert not any(f.lower() in demo_follow_ups for f in r.extra["follow_ups"])
         assert r.extra["demo_copies"] == 0
         assert r.extra["iterations"] <= SELF_ASK_MAX_ITERATIONS
+        assert r.state.ledger.retrieval_calls <= env.config.max_steps

@@ -159,7 +159,7 @@ def test_action_falls_back_to_docs_on_invented_snippets(library_retriever, libra
     env = Environment(library_retriever, gen)
     s, comp = compress_answer_evidence(_stopped_state(env, library_q), env)
     assert comp.fallback_to_docs and comp.snippets == ()
-    assert [r.split(" (")[0] for _, r in comp.dropped] == ["no_match", "too_short"]
+    assert [r for _, r in comp.dropped] == ["too_short", "too_short"]  # "a fact", "b"
     answer(s, env, comp.snippets)
     assert gen.messages[-1][-1]["content"].startswith("Documents:\n[1] ")
 
@@ -208,30 +208,39 @@ def test_selector_rejects_other_files(tmp_path):
         SentenceSelector.load(tmp_path / "x.joblib")
 
 
-def test_extractive_select_keeps_answer_sentences_in_doc_order(selector, library_questions,
-                                                               library_retriever):
-    """Held-out library questions (not trained on): the 4 selected sentences hold the answer
-    string far more often than the first sentences of the top documents do."""
-    sel, _ = selector
-    comp = ExtractiveCompressor(sel, library_retriever.encode)
-    held = [q for i, q in enumerate(library_questions) if i % 3 == 0]
-    hits = library_retriever.search_many([q.question for q in held], 6)
+def test_selector_learned_on_real_train_questions_keeps_answer_sentences(hotpot):
+    """Trained on 200 HotpotQA questions of the CLI's training split (their own 10 paragraphs,
+    no embeddings), tested on 100 others: the 4 sentences it selects out of ~40 hold the
+    answer string far more often than the lead sentences of the first 4 paragraphs do, and
+    come back in document order, each a real sentence of its document."""
+    from dynakrag_lite.data import split_questions
+    qs = list(hotpot.values())
+    train, evals = split_questions(qs, 100, 0)
+    assert not {q.id for q in train} & {q.id for q in evals}
+
+    def docs_for(q):
+        return [RetrievedDoc(str(i), p.title, p.text, 0.5, "x", 0)
+                for i, p in enumerate(q.paragraphs)]
+
+    sel = train_sentence_selector(train[:200], None, model="logreg", use_embeddings=False,
+                                  docs_for=docs_for)
+    comp = ExtractiveCompressor(sel)
     n = sel_hits = lead_hits = 0
-    for q, hs in zip(held, hits):
-        docs = [RetrievedDoc(h.doc.id, h.doc.title, h.doc.text, h.score, "r", 0) for h in hs]
+    for q in train[200:300]:
+        docs = docs_for(q)
         if not any(answer_in(a, d.text) for a in q.answers for d in docs):
             continue
         n += 1
         picked = comp.select(q.question, docs, max_snippets=4)
-        assert len(picked) <= 4
+        assert 0 < len(picked) <= 4
         order = [(s.doc_index, s.sentence_ids[0]) for s in picked]
         assert order == sorted(order)
         assert all(s.sentences[0] in split_sentences(docs[s.doc_index].text) for s in picked)
         sel_hits += any(answer_in(a, s.text) for a in q.answers for s in picked)
         lead = [split_sentences(d.text)[0] for d in docs[:4]]
         lead_hits += any(answer_in(a, t) for a in q.answers for t in lead)
-    assert n >= 10
-    assert sel_hits / n >= 0.6 and sel_hits > lead_hits
+    assert n >= 60
+    assert sel_hits / n >= 0.55 and sel_hits - lead_hits >= 0.15 * n
 
 
 def test_config_switch_extractive_makes_no_llm_call(selector, library_retriever, library_q):

@@ -8,11 +8,10 @@ import pytest
 from dynakrag_lite.actions import ControlConfig, Environment, apply_action
 from dynakrag_lite.corpus import gold_titles
 from dynakrag_lite.generators import Generation
-from dynakrag_lite.metrics import em_f1
 from dynakrag_lite.policy import (CostModel, replay_decisions, replay_outcomes, train_policy,
                                   tune_continuation, lambda_sweep)
 from dynakrag_lite.state import initial_state
-from dynakrag_lite.training_data import PrefixSample, Sample, TrainingData
+from dynakrag_lite.training_data import PrefixSample, TrainingData
 from dynakrag_lite.trajectories import collect, collect_question, sr
 
 from helpers import ScriptedGenerator

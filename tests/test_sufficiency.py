@@ -218,3 +218,44 @@ def test_first_token_logprobs_with_a_real_model_are_finite_and_cached(tmp_path):
     assert S.first_token_logprobs(gen, msgs, S.OPTIONS) == first.logprobs
     # scoring leaves the model usable: the next generation still answers in the format
     assert prompts.parse_sufficiency(gen.inner.generate(msgs, max_tokens=8).text).parsed
+
+
+def test_policy_keeps_its_signal_through_save_and_load(tmp_path):
+    from dynakrag_lite.features import FEATURE_NAMES
+    from dynakrag_lite.policy import Policy, train_policy
+    from dynakrag_lite.training_data import Sample, TrainingData
+    rng = np.random.default_rng(0)
+    data = TrainingData([Sample(f"q{i}", 0, "stop_answer", rng.random(len(FEATURE_NAMES)),
+                                float(i % 2), 0.0, 3) for i in range(20)],
+                        questions=[f"q{i}" for i in range(20)])
+    X = np.stack([S.learned_features(state_with(n)) for n in (1, 2, 3, 6, 7, 8)])
+    est = S.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
+    sig = S.SufficiencySignal("learned", threshold=0.4, estimator=est)
+    pol = train_policy(data, n_estimators=5, min_samples_leaf=2, n_jobs=1, sufficiency=sig)
+    assert pol.meta["sufficiency"]["kind"] == "learned"
+    back = Policy.load(pol.save(tmp_path / "p.joblib"))
+    env = back.configure(env_with(None))
+    assert env.config.sufficiency_signal == "learned"
+    assert env.config.sufficiency_threshold == 0.4 and env.sufficiency_estimator is not None
+    s = apply_action(state_with(8), "sufficiency_check", env)
+    assert s.sufficiency.signal == "learned" and s.sufficiency.sufficient
+
+
+def test_calibration_states_cover_sr_levels_with_matched_contrasts(library_questions,
+                                                                   library_retriever):
+    env = Environment(library_retriever, None, ControlConfig(use_spacy=False))
+    qs = library_questions[:6]
+    states = S.calibration_states(qs, env, per_question=3)
+    assert {c.qid for c in states} == {q.id for q in qs}
+    reach = [c for c in states if c.kind == "reachable"]
+    assert all(sum(c.qid == q.id for c in reach) <= 3 for q in qs)
+    for c in states:
+        assert c.state.docs and 0.0 <= c.sr <= 1.0
+    for i, c in enumerate(states):
+        if c.kind == "contrast":  # right after its complete source, same size, incomplete
+            src = states[i - 1]
+            assert src.sufficient and not c.sufficient and src.qid == c.qid
+            assert len(c.state.docs) == len(src.state.docs)
+            assert len(set(c.state.doc_ids) ^ set(src.state.doc_ids)) == 2
+    assert any(c.kind == "contrast" for c in states)
+    assert S.calibration_states(qs, env, per_question=3) == states  # deterministic
