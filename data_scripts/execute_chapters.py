@@ -70,6 +70,10 @@ def main(argv: list[str]) -> int:
         nbformat.write(nb, path)
         clean_file(path)
         print(f"{path.name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    # Executing stamps the Colab install cells with run metadata; restore their canonical form.
+    import subprocess
+    subprocess.run([sys.executable, str(ROOT / "data_scripts" / "colab.py"), "--write"],
+                   check=True, stdout=subprocess.DEVNULL)
     if work.exists() and BOOK_CACHE.exists() and work.resolve() != BOOK_CACHE.resolve():
         print(f"{merge_cache(work, BOOK_CACHE)} new model calls recorded in {BOOK_CACHE.name}")
     return 1 if failed else 0

@@ -235,18 +235,29 @@ def test_parse_snippets_on_a_recorded_bullet_list():
 
 
 @pytest.mark.parametrize("model, qid, starts, expected", [
-    # the echoed 'Are follow up questions needed here: Yes.' line is skipped
-    (SMOL, "library-s0-0000", "Are follow up",
+    # the 'Follow up:' label is stripped; nothing after it is taken as a final answer
+    (SMOL, "library-s0-0000", "Follow up: ", ("What kind of town is Danser Records?", None)),
+    (QWEN, "library-s0-0001", "Follow up: ", ("When was Drelcath Instruments founded?", None)),
+    (QWEN, "library-s0-0000", "Follow up: ",
      ("Where was the founder of Danser Records born?", None)),
-    (QWEN, "library-s0-0001", "Are follow up", ("When was Drelcath Instruments founded?", None)),
-    (QWEN, "library-s0-0004", "So the final answer is: ", (None, "Faljavary")),
 ])
 def test_parse_self_ask_on_recorded_proposals(model, qid, starts, expected):
     assert prompts.parse_self_ask(reply(model, "self_ask", qid, starts)["reply"]) == expected
 
 
 def test_parse_ircot_on_a_recorded_thought():
-    r = reply(QWEN, "ircot", "library-s0-0001", "Drelcath Instruments was founded first")
+    r = reply(QWEN, "ircot", "library-s0-0001", "So the answer is: Drelcath")
     t = prompts.parse_ircot(r["reply"])
     assert (t.sentence, t.concludes, t.answer) == (
-        "Drelcath Instruments was founded first, in Greidromstead, in 1903.", False, "")
+        "So the answer is: Drelcath Instruments.", True, "Drelcath Instruments")
+    r = reply(QWEN, "ircot", "library-s0-0004", "The capital of the country")
+    t = prompts.parse_ircot(r["reply"])
+    assert not t.concludes and t.sentence.endswith("is Mirnarby.")
+
+
+@pytest.mark.xfail(strict=True, reason="parse_ircot keeps an echoed question as the first "
+                   "sentence and misses the 'So the answer is' that follows it")
+def test_parse_ircot_skips_an_echoed_question_before_the_conclusion():
+    r = reply(QWEN, "ircot", "library-s0-0000", "In which town was the founder")
+    t = prompts.parse_ircot(r["reply"])
+    assert t.concludes and t.answer == "Faldaendstead"
