@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +34,15 @@ def missing(reason: str, required_in_ci: bool = True) -> None:
     if required_in_ci and in_ci():
         pytest.fail(f"CI must run this test, but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def load_script(name: str):
+    """Import ``data_scripts/<name>.py`` (a script folder, not a package) as a module."""
+    path = Path(__file__).resolve().parents[1] / "data_scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"dynakrag_script_{name}", path)
+    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def require_llama() -> None:

@@ -14,7 +14,6 @@ What is not tested here (a real Colab, real downloads and builds) is listed in c
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,19 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "book"
 
 
-def _load_colab():
-    spec = importlib.util.spec_from_file_location("dynakrag_colab_under_test",
-                                                  REPO / "data_scripts" / "colab.py")
-    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-colab = _load_colab()
+colab = load_script("colab")
 
 
 def _cells(path: Path) -> list[dict]:

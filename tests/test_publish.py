@@ -10,25 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import missing
+from helpers import load_script, missing
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("dynakrag_publish",
-                                                  REPO / "data_scripts" / "publish.py")
-    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-publish = _load()
+publish = load_script("publish")
 
 
 def git(cwd, *args) -> str:
