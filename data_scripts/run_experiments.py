@@ -33,11 +33,6 @@ CHAPTERS = {
 }
 
 
-def sha256_file(path: Path) -> str:
-    from dynakrag_lite.storage import sha256_file as _sha
-    return _sha(path)
-
-
 def data_hash(dataset: str) -> str | None:
     """sha256 of the dataset's normalized file (the library: of its generated JSON); the same
     hash evaluate records in each run's fingerprint (``experiments.data_sha256``)."""

@@ -197,12 +197,10 @@ def is_installed(name: str) -> bool:
         return False
 
 
-def _hash_file(path: Path, bufsize: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(bufsize):
-            h.update(block)
-    return h.hexdigest()
+def _hash_file(path: Path) -> str:
+    """One place hashes files (storage.sha256_file); a seam kept for the sidecar tests."""
+    from .storage import sha256_file
+    return sha256_file(path)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
