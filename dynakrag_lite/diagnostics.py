@@ -11,7 +11,6 @@ without a trace: Fixed-K).
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
@@ -20,9 +19,10 @@ __all__ = ["action_gold_hits", "read_rows"]
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    """The rows of a predictions.jsonl file (error rows included; callers filter)."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The rows of a predictions.jsonl file (error rows included; callers filter), read by the
+    experiments' own reader: a torn final line is ignored, a bad middle line raises."""
+    from .experiments import read_predictions
+    return read_predictions(path)
 
 
 def action_gold_hits(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
