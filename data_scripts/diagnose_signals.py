@@ -30,7 +30,7 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +38,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite import sufficiency as S  # noqa: E402
+from dynakrag_lite.diagnostics import summarise_runs  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 
-ACQ = ("retrieve_more", "gap_query", "rewrite_query", "bridge_entity_expand")
 
 
 def within_question_auc(scores, labels, groups) -> float | None:
@@ -76,82 +76,6 @@ def signal_report(kind, scores, y, groups, seconds, extra=None, reachable=None) 
         out["sufficient_rate"] = _r(float(np.mean(extra)))
     if kind == "margin":
         out["sufficient_rate"] = _r(float(np.mean(scores > 0)))  # greedy first-token choice
-    return out
-
-
-# -- runs ---------------------------------------------------------------------------------------
-def _own_action_summary(rows: list[dict]) -> dict:
-    n = len(rows)
-    counts: Counter = Counter()
-    added: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # docs, gold docs, hits
-    verdicts: Counter = Counter()
-    gaps = 0
-    cot, searches, follow = 0, 0, 0
-    snip_valid, snip_total = 0, 0
-    for r in rows:
-        gold = {d["id"] for d in r.get("docs", []) if d.get("gold")}
-        for t in r.get("trace", []):
-            a = t.get("action")
-            counts[a] += 1
-            if a in ACQ:
-                ids = t.get("added", [])
-                g = sum(1 for i in ids if i in gold)
-                added[a][0] += len(ids)
-                added[a][1] += g
-                added[a][2] += int(g > 0)
-            if a == "sufficiency_check":
-                s = t.get("sufficient")
-                verdicts["sufficient" if s else "insufficient" if s is False else "none"] += 1
-                gaps += int(bool(t.get("gap")))
-            cot += a == "cot_step"
-            follow += a == "follow_up"
-            searches += a == "retrieve" and r.get("method") == "self_ask"
-        comp = (r.get("extra") or {}).get("compression") or r.get("compression")
-        if isinstance(comp, dict):
-            snip_valid += int(comp.get("n_valid", 0) or 0)
-            snip_total += int(comp.get("n_snippets", comp.get("n_parsed", 0)) or 0)
-    out = {"questions": n,
-           "actions_per_question": {a: round(c / n, 3) for a, c in sorted(counts.items())},
-           "added_gold_share": {a: round(v[1] / v[0], 3) if v[0] else None
-                                for a, v in added.items()},
-           "actions_with_gold_hit": {a: round(v[2] / counts[a], 3) if counts[a] else None
-                                     for a, v in added.items()},
-           "sufficiency_verdicts": dict(verdicts),
-           "gaps_written_per_question": round(gaps / n, 3)}
-    if cot:
-        out["ircot_iterations_per_question"] = round(cot / n, 3)
-    if follow:
-        out["self_ask_follow_ups_per_question"] = round(follow / n, 3)
-        out["self_ask_searches_per_question"] = round(searches / n, 3)
-    if snip_total:
-        out["snippet_validity"] = round(snip_valid / snip_total, 3)
-    return out
-
-
-def run_summaries(runs_dir: Path) -> dict:
-    try:
-        from dynakrag_lite.diagnostics import action_gold_hits  # another module, optional
-    except ImportError:
-        action_gold_hits = None
-    out = {}
-    for pred in sorted(runs_dir.glob("*/predictions.jsonl")):
-        rows = []
-        for line in pred.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if "error" not in row:
-                rows.append(row)
-        if not rows:
-            continue
-        rec = _own_action_summary(rows)
-        if action_gold_hits is not None:
-            try:
-                rec["action_gold_hits"] = action_gold_hits(rows)
-            except Exception as e:  # its schema may differ: keep ours, note theirs failed
-                rec["action_gold_hits_error"] = f"{type(e).__name__}: {e}"
-        out[pred.parent.name] = rec
     return out
 
 
@@ -244,7 +168,7 @@ def main(argv=None) -> int:
                                    "informative": {k: v.informative
                                                    for k, v in chosen.stats.items()}}
     if args.runs_dir:
-        report["runs"] = run_summaries(Path(args.runs_dir))
+        report["runs"] = summarise_runs(args.runs_dir)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     report["command"] = relative_command(sys.argv[1:] if argv is None else list(argv),
                                          prefix="python data_scripts/diagnose_signals.py")

@@ -40,7 +40,9 @@ RUNS = {
     "dynakrag-cap1": ["--method", "dynakrag", "--retrieval-cap", "1"],
     "dynakrag-cap2": ["--method", "dynakrag", "--retrieval-cap", "2"],
     "dynakrag-cap3": ["--method", "dynakrag", "--retrieval-cap", "3"],
+    "dynakrag-llm_compression": ["--method", "dynakrag", "--compressor", "llm"],
 }
+CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
 
 
 def rel(path: str | os.PathLike) -> str:
@@ -71,6 +73,10 @@ def main() -> int:
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--jobs", type=int, default=1, help="evaluations run in parallel")
     ap.add_argument("--data-dir", default=os.environ.get("DYNAKRAG_DATA_DIR"))
+    ap.add_argument("--compressor", choices=("extractive", "llm"), default="extractive",
+                    help="terminal compression of the controller runs (dynakrag, uniform, "
+                    "oracle); extractive needs results/selectors/<dataset>-sentence-selector"
+                    ".joblib (data_scripts/compression_diagnostics.py builds it)")
     args = ap.parse_args()
     runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]
@@ -81,7 +87,7 @@ def main() -> int:
     pol_gen = args.policy_generator or args.generator
     policy = ROOT / "results" / "policies" / policy_file_name(args.dataset, pol_gen)
     logs = ROOT / "runs" / "logs"
-    if any(RUNS[r][1] == "dynakrag" for r in runs) and not policy.exists():
+    if any(RUNS[r][1] in CONTROLLER_METHODS for r in runs) and not policy.exists():
         if args.policy_generator:
             raise SystemExit(f"{rel(policy)} missing: train it with --generator {pol_gen} "
                              "first")
@@ -93,9 +99,23 @@ def main() -> int:
     gen_dir = args.generator if not args.policy_generator else \
         f"{args.generator}-policy-{pol_gen}"
 
+    selector = ROOT / "results" / "selectors" / f"{args.dataset}-sentence-selector.joblib"
+    if args.compressor == "extractive" and not selector.exists() and \
+            any(RUNS[r][1] in CONTROLLER_METHODS for r in runs):
+        raise SystemExit(f"{rel(selector)} missing: build it with data_scripts/"
+                         "compression_diagnostics.py, or pass --compressor llm")
+
     def one(name: str) -> int:
         out = ROOT / "results" / "experiments" / args.dataset / gen_dir / name
-        extra = ["--policy", rel(policy)] if RUNS[name][1] == "dynakrag" else []
+        extra = []
+        if RUNS[name][1] in CONTROLLER_METHODS:
+            # uniform and oracle take the policy's sufficiency signal (see cli.cmd_evaluate),
+            # so the three controllers differ only in how they choose.
+            extra = ["--policy", rel(policy)]
+            if "--compressor" not in RUNS[name]:
+                extra += ["--compressor", args.compressor]
+                if args.compressor == "extractive":
+                    extra += ["--selector", rel(selector)]
         return run(["evaluate"] + data + RUNS[name] + extra + [
             "--generator", args.generator, "--limit", str(args.eval_limit), "--out", rel(out)],
             logs / f"eval-{args.dataset}-{gen_dir}-{name}.log")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
-from dynakrag_lite.results import load_summaries, markdown_table, results_table
+from dynakrag_lite.results import load_summaries, markdown_table, paired_table, results_table
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
@@ -70,6 +70,18 @@ def main() -> int:
         parts.append(f"## {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
         mine = s[(s.dataset == dataset) & (s.generator == generator)]
+        if "dynakrag" in set(mine.run):
+            pt = paired_table(dataset, generator, root=ROOT / "experiments")
+            if len(pt):
+                parts.append("Paired differences, dynakrag minus each run (per question; "
+                             "paired bootstrap 95 % interval, 10,000 resamples; sign-flip "
+                             "permutation p; an interval containing 0 is no measurable "
+                             "difference):\n")
+                pt = pt.assign(interval=[f"[{lo:+.3f}, {hi:+.3f}]"
+                                         for lo, hi in zip(pt.lo, pt.hi)])
+                parts.append(markdown_table(pt[["run", "metric", "n", "dynakrag", "other",
+                                                "diff", "interval", "p_value",
+                                                "verdict"]]) + "\n")
         parts.append("Diagnostics:\n")
         parts.append(diagnostics_table(mine) + "\n")
         parts.append("Commands:\n")

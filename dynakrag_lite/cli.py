@@ -6,6 +6,7 @@
     train           --data FILE --generator SPEC --out POLICY [--limit N]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
+                    [--compressor llm|extractive --selector FILE]
     models          list | fetch NAME                           (bundled offline GGUF models)
 
 ``--data`` takes a file path or a dataset name (hotpotqa, 2wikimultihopqa, musique, library);
@@ -16,7 +17,8 @@ policy is never evaluated on its training questions. Errors go to stderr, exit c
 ``evaluate --method dynakrag`` without ``--policy`` uses ``results/policies/<dataset>-
 <generator>.joblib`` and nothing else; a policy of another generator must be named with
 ``--policy`` (generator transfer). The policy is checked against the run first
-(``policy.check_policy``). ``evaluate`` resumes into ``--out`` (see
+(``policy.check_policy``). ``--policy`` with ``uniform`` or ``oracle`` takes only the policy's
+calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate`` resumes into ``--out`` (see
 :mod:`dynakrag_lite.experiments`): it refuses a folder of another setup, a folder another
 process is evaluating into, and a damaged predictions file; questions that failed are retried.
 Recorded commands have relative paths and no credentials (``storage.relative_command``).
@@ -49,13 +51,27 @@ def _add_split(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N questions of the split")
 
 
+def _check_control_args(args) -> None:
+    """Flag combinations that cannot run, refused before anything is indexed or loaded."""
+    if args.compressor == "extractive" and not args.selector:
+        raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
+                         "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
+                         "data_scripts/compression_diagnostics.py)")
+    if args.selector and not Path(args.selector).is_file():
+        raise ValueError(f"--selector {args.selector}: no such file")
+    method = getattr(args, "method", None)
+    if getattr(args, "policy", None) and method not in ("dynakrag", "uniform", "oracle"):
+        raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {method}")
+
+
 def _config(args, dataset: str):
     from .actions import ControlConfig
     return ControlConfig.for_dataset(
         dataset, use_compression=not args.no_compression,
         use_sufficiency=not args.no_sufficiency, retrieval_cap=args.retrieval_cap,
         max_steps=args.max_steps, max_docs=args.max_docs, per_action=args.per_action,
-        doc_chars=args.doc_chars or None)
+        doc_chars=args.doc_chars or None, compressor=args.compressor,
+        selector_path=args.selector)
 
 
 def _add_control(p: argparse.ArgumentParser) -> None:
@@ -66,6 +82,10 @@ def _add_control(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-docs", type=int, default=12)
     p.add_argument("--per-action", type=int, default=3)
     p.add_argument("--doc-chars", type=int, default=600, help="0 = whole documents")
+    p.add_argument("--compressor", choices=("llm", "extractive"), default="llm",
+                   help="terminal compression: llm (the paper's, validated snippets) or "
+                   "extractive (a learned sentence selector, no LLM call; needs --selector)")
+    p.add_argument("--selector", default=None, help="sentence selector joblib")
 
 
 def policy_file_name(dataset: str, generator: str) -> str:
@@ -155,6 +175,7 @@ def cmd_train(args) -> int:
     from .policy import LAMBDA_GRID, VETO_GRID, train_policy, tune_continuation
     from .sufficiency import train_signal
     from .trajectories import collect
+    _check_control_args(args)
     setup, train_qs = _setup(args, args.generator)
     env = setup.env
     t0 = time.perf_counter()
@@ -164,7 +185,8 @@ def cmd_train(args) -> int:
                               args.calibration_questions or None, seed=args.seed)
         if signal is not None:
             signal.configure(env)  # the trajectories are collected with it
-    data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target)
+    data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
+                   answer_questions=args.continuation_questions or None)
     lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(LAMBDA_GRID))
     thrs = [args.veto_threshold] if args.veto_threshold is not None else \
         (_floats(args.veto_thresholds) or list(VETO_GRID))
@@ -183,6 +205,7 @@ def cmd_train(args) -> int:
                            "embedder": args.embedder, "doc_chars": env.config.doc_chars,
                            "per_action": env.config.per_action,
                            "train_ids": [q.id for q in train_qs],
+                           "action_gains": data.action_gains(),
                            "tuning": tuning,
                            "command": relative_command(args.argv)})
     path = pol.save(args.out)
@@ -202,8 +225,9 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from .experiments import data_sha256, evaluate
     from .policy import Policy, check_policy
+    _check_control_args(args)
     policy, path = None, None
-    if args.method == "dynakrag" and args.policy:  # fail fast, before indexing anything
+    if args.policy:  # fail fast, before indexing anything
         path = Path(args.policy)
         policy = Policy.load(path)
     setup, eval_qs = _setup(args, args.generator)
@@ -218,7 +242,13 @@ def cmd_evaluate(args) -> int:
         check_policy(policy, embedder=args.embedder, doc_chars=env.config.doc_chars,
                      per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
         extra["policy"] = policy.provenance()
-        policy.configure(env)  # its calibrated sufficiency signal, before the fingerprint
+        # Its calibrated sufficiency signal, before the fingerprint. uniform and oracle take
+        # only this from the policy, so that every controller sees the same sufficiency
+        # verdicts and differs only in how it chooses.
+        policy.configure(env)
+        if args.method != "dynakrag":
+            extra["policy"]["used_for"] = "sufficiency signal only"
+            policy = None
         if args.lam is not None:
             policy.lam = args.lam
         if args.veto_threshold is not None:
@@ -295,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                            default="f1", help="f1: answer F1 at the rollout's end minus F1 "
                            "now (one answer call per prefix); sr: the same with support "
                            "recall (no calls); onestep: best one-step SR gain")
+            p.add_argument("--continuation-questions", type=int, default=0,
+                           help="with --continuation-target f1: answer calls on the first N "
+                           "training questions only (0 = all); the value model uses all")
             p.add_argument("--sufficiency-signal", default="auto",
                            choices=("auto", "text", "margin", "learned", "answer_conf"),
                            help="auto: calibrate text/margin/learned on training states and "

@@ -498,9 +498,18 @@ class SentenceSelector:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "SentenceSelector":
+    def load(cls, path: str | Path, *, trusted: bool | None = None,
+             data: bytes | None = None) -> "SentenceSelector":
+        """Load a selector saved by :meth:`save`. **A joblib file is code**: before unpickling,
+        its bytes are checked against ``MANIFEST.sha256`` in its folder (see
+        :func:`load_selector` for ``trusted``). ``data``: the file's bytes, already read."""
+        import io
         import joblib
-        obj = joblib.load(path)
+        path = Path(path)
+        if data is None:
+            data = path.read_bytes()  # hash and unpickle the same bytes (no swap in between)
+        _check_selector(path, data, trusted)
+        obj = joblib.load(io.BytesIO(data))
         if not isinstance(obj, dict) or obj.get("format") != SELECTOR_FORMAT:
             raise ValueError(f"{path}: not a sentence selector ({SELECTOR_FORMAT})")
         if tuple(obj["features"]) != FEATURES:
@@ -627,14 +636,53 @@ class ExtractiveCompressor:
                            tuple(kept), (), bool(why), why, len(kept))
 
 
-_SELECTORS: dict[str, SentenceSelector] = {}
+# The project's committed selectors: loading from here is verified against the manifest.
+SELECTORS_DIR = Path(__file__).resolve().parents[1] / "results" / "selectors"
+_SELECTORS: dict[tuple[str, str], SentenceSelector] = {}
 
 
-def load_selector(path: str | Path) -> SentenceSelector:
-    """Load (once per process) a saved selector."""
-    key = str(Path(path).resolve())
+def register_selector(path: str | Path) -> Path | None:
+    """After saving a selector: record it (only it) in its folder's ``MANIFEST.sha256`` when
+    that folder is the project's ``results/selectors`` or already keeps a manifest. Returns the
+    manifest path, or None for a folder without one (your own files, trusted by default)."""
+    from .storage import register_in_manifest
+    return register_in_manifest(path, SELECTORS_DIR)
+
+
+def _check_selector(path: Path, data: bytes, trusted: bool | None) -> str:
+    """sha256 of ``data``; ManifestError unless trusted or listed in the folder's manifest."""
+    import hashlib
+    from .storage import MANIFEST_NAME, in_folder, verify_manifest
+    if trusted is None:
+        trusted = not (in_folder(path, SELECTORS_DIR) or (path.parent / MANIFEST_NAME).exists())
+    if trusted:
+        return hashlib.sha256(data).hexdigest()
+    fix = ("If you trained it yourself, register it: python -c \"from dynakrag_lite."
+           f"compression import register_selector; register_selector({str(path)!r})\"; "
+           "otherwise do not load it")
+    return verify_manifest(path, data, what="sentence selector file", fix=fix)
+
+
+def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
+    """Load a saved selector (unpickled once per process for each content of the file).
+
+    **A joblib file is code**: unpickling it runs whatever its author put in it. ``trusted``:
+
+    * ``None`` (default): a file in the project's ``results/selectors/``, or in any folder that
+      keeps a ``MANIFEST.sha256``, must be listed there with its sha256, else
+      :class:`~dynakrag_lite.storage.ManifestError` (naming the file and how to register it)
+      before anything is unpickled; a file in a folder without a manifest is your own and is
+      trusted.
+    * ``False``: always verify against the manifest of the file's folder.
+    * ``True``: skip the manifest (you vouch for the file).
+
+    Selectors saved into the project's folder are recorded by :func:`register_selector`.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    key = (str(path.resolve()), _check_selector(path, data, trusted))  # every call, cached or not
     if key not in _SELECTORS:
-        _SELECTORS[key] = SentenceSelector.load(path)
+        _SELECTORS[key] = SentenceSelector.load(path, trusted=True, data=data)
     return _SELECTORS[key]
 
 

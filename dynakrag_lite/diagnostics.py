@@ -11,11 +11,13 @@ without a trace: Fixed-K).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["action_gold_hits", "read_rows"]
+__all__ = ["action_gold_hits", "read_rows", "run_behaviour", "summarise_runs"]
+
+ACQUISITION = ("retrieve_more", "gap_query", "rewrite_query", "bridge_entity_expand")
 
 
 def read_rows(path: str | Path) -> list[dict]:
@@ -59,4 +61,71 @@ def action_gold_hits(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
         out[a] = {"calls": c, "docs_added": n, "gold_added": g,
                   "gold_per_call": round(g / c, 4) if c else None,
                   "gold_per_doc": round(g / n, 4) if n else None}
+    return out
+
+
+def run_behaviour(rows: list[dict]) -> dict:
+    """What a run's methods did, per question (error rows left out): actions per question,
+    for each acquisition action the share of its added documents that are gold and the share
+    of its calls that added at least one gold document, sufficiency verdicts and gaps written,
+    IRCoT iterations (``cot_step``), Self-Ask follow-ups and searches, and the compression's
+    snippet validity where recorded."""
+    rows = [r for r in rows if not r.get("error")]
+    n = len(rows)
+    counts: Counter = Counter()
+    added: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # docs, gold docs, hits
+    verdicts: Counter = Counter()
+    gaps = cot = searches = follow = snip_valid = snip_total = 0
+    for r in rows:
+        gold = {d["id"] for d in r.get("docs", []) if d.get("gold")}
+        for t in r.get("trace", []):
+            a = t.get("action")
+            counts[a] += 1
+            if a in ACQUISITION:
+                ids = t.get("added", [])
+                g = sum(1 for i in ids if i in gold)
+                added[a][0] += len(ids)
+                added[a][1] += g
+                added[a][2] += int(g > 0)
+            if a == "sufficiency_check":
+                s = t.get("sufficient")
+                verdicts["sufficient" if s else "insufficient" if s is False else "none"] += 1
+                gaps += int(bool(t.get("gap")))
+            cot += a == "cot_step"
+            follow += a == "follow_up"
+            searches += a == "retrieve" and r.get("method") == "self_ask"
+        comp = (r.get("extra") or {}).get("compression") or r.get("compression")
+        if isinstance(comp, dict):
+            snip_valid += int(comp.get("n_valid", 0) or 0)
+            snip_total += int(comp.get("n_snippets", comp.get("n_parsed", 0)) or 0)
+    out = {"questions": n,
+           "actions_per_question": {a: round(c / n, 3) for a, c in sorted(counts.items())}
+           if n else {},
+           "added_gold_share": {a: round(v[1] / v[0], 3) if v[0] else None
+                                for a, v in added.items()},
+           "actions_with_gold_hit": {a: round(v[2] / counts[a], 3) if counts[a] else None
+                                     for a, v in added.items()},
+           "sufficiency_verdicts": dict(verdicts),
+           "gaps_written_per_question": round(gaps / n, 3) if n else None}
+    if cot:
+        out["ircot_iterations_per_question"] = round(cot / n, 3)
+    if follow:
+        out["self_ask_follow_ups_per_question"] = round(follow / n, 3)
+        out["self_ask_searches_per_question"] = round(searches / n, 3)
+    if snip_total:
+        out["snippet_validity"] = round(snip_valid / snip_total, 3)
+    return out
+
+
+def summarise_runs(runs_dir: str | Path) -> dict[str, dict]:
+    """:func:`run_behaviour` and :func:`action_gold_hits` of every ``<run>/predictions.jsonl``
+    under ``runs_dir`` (the latest row of each question; a damaged file raises)."""
+    from .experiments import latest_rows
+    out = {}
+    for pred in sorted(Path(runs_dir).glob("*/predictions.jsonl")):
+        rows = latest_rows(read_rows(pred), errors=False)
+        if rows:
+            rec = run_behaviour(rows)
+            rec["action_gold_hits"] = action_gold_hits(rows)
+            out[pred.parent.name] = rec
     return out

@@ -11,19 +11,22 @@ final answer.
   against the record's ``n_gold`` (the number of gold supporting documents).
 * :func:`sr_curve` -> SR before any step and after each step.
 * :func:`answer_from_record` -> :class:`AnswerView` (prediction vs gold answers, EM/F1).
-* :func:`load_records` / :func:`load_runs` / :func:`find_result_sets` read predictions files.
+* :func:`load_records` / :func:`load_runs` / :func:`find_result_sets` read predictions files
+  (with :func:`dynakrag_lite.experiments.read_predictions`: a torn final line of a run still
+  writing is ignored, a bad line elsewhere raises
+  :class:`~dynakrag_lite.experiments.ResultsError` naming the file and line).
 
 Rendering lives in :mod:`dynakrag_lite.explorer_render`, the widget in
 :mod:`dynakrag_lite.explorer_widget`; :mod:`dynakrag_lite.explorer` re-exports all three.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .corpus import normalize_title
+from .experiments import is_error, read_predictions
 
 __all__ = [
     "DocView", "OptionView", "StepView", "AnswerView", "n_gold_of", "steps_from_record",
@@ -204,21 +207,6 @@ def answer_from_record(record: Mapping) -> AnswerView:
 
 
 # -- loading -------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> list[dict]:
-    """Read-only and tolerant: a torn or bad line is skipped (the file is never rewritten)."""
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
 def load_records(path_or_dir: str | Path) -> dict[str, dict]:
     """``{question id: record}`` from a predictions.jsonl file or a run folder holding one."""
     p = Path(path_or_dir)
@@ -226,9 +214,11 @@ def load_records(path_or_dir: str | Path) -> dict[str, dict]:
         p = p / "predictions.jsonl"
     if not p.exists():
         raise FileNotFoundError(f"{p}: no predictions file (for a results tree use load_runs)")
-    # Error rows (a question whose method raised, retried on the next run) are not records
-    # to replay; the last successful row per id wins, as in experiments.latest_rows.
-    return {r["id"]: r for r in _read_jsonl(p) if "id" in r and "error" not in r}
+    # The run's own reader: a torn final line (a run still writing, or killed mid-write) is
+    # left out; a bad line elsewhere is a ResultsError naming the file and line, never skipped.
+    # Error rows (a question whose method raised, retried on the next run) are not records to
+    # replay; the last successful row per id wins.
+    return {r["id"]: r for r in read_predictions(p) if not is_error(r)}
 
 
 def load_runs(root: str | Path, runs: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:

@@ -6,7 +6,7 @@ bridge-entity count; the current action's identity; prior action counts; estimat
 cost. We add the sufficiency verdict and gap presence (both observable; a verdict whose
 signal was measured to be at chance, ``Sufficiency.gates=False``, shows as neither yes nor no).
 Nothing here reads a gold label: :func:`state_features` takes an :class:`EvidenceState`, which
-has none.
+has none. :data:`FEATURE_DESCRIPTIONS` says in one line what each named feature measures.
 """
 from __future__ import annotations
 
@@ -104,6 +104,72 @@ def state_features(state: EvidenceState) -> dict[str, float]:
 STATE_FEATURE_NAMES: tuple[str, ...] = tuple(state_features(EvidenceState(question="x")).keys())
 ACTION_FEATURE_NAMES: tuple[str, ...] = tuple(f"act_{a}" for a in ACTIONS) + ("est_cost",)
 FEATURE_NAMES: tuple[str, ...] = STATE_FEATURE_NAMES + ACTION_FEATURE_NAMES
+
+# What each feature of phi(s, a) measures, in FEATURE_NAMES order (tests check that every name
+# has a description and that no description names a feature that does not exist).
+_WH_DESCRIPTIONS = {
+    "yesno": "1 if the question starts with an auxiliary verb (is, was, did, can, has, ...): "
+             "a yes/no question",
+    "other": "1 if the question's first word is neither a wh-word nor an auxiliary verb",
+}
+FEATURE_DESCRIPTIONS: dict[str, str] = {
+    # question shape
+    "q_len": "words in the question (split on whitespace)",
+    "q_content_words": "distinct content words of the question (lower-cased, stopwords removed)",
+    "q_capitalized": "capitalized words after the first one (a proxy for named entities)",
+    "q_compare_words": "distinct comparison cue words in the question (which, both, same, "
+                       "older, than, ...)",
+    "q_of_count": "occurrences of the word 'of' (nested 'X of Y' phrases hint at a bridge)",
+    "q_possessive": "occurrences of \"'s\" (possessives, another bridge cue)",
+    **{f"q_wh_{w}": _WH_DESCRIPTIONS.get(w, f"1 if the question's first word is '{w}'")
+       for w in WH_WORDS},
+    # evidence in hand and the retrieval frontier
+    "n_docs": "documents in hand",
+    "n_titles": "distinct (normalized) titles among the documents in hand",
+    "frontier": "entries of the initial ranking read so far by retrieve_more",
+    "frontier_left": "unread entries of the initial ranking (-1 before the first retrieval)",
+    "steps": "acquisition/control steps taken (retrieval actions and sufficiency checks)",
+    "score_max": "highest retrieval score of the documents in hand (0 without documents)",
+    "score_mean": "mean retrieval score of the documents in hand (0 without documents)",
+    "score_min": "lowest retrieval score of the documents in hand (0 without documents)",
+    "score_last_mean": "mean retrieval score of the documents added by the latest step that "
+                       "added any (0 without documents)",
+    "rank_gap_1_3": "score of the 1st minus the 3rd entry of the initial ranking (0 with fewer "
+                    "than 3 entries)",
+    "rank_next_score": "score of the next unread entry of the initial ranking (0 when none is "
+                       "left or before the first retrieval)",
+    # lexical question-evidence overlap
+    "overlap_all": "share of the question's content words found in the documents (titles and "
+                   "texts together)",
+    "overlap_uncovered": "question content words found in no document",
+    "overlap_best_doc": "largest share of the question's content words found in one document",
+    "overlap_docs_half": "documents holding at least half of the question's content words",
+    # bridge entities
+    "n_bridges": "bridge-entity candidates not yet expanded",
+    "n_bridges_expanded": "bridge entities already expanded",
+    # sufficiency verdict and gap
+    "suff_none": "1 if no sufficiency verdict has been made yet",
+    "suff_yes": "1 if the latest sufficiency verdict says sufficient (0 when its signal does "
+                "not gate decisions)",
+    "suff_no": "1 if the latest sufficiency verdict says insufficient (0 when its signal does "
+               "not gate decisions)",
+    "suff_stale": "1 if the latest sufficiency verdict judged another set of documents than "
+                  "the one in hand",
+    "gap_present": "1 if the state holds a gap (the missing fact named by a sufficiency probe)",
+    "gap_len": "words in the gap",
+    "gap_overlap_q": "share of the gap's content words that are question content words (0 "
+                     "without a gap)",
+    # cost so far and action history
+    "tokens_so_far": "LLM tokens spent so far (prompt and completion)",
+    "retrieval_calls": "retrieval calls made so far",
+    **{f"count_{a}": f"times {a} has been taken so far" for a in ACTIONS},
+    **{f"last_{a}": f"1 if the previous action was {a}" for a in ACTIONS},
+    # the action being scored
+    **{f"act_{a}": f"1 if the action being scored is {a} (one-hot)" for a in ACTIONS},
+    "est_cost": "prior token estimate of the action (heuristic_cost: an LLM action ~120 plus "
+                "the documents' characters / 4, a retrieval action per_action x doc_chars / 4, "
+                "stop 0)",
+}
 
 
 def action_features(action: str, est_cost: float) -> dict[str, float]:

@@ -14,13 +14,17 @@ hand-built states of :func:`validity_cases`).
   concrete state and the frontier cursor on its initial ranking;
 * :func:`branching_tree_figure`: one question's rollout with its counterfactual branches and
   their Eq. 1 labels (from :func:`~.trajectories.collect_question`);
-* :func:`validity_grid_figure`: actions x states, valid or not, from ``valid_actions``.
+* :func:`validity_grid_figure`: actions x states, valid or not, from ``valid_actions``;
+* :func:`lambda_sweep_figure`: the cost/quality curve of :func:`~.policy.lambda_sweep` (mean
+  tokens against F1, and SR), one annotated point per lambda, the Pareto front connected,
+  baselines as separate markers (:func:`pareto_front` picks the front).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence
+import math
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
@@ -478,6 +482,124 @@ def validity_matrix(cases: Iterable[tuple], cfg: ControlConfig | None = None,
     return [[a in col for col in cols] for a in actions]
 
 
+# -- 5. the lambda sweep: cost against quality -------------------------------------------
+SWEEP_COLOR = "#3182bd"
+BASELINE_MARKERS = ("s", "^", "D", "v", "P", "X", "h", "*")
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point dominates (cost, quality): none is at most as
+    costly and at least as good while strictly better in one of the two. Sorted by cost,
+    then by quality descending, then by index (ties: equal points are all kept)."""
+    def dominated(i: int) -> bool:
+        ci, qi = points[i]
+        return any(cj <= ci and qj >= qi and (cj < ci or qj > qi)
+                   for j, (cj, qj) in enumerate(points) if j != i)
+    keep = [i for i in range(len(points)) if not dominated(i)]
+    return sorted(keep, key=lambda i: (points[i][0], -points[i][1], i))
+
+
+def lambda_label(*lams: float) -> str:
+    """The annotation of one sweep point, e.g. ``λ=0``, ``λ=3e-05``, ``λ=0.001``; lambdas
+    that land on the same point share one label (``λ=0, 1e-05``)."""
+    return "λ=" + ", ".join(f"{float(lam):g}" for lam in lams)
+
+
+def _sweep_rows(frame: Any, veto_threshold: float | None) -> list[dict]:
+    """The rows of a lambda_sweep (or tune_continuation) frame, at one veto threshold."""
+    rows = frame.to_dict("records") if hasattr(frame, "to_dict") else [dict(r) for r in frame]
+    if not rows:
+        raise ValueError("no sweep rows to draw")
+    missing = {"lam", "tokens", "f1"} - set(rows[0])
+    if missing:
+        raise ValueError(f"sweep frame lacks column(s) {sorted(missing)}")
+    if veto_threshold is not None:
+        rows = [r for r in rows if math.isclose(float(r["veto_threshold"]), veto_threshold)]
+        if not rows:
+            raise ValueError(f"no row at veto_threshold={veto_threshold}")
+    # a tune_continuation grid holds several thresholds: one lambda would be drawn twice
+    thresholds = {float(r["veto_threshold"]) for r in rows if "veto_threshold" in r}
+    if len(thresholds) > 1:
+        raise ValueError(f"rows at {len(thresholds)} veto thresholds; pass veto_threshold=")
+    return sorted(rows, key=lambda r: float(r["lam"]))
+
+
+def _finite(*values: Any) -> bool:
+    try:
+        return all(math.isfinite(float(v)) for v in values)
+    except (TypeError, ValueError):
+        return False
+
+
+def lambda_sweep_figure(frame: Any,
+                        baselines: Mapping[str, Sequence[float]] | None = None,
+                        veto_threshold: float | None = None, show_sr: bool | None = None,
+                        title: str | None = None) -> Figure:
+    """The cost/quality (Pareto) curve of a lambda sweep.
+
+    ``frame``: :func:`~.policy.lambda_sweep`'s DataFrame (or records) with ``lam``, ``tokens``
+    (mean total tokens per question), ``f1`` and optionally ``sr``, ``veto_threshold`` and
+    ``best`` (the cross-validated choice, ringed). One panel plots F1 against tokens, a second
+    SR against tokens when ``sr`` is present (``show_sr`` forces it on or off). Every lambda is
+    a point annotated with :func:`lambda_label` (lambdas on the same point share the label);
+    the points of :func:`pareto_front` are connected, cheapest first. ``baselines``: name ->
+    (tokens, f1) or (tokens, f1, sr), drawn as distinct unconnected markers (on the SR panel
+    only when they give an SR). ``veto_threshold`` selects one threshold of a
+    :func:`~.policy.tune_continuation` grid (required when the frame holds several).
+
+    Artists carry gids for tests and callers: ``sweep:<metric>`` (all points),
+    ``pareto:<metric>`` (the front line), ``baseline:<name>``."""
+    rows = _sweep_rows(frame, veto_threshold)
+    has_sr = all("sr" in r for r in rows)
+    if show_sr and not has_sr:
+        raise ValueError("show_sr=True but the frame has no 'sr' column")
+    metrics = [("f1", "F1")] + ([("sr", "support recall (SR)")]
+                                if (has_sr if show_sr is None else show_sr) else [])
+    fig = Figure(figsize=(5.6 * len(metrics), 4.4))
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    baselines = dict(baselines or {})
+    for ax, (metric, label) in zip(axes, metrics):
+        # NaN rows (e.g. no answer F1 collected) cannot be placed; dropping them keeps the rest
+        pts = [r for r in rows if _finite(r["tokens"], r[metric])]
+        xs = [float(r["tokens"]) for r in pts]
+        ys = [float(r[metric]) for r in pts]
+        ax.scatter(xs, ys, s=36, color=SWEEP_COLOR, zorder=3, gid=f"sweep:{metric}",
+                   label="policy, one point per λ")
+        front = pareto_front(list(zip(xs, ys)))
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], "-", color=SWEEP_COLOR,
+                lw=1.6, zorder=2, gid=f"pareto:{metric}", label="Pareto front")
+        # small lambdas often stop at the same places: one label per distinct point, not a
+        # pile of overlapping ones
+        at: dict[tuple[float, float], list[float]] = {}
+        for r, x, y in zip(pts, xs, ys):
+            at.setdefault((x, y), []).append(float(r["lam"]))
+        for (x, y), lams in at.items():
+            ax.annotate(lambda_label(*lams), (x, y), xytext=(5, 5),
+                        textcoords="offset points", fontsize=7.5, color="#08306b")
+        for r, x, y in zip(pts, xs, ys):
+            if r.get("best"):
+                ax.scatter([x], [y], s=150, facecolors="none", edgecolors="#e6550d",
+                           linewidths=1.6, zorder=4, gid=f"best:{metric}",
+                           label="chosen by cross-validation")
+        for k, (name, value) in enumerate(baselines.items()):
+            col = 1 if metric == "f1" else 2
+            if len(value) <= col or not _finite(value[0], value[col]):
+                continue  # this baseline gives no value for this panel's metric
+            ax.scatter([float(value[0])], [float(value[col])], s=60, color="#636363",
+                       marker=BASELINE_MARKERS[k % len(BASELINE_MARKERS)], zorder=3,
+                       gid=f"baseline:{name}", label=name)
+        ax.set_xlabel("mean tokens per question (cost)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7.5, loc="best")
+    thr = {float(r["veto_threshold"]) for r in rows if "veto_threshold" in r}
+    fig.suptitle(title or "cost/quality of the λ sweep"
+                 + (f" (veto threshold τ={thr.pop():g})" if thr else ""), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 __all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "action_kind",
            "branching_tree_figure", "control_loop_figure", "evidence_state_figure",
-           "summarize_field", "validity_cases", "validity_grid_figure", "validity_matrix"]
+           "lambda_label", "lambda_sweep_figure", "pareto_front", "summarize_field",
+           "validity_cases", "validity_grid_figure", "validity_matrix"]

@@ -44,8 +44,8 @@ import hashlib
 import io
 import os
 import platform
-import re
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,8 +53,10 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from . import storage as _storage
 from .features import FEATURE_NAMES, STATE_FEATURE_NAMES, heuristic_cost, phi, state_features
 from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
+from .storage import ManifestError
 from .trajectories import TrainingData
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ POLICY_FORMAT = 1
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The project's committed policies: loading from here is verified against the manifest.
 POLICIES_DIR = PROJECT_ROOT / "results" / "policies"
-MANIFEST_NAME = "MANIFEST.sha256"
+MANIFEST_NAME = _storage.MANIFEST_NAME
 
 
 class PolicyError(RuntimeError):
@@ -75,23 +77,20 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-_MANIFEST_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+# The manifest code is generic (storage: policies and sentence selectors share it); these
+# wrappers keep this module's names and raise PolicyError, as before.
+@contextmanager
+def _policy_errors():
+    try:
+        yield
+    except ManifestError as e:
+        raise PolicyError(str(e)) from None
 
 
 def read_manifest(folder: str | Path) -> dict[str, str]:
     """``{file name: sha256}`` from ``folder/MANIFEST.sha256`` (``sha256sum`` format); {} if absent."""
-    path = Path(folder) / MANIFEST_NAME
-    if not path.exists():
-        return {}
-    out: dict[str, str] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = _MANIFEST_LINE.match(line)
-        if m is None:
-            raise PolicyError(f"{path}, line {n}: not a sha256sum line: {line!r}")
-        out[m.group(2)] = m.group(1).lower()
-    return out
+    with _policy_errors():
+        return _storage.read_manifest(folder)
 
 
 def update_manifest(folder: str | Path | None = None,
@@ -103,60 +102,28 @@ def update_manifest(folder: str | Path | None = None,
     ``files``, the manifest is rebuilt from every ``*.joblib`` in the folder: run that only after
     checking what the folder holds. Returns the manifest path.
     """
-    from .storage import atomic_write_text
-    folder = Path(folder) if folder is not None else POLICIES_DIR
-    if files is None:
-        entries: dict[str, str] = {}
-        targets = sorted(folder.glob("*.joblib"))
-    else:
-        entries = read_manifest(folder)
-        targets = [Path(f) for f in files]
-    for f in targets:
-        f = f if f.is_absolute() or f.parent != Path(".") else folder / f
-        if f.resolve().parent != folder.resolve():
-            raise PolicyError(f"{f} is not in {folder}; a manifest lists its own folder only")
-        entries[f.name] = _sha256_bytes(f.read_bytes())
-    # entries for deleted files would vouch for whatever later takes their name
-    entries = {k: v for k, v in entries.items() if (folder / k).exists()}
-    text = "".join(f"{h}  {name}\n" for name, h in sorted(entries.items()))
-    return atomic_write_text(folder / MANIFEST_NAME, text)
+    with _policy_errors():
+        return _storage.update_manifest(folder if folder is not None else POLICIES_DIR, files)
 
 
 def register_policy(path: str | Path) -> Path | None:
     """After training: record a just-saved policy in its folder's manifest when that folder is
     the project's ``results/policies`` or already keeps a manifest; returns the manifest path
     (None for a folder without one, where :meth:`Policy.load` trusts the user's own files)."""
-    path = Path(path)
-    if _in_project_policies(path) or (path.parent / MANIFEST_NAME).exists():
-        return update_manifest(path.parent, files=[path])
-    return None
+    with _policy_errors():
+        return _storage.register_in_manifest(path, POLICIES_DIR)
 
 
 def _in_project_policies(path: Path) -> bool:
-    try:
-        return path.resolve().parent == POLICIES_DIR.resolve()
-    except OSError:
-        return False
+    return _storage.in_folder(path, POLICIES_DIR)
 
 
 def _verify_manifest(path: Path, data: bytes) -> str:
     """sha256 of ``data``; PolicyError unless it is the one the folder's manifest lists."""
-    digest = _sha256_bytes(data)
-    manifest = path.parent / MANIFEST_NAME
-    try:
-        entries = read_manifest(path.parent)
-    except OSError as e:
-        raise PolicyError(f"{path}: cannot read {manifest} ({e})") from None
     fix = (f"if you trained it yourself, run: python -m dynakrag_lite.policy --update-manifest "
            f"{path}; otherwise do not load it")
-    if path.name not in entries:
-        raise PolicyError(f"{path}: not listed in {manifest}; refusing to unpickle an "
-                          f"unverified policy file (unpickling runs code). {fix}")
-    if entries[path.name] != digest:
-        raise PolicyError(f"{path}: sha256 {digest[:12]}... does not match {manifest} "
-                          f"({entries[path.name][:12]}...); the file changed since it was "
-                          f"recorded. Refusing to unpickle it. {fix}")
-    return digest
+    with _policy_errors():
+        return _storage.verify_manifest(path, data, what="policy file", fix=fix)
 
 
 def _display_path(path: Path) -> str:
@@ -444,14 +411,18 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
         raise PolicyError("no training samples")
     value = _forest(n_estimators, min_samples_leaf, seed, n_jobs).fit(X, y)
     cont = None
-    if data.prefixes:
-        P = np.stack([p.features for p in data.prefixes])
-        g = np.array([p.gain for p in data.prefixes])
+    # Prefixes without a target (collected without answer calls) do not train it.
+    targeted = [p for p in data.prefixes if np.isfinite(p.gain)]
+    if targeted:
+        P = np.stack([p.features for p in targeted])
+        g = np.array([p.gain for p in targeted])
         cont = _forest(n_estimators, min_samples_leaf, seed, n_jobs).fit(P, g)
     cost = CostModel().fit(data)
     info = {
         "feature_names": FEATURE_NAMES, "state_feature_names": STATE_FEATURE_NAMES,
         "actions": ACTIONS, "n_samples": int(len(y)), "n_prefixes": len(data.prefixes),
+        "n_continuation_prefixes": len(targeted),
+        "n_continuation_questions": len({p.qid for p in targeted}),
         "n_questions": len(data.questions), "data_hash": data_hash(data),
         "sklearn": sklearn.__version__, "numpy": np.__version__,
         "python": platform.python_version(),  # save() adds the joblib version
@@ -618,9 +589,16 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     from sklearn.model_selection import GroupKFold
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
-    if metric == "f1" and not all(np.isfinite(p.f1_now) for p in data.prefixes):
-        raise PolicyError("metric 'f1' needs answer F1s: collect with continuation='f1'")
-    qids = np.array(list(dict.fromkeys(data.questions)), dtype=object)
+    all_qids = list(dict.fromkeys(data.questions))
+    if metric == "f1":
+        # Held out and scored: only questions whose prefixes carry answer F1s; every other
+        # question still trains the fold's policy.
+        missing = {p.qid for p in data.prefixes if not np.isfinite(p.f1_now)}
+        qids = np.array([q for q in all_qids if q not in missing], dtype=object)
+        if not len(qids):
+            raise PolicyError("metric 'f1' needs answer F1s: collect with continuation='f1'")
+    else:
+        qids = np.array(all_qids, dtype=object)
     k = min(folds, len(qids))
     if k < 2:
         raise PolicyError("cross-validation needs at least 2 training questions")
@@ -628,7 +606,9 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     rows = []
     splits = list(GroupKFold(n_splits=k).split(qids, groups=qids))
     for i, (tr, te) in enumerate(splits):
-        pol = train_policy(data.subset(qids[tr]), n_estimators=n_estimators,
+        held_out = set(qids[te])
+        pol = train_policy(data.subset([q for q in all_qids if q not in held_out]),
+                           n_estimators=n_estimators,
                            min_samples_leaf=min_samples_leaf, seed=seed, n_jobs=n_jobs)
         held = data.subset(qids[te])
         decisions = replay_decisions(pol, held, lam=0.0, veto_threshold=np.inf)

@@ -185,6 +185,9 @@ _DOC_MARKER = re.compile(r"^\s*(?:[-*\u2022]\s*)?(?:(?:\[\s*\d+\s*\]|\(\s*\d+\s*
 _QUERY_LABEL = re.compile(r"^\s*(new |rewritten )?(search )?query\s*[:\-]\s*", re.I)
 _SEARCH_VERB = re.compile(r"^\s*(search(ing)? for|search|look up|find)\s*[:\-]?\s+", re.I)
 _IN_DOCS = re.compile(r"\s+in (the )?(documents?|corpus)\s*[.?!]?\s*$", re.I)
+# An echoed prompt line ("Question: ...", "Answer: ...") or a bare label ("Query") is no query.
+_ECHO_LINE = re.compile(r"^\W*(?:(?:question|answer)\s*:|(?:(?:new |rewritten )?(?:search )?"
+                        r"query|question|answer)\s*:?\s*$)", re.I)
 
 
 def _norm_key(s: str) -> str:
@@ -199,10 +202,13 @@ def parse_query(text: str, fallback: str, titles: Sequence[str] = ()) -> str:
     ("[1]", "(2)", "Document 3:"), labels ("Query:"), "Search for ... in the documents".
     Skipped as a copy: a line of the form "Title: text" whose title is one of ``titles`` (the
     state's document titles), or, without titles, any marker-led "X: text" line. Fallback
-    when nothing usable remains: ``fallback``."""
+    when nothing usable remains: ``fallback``. Skipped as an echo of the prompt: lines
+    labelled "Question:" or "Answer:", and a bare label ("Query")."""
     title_keys = {_norm_key(t) for t in titles if t}
     for raw_line in text.strip().splitlines():
         line = raw_line.strip()
+        if _ECHO_LINE.match(line):
+            continue
         had_marker = bool(_DOC_MARKER.match(line))
         line = _DOC_MARKER.sub("", line)
         line = _QUERY_LABEL.sub("", line).strip().strip('"\'*` ')
@@ -366,7 +372,9 @@ def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     contains 'answer is' (a later sentence saying it does not count). Only the first
     non-empty line is read (generation stops at a newline); echoed labels ('A:', 'Thought:')
     are removed, and leading sentences equal to an earlier thought (a chat model restating
-    the chain so far) are skipped. Fallback for an empty or all-echo reply:
+    the chain so far) are skipped, and so are leading questions (a thought states a fact; a
+    small model echoes the question before its conclusion). Fallback for an empty or all-echo
+    reply:
     ``IrcotThought('', False, '')``."""
     line = ""
     for raw in text.strip().splitlines():
@@ -379,7 +387,8 @@ def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     seen = {_norm_sentence(p) for t in previous for p in split_sentences(t)}
     sentences = split_sentences(line)
     echoed = 0
-    while sentences and _norm_sentence(sentences[0]) in seen:
+    while sentences and (_norm_sentence(sentences[0]) in seen
+                         or sentences[0].rstrip().endswith("?")):
         sentences.pop(0)
         echoed += 1
     if not sentences:

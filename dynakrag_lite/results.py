@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
@@ -264,7 +265,8 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
 
 MAIN_TABLE_COLUMNS = ("run", "n", "em", "f1", "support_recall", "all_support_rate", "docs_mean",
                       "tokens_mean", "llm_calls_mean", "retrieval_calls_mean", "seconds_mean")
-RUN_ORDER = ("fixed_k", "ircot", "self_ask", "uniform", "dynakrag", "oracle")
+RUN_ORDER = ("fixed_k", "fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag",
+             "oracle")
 
 
 def results_table(summaries: pd.DataFrame, dataset: str, generator: str) -> pd.DataFrame:
@@ -273,3 +275,31 @@ def results_table(summaries: pd.DataFrame, dataset: str, generator: str) -> pd.D
     order = {r: i for i, r in enumerate(RUN_ORDER)}
     df = df.assign(_o=[order.get(r, len(order)) for r in df.run]).sort_values(["_o", "run"])
     return df[list(MAIN_TABLE_COLUMNS)].reset_index(drop=True)
+
+
+def paired_table(dataset: str, generator: str, base: str = "dynakrag",
+                 runs: Sequence[str] | None = None,
+                 metrics: Sequence[str] = ("f1", "em", "support_recall"),
+                 root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
+    """``base`` against every other run of ``dataset``/``generator`` (or ``runs``), paired per
+    question: one row per (run, metric) with n, both means, the difference base - run, its
+    paired bootstrap 95 % interval, the paired permutation p-value and the verdict
+    (:mod:`dynakrag_lite.comparison`; 10,000 resamples, fixed seed)."""
+    from .comparison import compare_runs
+    folder = _find_root(root) / dataset / generator
+    if runs is None:
+        order = {r: i for i, r in enumerate(RUN_ORDER)}
+        runs = sorted((p.name for p in folder.iterdir()
+                       if (p / "predictions.jsonl").exists() and p.name != base),
+                      key=lambda r: (order.get(r, len(order)), r)) if folder.exists() else []
+    base_rows = _latest(dataset, generator, base, root, errors=False)
+    out = []
+    for run in runs:
+        res = compare_runs(base_rows, _latest(dataset, generator, run, root, errors=False),
+                           metrics)
+        for m, r in res.items():
+            out.append({"run": run, "metric": m, "n": r.n, base: r.mean_a, "other": r.mean_b,
+                        "diff": r.diff, "lo": r.lo, "hi": r.hi, "p_value": r.p_value,
+                        "wins": r.wins, "losses": r.losses, "verdict": r.verdict})
+    return pd.DataFrame(out, columns=["run", "metric", "n", base, "other", "diff", "lo", "hi",
+                                      "p_value", "wins", "losses", "verdict"])

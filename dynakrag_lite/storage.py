@@ -4,7 +4,8 @@
   temporary file with a unique name in the target's folder, fsync it, then ``os.replace`` it
   over the target. A reader sees the old file or the new one, never a torn one, and two writers
   never share a temporary name (a fixed ``.tmp`` suffix lets one writer rename the other's
-  half-written file).
+  half-written file). The file gets the permissions ``open()`` gives a new file (``0666``
+  minus the umask, typically ``0644``), not ``mkstemp``'s private ``0600``.
 * :class:`FolderLock` is an exclusive, non-blocking lock on ``<folder>/.lock`` (``fcntl.flock``
   on POSIX). The kernel drops it when the process dies, so a killed run never leaves a stale
   lock behind. A second process that tries the same folder gets :class:`LockedError` naming
@@ -12,6 +13,12 @@
 * :func:`relative_command` turns ``sys.argv`` into a command worth committing: paths relative to
   the working directory where they lie under it, and credentials in ``openai:`` specs and URLs
   redacted.
+* Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files of that
+  folder that may be unpickled (:func:`read_manifest`, :func:`update_manifest`,
+  :func:`register_in_manifest`, :func:`verify_manifest`). A joblib/pickle file is code;
+  loaders of committed policies (:mod:`dynakrag_lite.policy`) and sentence selectors
+  (:mod:`dynakrag_lite.compression`) hash the bytes and refuse a file the manifest does not
+  list with that hash, before anything is unpickled.
 """
 from __future__ import annotations
 
@@ -21,19 +28,44 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "FolderLock",
-           "LockedError", "relative_command", "redact", "sha256_file"]
+           "LockedError", "relative_command", "redact", "sha256_file", "MANIFEST_NAME",
+           "ManifestError", "read_manifest", "update_manifest", "register_in_manifest",
+           "verify_manifest", "in_folder"]
+
+
+def _umask() -> int:
+    """The process's umask. Read from /proc on Linux (no side effect); elsewhere set and
+    restored at once (``os.umask`` can only be read by setting it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Replace ``path`` with ``data`` in one step (unique temp file + fsync + os.replace)."""
+    """Replace ``path`` with ``data`` in one step (unique temp file + fsync + os.replace).
+
+    The new file's mode is what ``open(path, "wb")`` gives a new file: ``0666`` minus the
+    umask (``mkstemp`` alone would leave it ``0600``, readable by its owner only)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
+            mode = 0o666 & ~_umask()
+            if hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), mode)
+            else:  # Windows: only a read-only bit exists
+                os.chmod(tmp, mode)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -64,6 +96,102 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# -- manifests of files that may be unpickled ---------------------------------------------
+MANIFEST_NAME = "MANIFEST.sha256"
+_MANIFEST_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
+class ManifestError(RuntimeError):
+    """A manifest that cannot be read or written, or a file it does not vouch for."""
+
+
+def read_manifest(folder: str | Path) -> dict[str, str]:
+    """``{file name: sha256}`` from ``folder/MANIFEST.sha256`` (``sha256sum`` format); {} if
+    absent."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.exists():
+        return {}
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _MANIFEST_LINE.match(line)
+        if m is None:
+            raise ManifestError(f"{path}, line {n}: not a sha256sum line: {line!r}")
+        out[m.group(2)] = m.group(1).lower()
+    return out
+
+
+def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = None,
+                    pattern: str = "*.joblib") -> Path:
+    """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
+
+    With ``files``, only those entries are (re)written and the others kept, so refreshing the
+    manifest after saving one file does not vouch for anything else in the folder. Without
+    ``files``, the manifest is rebuilt from every ``pattern`` file in the folder: run that only
+    after checking what the folder holds. Entries of deleted files are dropped (they would
+    vouch for whatever later takes their name).
+    """
+    folder = Path(folder)
+    if files is None:
+        entries: dict[str, str] = {}
+        targets = sorted(folder.glob(pattern))
+    else:
+        entries = read_manifest(folder)
+        targets = [Path(f) for f in files]
+    for f in targets:
+        f = f if f.is_absolute() or f.parent != Path(".") else folder / f
+        if f.resolve().parent != folder.resolve():
+            raise ManifestError(f"{f} is not in {folder}; a manifest lists its own folder only")
+        entries[f.name] = sha256_file(f)
+    entries = {k: v for k, v in entries.items() if (folder / k).exists()}
+    text = "".join(f"{h}  {name}\n" for name, h in sorted(entries.items()))
+    return atomic_write_text(folder / MANIFEST_NAME, text)
+
+
+def in_folder(path: str | Path, folder: str | Path) -> bool:
+    """True when ``path`` lies directly in ``folder`` (symlinks resolved)."""
+    try:
+        return Path(path).resolve().parent == Path(folder).resolve()
+    except OSError:
+        return False
+
+
+def register_in_manifest(path: str | Path, project_folder: str | Path | None = None
+                         ) -> Path | None:
+    """After saving ``path``: record it (only it) in its folder's manifest when that folder is
+    ``project_folder`` (where loading always verifies) or already keeps a manifest. Returns the
+    manifest path, or None for a folder without one (the user's own files, loaded unverified
+    by default)."""
+    path = Path(path)
+    if (project_folder is not None and in_folder(path, project_folder)) or \
+            (path.parent / MANIFEST_NAME).exists():
+        return update_manifest(path.parent, files=[path])
+    return None
+
+
+def verify_manifest(path: str | Path, data: bytes, what: str = "file", fix: str = "") -> str:
+    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled);
+    :class:`ManifestError` naming ``path`` unless the manifest of ``path``'s folder lists that
+    hash for it. ``what`` names the kind of file, ``fix`` says how to register one."""
+    path = Path(path)
+    digest = hashlib.sha256(data).hexdigest()
+    manifest = path.parent / MANIFEST_NAME
+    try:
+        entries = read_manifest(path.parent)
+    except OSError as e:
+        raise ManifestError(f"{path}: cannot read {manifest} ({e})") from None
+    fix = f" {fix}" if fix else ""
+    if path.name not in entries:
+        raise ManifestError(f"{path}: not listed in {manifest}; refusing to unpickle an "
+                            f"unverified {what} (unpickling runs code).{fix}")
+    if entries[path.name] != digest:
+        raise ManifestError(f"{path}: sha256 {digest[:12]}... does not match {manifest} "
+                            f"({entries[path.name][:12]}...); the file changed since it was "
+                            f"recorded. Refusing to unpickle it.{fix}")
+    return digest
 
 
 class LockedError(RuntimeError):

@@ -86,6 +86,25 @@ class TrainingData:
         y = np.array([s.target for s in self.samples])
         return X, y, [s.action for s in self.samples]
 
+    def action_gains(self, retrieval_actions: tuple[str, ...] = (
+            "retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query")
+                     ) -> dict[str, dict[str, float]]:
+        """Per acquisition action, over every executed branch (chosen or counterfactual):
+        ``calls``, ``questions`` reached, ``mean_sr_gain`` (its Eq. 1 label, SR(s') - SR(s)),
+        ``hit_rate`` (share of calls that added a gold document) and ``chosen`` (calls on the
+        exploration path). A measurement of what each action finds, gold labels allowed."""
+        out: dict[str, dict[str, float]] = {}
+        for a in retrieval_actions:
+            ss = [s for s in self.samples if s.action == a and s.executed]
+            if not ss:
+                continue
+            gains = np.array([s.target for s in ss], dtype=np.float64)
+            out[a] = {"calls": len(ss), "questions": len({s.qid for s in ss}),
+                      "mean_sr_gain": round(float(gains.mean()), 4),
+                      "hit_rate": round(float((gains > 0).mean()), 4),
+                      "chosen": sum(s.chosen for s in ss)}
+        return out
+
     def set_continuation_target(self, kind: str) -> "TrainingData":
         """Recompute every prefix's ``gain`` as ``kind`` from the stored components (no model
         call). Raises ValueError when the data lacks them (``f1`` needs answer F1s, collected

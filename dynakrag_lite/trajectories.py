@@ -68,9 +68,11 @@ def answer_f1(state: EvidenceState, q: Question, env: Environment) -> tuple[floa
     return em_f1(pred, q.answers)[1], gen.prompt_tokens + gen.completion_tokens
 
 
-def collect_question(q: Question, env: Environment, seed: int = 13, continuation: str = "f1"
-                     ) -> tuple[list[Sample], list[PrefixSample]]:
-    """One seeded uniform-valid rollout with counterfactual labels at every visited state."""
+def collect_question(q: Question, env: Environment, seed: int = 13, continuation: str = "f1",
+                     answer_calls: bool = True) -> tuple[list[Sample], list[PrefixSample]]:
+    """One seeded uniform-valid rollout with counterfactual labels at every visited state.
+    ``answer_calls=False`` with the ``"f1"`` target skips the answer calls: the value model's
+    samples are complete, the prefixes' F1 and continuation target are NaN (not used)."""
     if continuation not in CONTINUATION_TARGETS:
         raise ValueError(f"unknown continuation target {continuation!r}; one of "
                          f"{CONTINUATION_TARGETS}")
@@ -103,7 +105,7 @@ def collect_question(q: Question, env: Environment, seed: int = 13, continuation
             p = PrefixSample(q.id, sv, 0.0, len(state.history),
                              onestep=max(gains, default=0.0), sr_now=sr(state, gold),
                              tokens=float(state.ledger.tokens))
-            if continuation == "f1":
+            if continuation == "f1" and answer_calls:
                 p.f1_now, p.answer_tokens = answer_f1(state, q, env)
             prefixes.append(p)
         options = [a for a in valid if a != "stop_answer"]
@@ -129,14 +131,20 @@ def collect_question(q: Question, env: Environment, seed: int = 13, continuation
 
 
 def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
-            progress: bool = True, continuation: str = "f1") -> TrainingData:
+            progress: bool = True, continuation: str = "f1",
+            answer_questions: int | None = None) -> TrainingData:
     """Trajectories of ``questions`` (training questions only) with continuation targets of
-    kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none)."""
+    kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
+
+    ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
+    dominate the cost: one reader call over up to 12 documents per prefix). The value model
+    learns from every question; the continuation model and the F1 tuning from those N."""
     from tqdm.auto import tqdm
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
-    for q in tqdm(qs, desc="trajectories", disable=not progress):
-        s, p = collect_question(q, env, seed, continuation)
+    for i, q in enumerate(tqdm(qs, desc="trajectories", disable=not progress)):
+        s, p = collect_question(q, env, seed, continuation,
+                                answer_calls=answer_questions is None or i < answer_questions)
         data.samples.extend(s)
         data.prefixes.extend(p)
         data.questions.append(q.id)

@@ -35,6 +35,27 @@ def test_unknown_generator_spec_is_a_clear_error(capsys):
     assert code == 2 and "unknown generator spec" in err
 
 
+def test_policy_with_a_method_that_has_no_controller_is_refused(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "evaluate", "--data", "library", "--method", "fixed_k",
+                             "--policy", str(tmp_path / "p.joblib"), "--generator",
+                             "smollm2-135m", "--out", str(tmp_path / "o"))
+    assert code == 2 and out == "" and "--policy is for dynakrag, uniform and oracle" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, says", [
+    ([], "--compressor extractive needs --selector"),
+    (["--selector", "no/such.joblib"], "--selector no/such.joblib: no such file"),
+])
+def test_extractive_compressor_without_a_selector_file_is_refused(capsys, tmp_path, extra,
+                                                                  says):
+    code, out, err = run_cli(capsys, "evaluate", "--data", "library", "--method", "dynakrag",
+                             "--generator", "smollm2-135m", "--compressor", "extractive",
+                             "--out", str(tmp_path / "o"), *extra)
+    assert code == 2 and out == "" and says in err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, capsys,
                                                                        private_cache):

@@ -31,6 +31,9 @@ BOOK = REPO / "book"
 
 
 colab = load_script("colab")
+install_llama = load_script("install_llama")
+# What `make install` compiles with; the Colab fallback build must use exactly these flags.
+PORTABLE_FLAGS = " ".join(install_llama.cmake_flags("portable"))
 
 
 def _cells(path: Path) -> list[dict]:
@@ -164,6 +167,14 @@ def test_requirements_filter_and_needs():
         assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
 
 
+def test_portable_flags_have_one_definition():
+    """colab.py takes its CMake flags from install_llama.py and spells none of its own."""
+    assert colab.PORTABLE_CMAKE_ARGS == PORTABLE_FLAGS
+    if install_llama.is_x86():  # the AVX-512/AMX switches are off, not left to llama.cpp
+        assert "-DGGML_AVX512=OFF" in PORTABLE_FLAGS and "-DGGML_AMX_INT8=OFF" in PORTABLE_FLAGS
+    assert "-DGGML_" not in (REPO / "data_scripts" / "colab.py").read_text(encoding="utf-8")
+
+
 def test_committed_chapters_are_up_to_date():
     """Fails until `python data_scripts/colab.py --write` has been run on the chapters."""
     stale = colab.write_chapters(BOOK, colab.read_repo(REPO / "_config.yml"), check=True)
@@ -237,7 +248,11 @@ def colab_world(tmp_path_factory):
     for f in ("requirements.txt", "pyproject.toml", "data_scripts/colab.py"):
         shutil.copy(REPO / f, src / f)
     (src / "data_scripts" / "prepare_data.py").write_text(FAKE_PREPARE)
-    (src / "data_scripts" / "install_llama.py").write_text('VERSION = "9.9.9"\n')
+    # The real install_llama.py (colab.py imports its flags), pinned to a fake version.
+    real = (REPO / "data_scripts" / "install_llama.py").read_text(encoding="utf-8")
+    assert real.count(f'VERSION = "{install_llama.VERSION}"') == 1
+    (src / "data_scripts" / "install_llama.py").write_text(
+        real.replace(f'VERSION = "{install_llama.VERSION}"', 'VERSION = "9.9.9"'))
     (src / "book" / "_llm_cache.sqlite").write_bytes(b"recorded calls")
     (src / "results" / "README.md").write_text("results\n")
     _git("init", "-q", str(src))
@@ -310,7 +325,7 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
     assert calls[2]["CMAKE_ARGS"] is None
     assert calls[3]["args"] == ["install", "--no-binary", "llama-cpp-python", "--no-cache-dir",
                                 "llama-cpp-python[server]==9.9.9"]
-    assert calls[3]["CMAKE_ARGS"] == colab.PORTABLE_CMAKE_ARGS
+    assert calls[3]["CMAKE_ARGS"] == PORTABLE_FLAGS  # install_llama.py's portable build
     assert "-DGGML_NATIVE=OFF" in calls[3]["CMAKE_ARGS"]
     assert calls[4]["args"] == ["install", "-q", "--no-deps", *smol]
     assert calls[5]["args"] == ["install", "-q", "--no-deps", *qwen]

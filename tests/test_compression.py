@@ -208,6 +208,93 @@ def test_selector_rejects_other_files(tmp_path):
         SentenceSelector.load(tmp_path / "x.joblib")
 
 
+# -- selectors are pickles: the manifest guards the project's folder ----------------------
+def _tiny_selector(note="tiny") -> SentenceSelector:
+    from sklearn.linear_model import LogisticRegression
+    from dynakrag_lite.compression import FEATURES
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, len(FEATURES)))
+    return SentenceSelector(LogisticRegression().fit(X, (X[:, 0] > 0).astype(int)),
+                            meta={"note": note})
+
+
+class _Payload:
+    """Unpickling this touches a marker file: the stand-in for malicious code."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+        return (Path.touch, (self.marker,))
+
+
+@pytest.fixture
+def selectors_folder(tmp_path, monkeypatch):
+    """Stand-in for results/selectors (the real one is shared and committed)."""
+    from dynakrag_lite import compression
+    folder = tmp_path / "selectors"
+    folder.mkdir()
+    monkeypatch.setattr(compression, "SELECTORS_DIR", folder)
+    return folder
+
+
+def test_committed_selectors_match_the_committed_manifest():
+    import hashlib
+    from dynakrag_lite.compression import SELECTORS_DIR
+    from dynakrag_lite.storage import MANIFEST_NAME, read_manifest
+    files = sorted(SELECTORS_DIR.glob("*.joblib"))
+    assert files, "results/selectors holds the committed sentence selector"
+    entries = read_manifest(SELECTORS_DIR)
+    assert sorted(entries) == [f.name for f in files], (
+        "register the new selector: dynakrag_lite.compression.register_selector(path)")
+    for f in files:
+        assert entries[f.name] == hashlib.sha256(f.read_bytes()).hexdigest(), f.name
+    assert (SELECTORS_DIR / MANIFEST_NAME).read_text().count("  ") == len(files)  # sha256sum
+    assert load_selector(files[0]).meta  # verified, then unpickled
+
+
+def test_project_selector_unlisted_or_tampered_is_refused(selectors_folder, tmp_path):
+    from dynakrag_lite.compression import register_selector
+    from dynakrag_lite.storage import ManifestError
+    path = _tiny_selector().save(selectors_folder / "hotpotqa-sentence-selector.joblib")
+    with pytest.raises(ManifestError, match=r"hotpotqa-sentence-selector\.joblib: not listed "
+                                            r"in .*MANIFEST\.sha256.*register_selector\("):
+        load_selector(path)
+    with pytest.raises(ManifestError, match="not listed"):  # the class method checks too
+        SentenceSelector.load(path)
+    assert register_selector(path) == selectors_folder / "MANIFEST.sha256"
+    assert load_selector(path).meta["note"] == "tiny"
+    # Changed bytes: refused before anything is unpickled, even after a cached load.
+    marker = tmp_path / "code-ran"
+    import pickle
+    path.write_bytes(pickle.dumps(_Payload(marker)))
+    for load in (load_selector, SentenceSelector.load):
+        with pytest.raises(ManifestError, match=r"hotpotqa-sentence-selector\.joblib: sha256 .* "
+                                                r"does not match.*register_selector"):
+            load(path)
+    assert not marker.exists()
+    # Registering the new bytes (what the training script does) makes them loadable again.
+    _tiny_selector("retrained").save(path)
+    register_selector(path)
+    assert load_selector(path).meta["note"] == "retrained"
+
+
+def test_selector_elsewhere_is_trusted_unless_its_folder_keeps_a_manifest(tmp_path):
+    from dynakrag_lite.compression import register_selector
+    from dynakrag_lite.storage import ManifestError
+    own = _tiny_selector().save(tmp_path / "mine.joblib")
+    assert register_selector(own) is None  # a user's folder: no manifest imposed
+    assert load_selector(own).meta["note"] == "tiny"
+    with pytest.raises(ManifestError, match="not listed"):
+        load_selector(own, trusted=False)
+    (tmp_path / "MANIFEST.sha256").write_text("")  # a folder that keeps a manifest is checked
+    with pytest.raises(ManifestError, match="mine.joblib: not listed"):
+        load_selector(own)
+    assert register_selector(own) == tmp_path / "MANIFEST.sha256"
+    assert load_selector(own, trusted=False).meta["note"] == "tiny"
+
+
 def test_selector_learned_on_real_train_questions_keeps_answer_sentences(hotpot):
     """Trained on 200 HotpotQA questions of the CLI's training split (their own 10 paragraphs,
     no embeddings), tested on 100 others: the 4 sentences it selects out of ~40 hold the

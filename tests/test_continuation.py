@@ -158,3 +158,37 @@ def test_tune_continuation_grid_and_lambda_sweep(collected):
     assert {"f1", "sr", "tokens"} <= set(sweep.columns)
     # a large lambda makes acquisition expensive: it never spends more tokens than lambda 0
     assert sweep.tokens.iloc[-1] <= sweep.tokens.iloc[0] + 1e-9
+
+
+def test_answer_calls_on_the_first_questions_only_train_continuation_on_those(
+        qs, library_retriever):
+    gen = AnswerAware(qs)
+    data = collect(qs, env_for(library_retriever, gen), progress=False, continuation="f1",
+                   answer_questions=3)
+    with_f1 = {p.qid for p in data.prefixes if np.isfinite(p.f1_now)}
+    assert with_f1 == {q.id for q in qs[:3]}
+    # no answer call was made for the other questions; their targets are missing, not 0
+    assert all(math.isnan(p.gain) for p in data.prefixes if p.qid not in with_f1)
+    # the value model sees every question's samples
+    assert {s.qid for s in data.samples} == {q.id for q in qs}
+    pol = train_policy(data, n_estimators=10, min_samples_leaf=2, n_jobs=1)
+    n_targeted = sum(p.qid in with_f1 for p in data.prefixes)
+    assert pol.meta["n_continuation_prefixes"] == n_targeted
+    assert pol.meta["n_continuation_questions"] == 3
+    assert pol.meta["n_questions"] == len(qs)
+    # F1 tuning holds out and scores only the questions that have answer F1s
+    _, _, frame = tune_continuation(data, lams=(0.0,), thresholds=(0.1,), folds=3,
+                                    metric="f1", n_estimators=10, min_samples_leaf=2,
+                                    n_jobs=1)
+    assert frame.n_questions.iloc[0] == 3 and np.isfinite(frame.f1.iloc[0])
+
+
+def test_action_gains_count_executed_branches_and_gold_hits(collected):
+    data, _ = collected
+    gains = data.action_gains()
+    for a, g in gains.items():
+        ss = [s for s in data.samples if s.action == a and s.executed]
+        assert g["calls"] == len(ss)
+        assert g["hit_rate"] == pytest.approx(np.mean([s.target > 0 for s in ss]), abs=1e-4)
+        assert g["chosen"] == sum(s.chosen for s in ss) <= g["calls"]
+    assert "sufficiency_check" not in gains and "retrieve_more" in gains

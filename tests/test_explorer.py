@@ -281,6 +281,38 @@ def test_replay_loading_errors_and_result_sets(tmp_path):
                                                                             "fixed_k"]
 
 
+def test_replay_reads_predictions_with_the_runs_own_reader(tmp_path):
+    """One reader for predictions files (experiments.read_predictions): a torn final line (a
+    run still writing) is left out, the last successful row of an id wins over an earlier one
+    and over an error row, and a bad line before the end is an error naming file and line,
+    not a record silently dropped."""
+    from dynakrag_lite import experiments
+    assert explorer_replay.read_predictions is experiments.read_predictions
+    assert not hasattr(explorer_replay, "_read_jsonl")
+    first, retried = hand_record(question="first try"), hand_record(question="retried")
+    q2 = {**hand_record(), "id": "q2"}
+
+    def error(qid):
+        return {"id": qid, "question": "?", "method": "dynakrag",
+                "error": {"type": "GeneratorError", "message": "boom"}, "seconds": 0.1}
+    run = tmp_path / "dynakrag"
+    run.mkdir()
+    f = run / "predictions.jsonl"
+    rows = (first, error("q2"), error("q3"), q2, retried)
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"id": "q4", "pred')
+    recs = explorer_replay.load_records(f)
+    assert list(recs) == ["q1", "q2"] and recs["q1"]["question"] == "retried"
+    assert "error" not in recs["q2"]  # q3 never succeeded: nothing to replay
+    f.write_text(json.dumps(first) + "\n" + '{"id": "q2", "tor\n' + json.dumps(q2) + "\n")
+    with pytest.raises(experiments.ResultsError,
+                       match=r"predictions\.jsonl, line 2: invalid JSON"):
+        explorer_replay.load_records(run)
+    f.write_text(json.dumps(first) + "\n" + json.dumps({"no": "id"}) + "\n"
+                 + json.dumps(q2) + "\n")
+    with pytest.raises(experiments.ResultsError, match=r"line 2: a row without an \"id\""):
+        explorer_replay.load_runs(tmp_path)
+
+
 def test_render_edge_cases_and_chip_colors():
     a, b = hand_record("dynakrag"), hand_record("fixed_k")
     assert "no record" in explorer_render.render_comparison_html(None, None)

@@ -181,3 +181,96 @@ def test_validity_grid_accepts_a_modified_rule():
     row = ACTIONS.index("sufficiency_check")
     assert not any(F.validity_matrix(cases, rule=no_probe)[row])
     assert texts(fig).count("✓") == sum(map(sum, F.validity_matrix(cases, rule=no_probe)))
+
+
+# -- the lambda sweep as a cost/quality curve ------------------------------------------------
+def _sweep_frame(**extra):
+    """A lambda_sweep-shaped frame (same columns): lambda 0 and 1e-5 stop at the same places,
+    3e-4 is dominated in F1 by 1e-4, and the SR front keeps every point but none."""
+    import pandas as pd
+    frame = pd.DataFrame({
+        "lam": [0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3],
+        "veto_threshold": 0.05,
+        "f1": [0.40, 0.40, 0.41, 0.35, 0.30, 0.20],
+        "sr": [0.80, 0.80, 0.75, 0.70, 0.72, 0.50],
+        "tokens": [3000.0, 3000.0, 2600.0, 2000.0, 2100.0, 1200.0],
+        "early": 0.5, "vetoes": 0.1, "n_questions": 30,
+        "best": [False, False, True, False, False, False], "metric": "f1"})
+    return frame.assign(**extra)
+
+
+def _by_gid(fig: Figure, gid: str) -> list:
+    return [a for a in fig.findobj() if a.get_gid() == gid]
+
+
+def _lambdas_in(texts_: list[str]) -> list[float]:
+    return [float(v) for t in texts_ if t.startswith("λ=") for v in t[2:].split(", ")]
+
+
+def test_pareto_front_keeps_undominated_points_sorted_by_cost():
+    pts = [(3000, .40), (3000, .40), (2600, .41), (2000, .35), (2100, .30), (1200, .20)]
+    assert F.pareto_front(pts) == [5, 3, 2]
+    assert F.pareto_front([(1, .5), (1, .5)]) == [0, 1]  # equal points dominate neither
+    assert F.pareto_front([]) == []
+
+
+def test_lambda_sweep_figure_connects_the_pareto_points_in_cost_order():
+    fig = F.lambda_sweep_figure(_sweep_frame())
+    render(fig)
+    (f1_line,) = _by_gid(fig, "pareto:f1")
+    assert list(f1_line.get_xdata()) == [1200.0, 2000.0, 2600.0]
+    assert list(f1_line.get_ydata()) == [0.20, 0.35, 0.41]
+    (sr_line,) = _by_gid(fig, "pareto:sr")  # a second panel, since the frame has SR
+    assert list(sr_line.get_xdata()) == [1200.0, 2000.0, 2100.0, 2600.0, 3000.0, 3000.0]
+    assert list(sr_line.get_ydata()) == [0.50, 0.70, 0.72, 0.75, 0.80, 0.80]
+    (points,) = _by_gid(fig, "sweep:f1")  # every lambda is drawn, dominated or not
+    assert sorted(map(tuple, points.get_offsets().tolist())) == sorted(
+        zip([3000.0, 3000.0, 2600.0, 2000.0, 2100.0, 1200.0],
+            [0.40, 0.40, 0.41, 0.35, 0.30, 0.20]))
+    (best,) = _by_gid(fig, "best:f1")
+    assert best.get_offsets().tolist() == [[2600.0, 0.41]]
+
+
+def test_lambda_sweep_annotations_carry_every_lambda_at_its_point():
+    fig = F.lambda_sweep_figure(_sweep_frame(), show_sr=False)
+    (ax,) = fig.axes
+    labels = {t.get_text(): tuple(t.xy) for t in ax.texts}
+    assert sorted(_lambdas_in(list(labels))) == [0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3]
+    assert labels["λ=0, 1e-05"] == (3000.0, 0.40)  # same stopping points, one label
+    assert labels["λ=0.001"] == (1200.0, 0.20)
+    assert labels["λ=3e-05"] == (2600.0, 0.41)
+    assert "mean tokens per question" in ax.get_xlabel() and ax.get_ylabel() == "F1"
+
+
+def test_lambda_sweep_baselines_are_distinct_unconnected_markers():
+    baselines = {"Fixed-K": (1500.0, 0.30), "IRCoT": (4000.0, 0.38, 0.85)}
+    fig = F.lambda_sweep_figure(_sweep_frame(), baselines=baselines)
+    render(fig)
+    fk, ircot = _by_gid(fig, "baseline:Fixed-K"), _by_gid(fig, "baseline:IRCoT")
+    assert len(fk) == 1  # no SR given: the F1 panel only
+    assert fk[0].get_offsets().tolist() == [[1500.0, 0.30]]
+    assert sorted(c.get_offsets().tolist()[0][1] for c in ircot) == [0.38, 0.85]
+    f1_marker = [c for c in ircot if c.get_offsets().tolist()[0][1] == 0.38][0]
+    assert not (fk[0].get_paths()[0].vertices.shape == f1_marker.get_paths()[0].vertices.shape
+                and (fk[0].get_paths()[0].vertices == f1_marker.get_paths()[0].vertices).all())
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert {"Fixed-K", "IRCoT", "Pareto front"} <= set(legend)
+    (line,) = _by_gid(fig, "pareto:f1")  # the baselines never join the policy's front
+    assert 1500.0 not in list(line.get_xdata())
+
+
+def test_lambda_sweep_figure_selects_one_threshold_and_rejects_bad_frames():
+    import pandas as pd
+    grid = pd.concat([_sweep_frame(), _sweep_frame(veto_threshold=0.2, f1=0.1)])
+    with pytest.raises(ValueError, match="veto thresholds"):
+        F.lambda_sweep_figure(grid)
+    fig = F.lambda_sweep_figure(grid, veto_threshold=0.2, show_sr=False)
+    (line,) = _by_gid(fig, "pareto:f1")
+    assert list(line.get_ydata()) == [0.1]  # all tie in F1: only the cheapest is on the front
+    with pytest.raises(ValueError, match="lacks"):
+        F.lambda_sweep_figure(_sweep_frame().drop(columns="tokens"))
+    with pytest.raises(ValueError, match="no 'sr'"):
+        F.lambda_sweep_figure(_sweep_frame().drop(columns="sr"), show_sr=True)
+    nan_row = _sweep_frame().assign(f1=[float("nan"), 0.4, 0.41, 0.35, 0.30, 0.20])
+    (points,) = _by_gid(F.lambda_sweep_figure(nan_row), "sweep:f1")
+    assert len(points.get_offsets()) == 5  # the NaN row is dropped, not drawn at 0

@@ -37,14 +37,7 @@ def rid(r: dict) -> str:
 
 # (property test name, record id) -> the parser bug that makes it fail. Filled from the
 # recorded replies; each entry names the parser and what it gets wrong.
-_ECHOED_QUESTION = ("parse_query keeps the 'Question:' label when a model echoes the prompt's "
-                    "question line before (or instead of) its query: the search query "
-                    "becomes 'Question: <question>'")
-KNOWN_PARSER_BUGS: dict[tuple[str, str], str] = {
-    ("query_clean", "smollm2-135m-rewrite-library-s0-0000"): _ECHOED_QUESTION,
-    ("query_clean", "smollm2-135m-rewrite-library-s0-0001"): _ECHOED_QUESTION,
-    ("query_clean", "smollm2-135m-rewrite-library-s0-0004"): _ECHOED_QUESTION,
-}
+KNOWN_PARSER_BUGS: dict[tuple[str, str], str] = {}
 
 
 def cases(test: str, kinds: tuple[str, ...] | None = None):
@@ -255,8 +248,6 @@ def test_parse_ircot_on_a_recorded_thought():
     assert not t.concludes and t.sentence.endswith("is Mirnarby.")
 
 
-@pytest.mark.xfail(strict=True, reason="parse_ircot keeps an echoed question as the first "
-                   "sentence and misses the 'So the answer is' that follows it")
 def test_parse_ircot_skips_an_echoed_question_before_the_conclusion():
     r = reply(QWEN, "ircot", "library-s0-0000", "In which town was the founder")
     t = prompts.parse_ircot(r["reply"])

@@ -162,3 +162,33 @@ def test_trace_table_from_steptraces_and_dicts():
     assert t.loc[1, "vetoed"] and t.loc[1, "stop_value"] == 0.5 and t.loc[1, "n_valid"] == 2
     assert trace_table([s.to_json() for s in steps]).equals(t)
     assert trace_table([]).empty
+
+
+def _write_rows(root, run, rows):
+    d = root / "hotpotqa" / "g" / run
+    d.mkdir(parents=True)
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_paired_table_pairs_dynakrag_with_each_run_by_question():
+    from dynakrag_lite.results import paired_table
+    import tempfile
+    root = Path(tempfile.mkdtemp())
+    base = [{"id": f"q{i}", "f1": 1.0, "em": 1.0, "support_recall": 1.0} for i in range(6)]
+    # fixed_k3 is worse by exactly .5 F1 on every question, in another order, one retried
+    # question (error row then success): the latest row counts.
+    other = [{"id": f"q{i}", "f1": 0.5, "em": 1.0, "support_recall": 1.0}
+             for i in reversed(range(6))]
+    other.insert(0, {"id": "q2", "error": "timeout"})
+    _write_rows(root, "dynakrag", base)
+    _write_rows(root, "fixed_k3", other)
+    _write_rows(root, "ircot", base[:4])  # 4 questions only
+    t = paired_table("hotpotqa", "g", root=root)
+    assert list(t.run.unique()) == ["fixed_k3", "ircot"]  # RUN_ORDER
+    f1 = t[(t.run == "fixed_k3") & (t.metric == "f1")].iloc[0]
+    assert f1.n == 6 and f1["diff"] == pytest.approx(0.5)
+    assert (f1.lo, f1.hi) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert f1.verdict == "A better" and f1.wins == 6
+    em = t[(t.run == "fixed_k3") & (t.metric == "em")].iloc[0]
+    assert em.verdict == "no measurable difference" and em.p_value == 1.0
+    assert t[(t.run == "ircot")].n.tolist() == [4, 4, 4]

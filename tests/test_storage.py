@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from dynakrag_lite import storage
-from dynakrag_lite.storage import (FolderLock, LockedError, atomic_write_bytes,
-                                   atomic_write_json, atomic_write_text, redact,
-                                   relative_command, sha256_file)
+from dynakrag_lite.storage import (MANIFEST_NAME, FolderLock, LockedError, ManifestError,
+                                   atomic_write_bytes, atomic_write_json, atomic_write_text,
+                                   read_manifest, redact, register_in_manifest,
+                                   relative_command, sha256_file, update_manifest,
+                                   verify_manifest)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,11 +68,102 @@ def test_two_writers_never_share_a_temp_name(tmp_path, monkeypatch):
     assert len(set(seen)) == 3 and all(s.startswith(".f.txt.") for s in seen)
 
 
+@pytest.fixture
+def umask():
+    """Set the process umask for one test; the old one comes back afterwards."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permission bits")
+def test_atomic_writes_get_the_mode_open_gives_a_new_file(tmp_path, umask):
+    """Not mkstemp's 0600: 0666 minus the umask (0644 under the usual 022), like open()."""
+    umask(0o022)
+    with open(tmp_path / "by_open.txt", "w") as fh:
+        fh.write("x")
+    for write, name in ((atomic_write_json, "summary.json"), (atomic_write_text, "p.jsonl"),
+                        (atomic_write_bytes, "m.joblib")):
+        p = write(tmp_path / name, {"a": 1} if write is atomic_write_json else
+                  ("x" if write is atomic_write_text else b"x"))
+        assert _mode(p) == 0o644 == _mode(tmp_path / "by_open.txt"), name
+    # An existing private file (written by the old 0600 code) gets the normal mode back.
+    old = tmp_path / "old.json"
+    old.write_text("{}")
+    old.chmod(0o600)
+    atomic_write_json(old, {"n": 2})
+    assert _mode(old) == 0o644
+    # Another umask is respected, as open() respects it.
+    umask(0o027)
+    assert _mode(atomic_write_text(tmp_path / "group.txt", "x")) == 0o640
+    umask(0o077)
+    assert _mode(atomic_write_text(tmp_path / "private.txt", "x")) == 0o600
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX umask")
+def test_umask_is_read_with_and_without_proc(umask, monkeypatch):
+    umask(0o027)
+    assert storage._umask() == 0o027
+
+    def no_proc(*a, **k):
+        raise OSError("no /proc here")
+    monkeypatch.setattr(storage, "open", no_proc, raising=False)
+    assert storage._umask() == 0o027
+    assert os.umask(0o027) == 0o027  # the fallback put the umask back
+
+
 def test_sha256_file(tmp_path):
     p = tmp_path / "blob"
     data = os.urandom(3 << 20)  # more than one read block
     p.write_bytes(data)
     assert sha256_file(p) == hashlib.sha256(data).hexdigest()
+
+
+# -- manifests of files that may be unpickled -------------------------------------------
+def test_manifest_round_trip_and_verification_names_the_file(tmp_path):
+    a, b = tmp_path / "a.joblib", tmp_path / "b.joblib"
+    a.write_bytes(b"aaa")
+    b.write_bytes(b"bbb")
+    assert read_manifest(tmp_path) == {}
+    assert update_manifest(tmp_path, files=[a]) == tmp_path / MANIFEST_NAME
+    assert read_manifest(tmp_path) == {"a.joblib": sha256_file(a)}  # b is not vouched for
+    assert verify_manifest(a, a.read_bytes()) == hashlib.sha256(b"aaa").hexdigest()
+    with pytest.raises(ManifestError, match=r"b\.joblib: not listed in .*MANIFEST\.sha256.*"
+                                            r"unverified thing.*register it like so"):
+        verify_manifest(b, b.read_bytes(), what="thing", fix="register it like so")
+    with pytest.raises(ManifestError, match=r"a\.joblib: sha256 .* does not match"):
+        verify_manifest(a, b"tampered")
+    # sha256sum format, checkable by hand; deleted files drop out on a rebuild
+    line = (tmp_path / MANIFEST_NAME).read_text()
+    assert line == f"{sha256_file(a)}  a.joblib\n"
+    a.unlink()
+    update_manifest(tmp_path)
+    assert list(read_manifest(tmp_path)) == ["b.joblib"]
+    with pytest.raises(ManifestError, match="its own folder only"):
+        update_manifest(tmp_path / "sub", files=[b])
+    (tmp_path / MANIFEST_NAME).write_text("not a line\n")
+    with pytest.raises(ManifestError, match=r"line 1: not a sha256sum line"):
+        read_manifest(tmp_path)
+
+
+def test_register_in_manifest_only_where_a_manifest_is_kept(tmp_path):
+    project, own = tmp_path / "project", tmp_path / "own"
+    project.mkdir()
+    own.mkdir()
+    (project / "x.joblib").write_bytes(b"x")
+    (own / "y.joblib").write_bytes(b"y")
+    assert register_in_manifest(own / "y.joblib", project) is None
+    assert not (own / MANIFEST_NAME).exists()  # a user's folder: no manifest imposed
+    assert register_in_manifest(project / "x.joblib", project) == project / MANIFEST_NAME
+    assert list(read_manifest(project)) == ["x.joblib"]
+    (own / MANIFEST_NAME).write_text("")  # a folder that keeps one is kept up to date
+    assert register_in_manifest(own / "y.joblib") == own / MANIFEST_NAME
+    assert list(read_manifest(own)) == ["y.joblib"]
 
 
 # -- the folder lock --------------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""One table of the control signals per generator: are they informative, do the acquisition
+actions find gold evidence, does compression keep it, what do the baselines do?
+
+    python data_scripts/diagnostic_table.py --dataset hotpotqa \
+        --generators qwen2.5-coder-0.5b,qwen2.5-coder-1.5b [--out results/diagnostics]
+
+Reads only what earlier commands measured (no model call), each source named in the output:
+
+* ``results/diagnostics/<dataset>-<generator>-signals.json`` (``diagnose_signals.py``, training
+  questions): AUC of each sufficiency signal against 1[SR = 1], the text probe's SUFFICIENT
+  rate, the learned estimator's SUFFICIENT rate at its calibrated threshold.
+* ``results/policies/<dataset>-<generator>.joblib`` (``python -m dynakrag_lite train``, training
+  questions): per acquisition action, every executed branch of the trajectories (chosen or
+  counterfactual) with its share of calls that added a gold document and its mean SR gain.
+* ``results/experiments/<dataset>/<generator>/<run>/predictions.jsonl`` (evaluation questions):
+  actions per question and their gold hits in the dynakrag and uniform runs, IRCoT iterations,
+  Self-Ask searches, and snippet validity.
+* ``results/diagnostics/compression.json`` (``compression_diagnostics.py``): the LLM
+  compressor's snippet validity and answer survival against the extractive selector's.
+
+A missing source leaves its cells empty ("not measured"), never a made-up zero. Writes
+``<out>/<dataset>-diagnostic-table.json`` and prints the table as markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dynakrag_lite.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.diagnostics import summarise_runs  # noqa: E402
+from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
+
+ACTIONS = ("gap_query", "rewrite_query", "bridge_entity_expand", "retrieve_more")
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def signals_part(dataset: str, generator: str) -> dict:
+    d = _json(ROOT / "results" / "diagnostics" / f"{dataset}-{generator}-signals.json")
+    if d is None:
+        return {}
+    sig = d["signals"]
+    out = {"source": f"results/diagnostics/{dataset}-{generator}-signals.json",
+           "questions": d["n_questions"], "states": d["n_states"],
+           "chosen": d["calibrated_choice"]["kind"]}
+    for k, v in sig.items():
+        out[f"auc_{k}"] = v["auc"]
+        if k == "learned" and "all_states" in v:
+            out["auc_learned_oof"] = v["all_states"]["auc_oof"]
+            out["learned_oof_questions"] = v["all_states"]["n_questions"]
+    if "text" in sig:
+        out["text_sufficient_rate"] = sig["text"].get("sufficient_rate")
+    chosen = d["calibrated_choice"]["kind"]
+    out["chosen_sufficient_rate"] = sig[chosen]["sufficient_rate_at_threshold"]
+    return out
+
+
+def training_part(dataset: str, generator: str) -> dict:
+    path = ROOT / "results" / "policies" / policy_file_name(dataset, generator)
+    if not path.exists():
+        return {}
+    from dynakrag_lite.policy import Policy
+    meta = Policy.load(path).meta
+    gains = meta.get("action_gains") or {}
+    out = {"source": str(path.relative_to(ROOT)), "questions": meta.get("n_questions"),
+           "continuation_target": meta.get("continuation_target"),
+           "continuation_questions": meta.get("n_continuation_questions")}
+    for a in ACTIONS:
+        if a in gains:
+            g = gains[a]
+            out[a] = {"calls": g["calls"], "hit_rate": g["hit_rate"],
+                      "mean_sr_gain": g["mean_sr_gain"]}
+    return out
+
+
+def runs_part(dataset: str, generator: str) -> dict:
+    folder = ROOT / "results" / "experiments" / dataset / generator
+    if not folder.exists():
+        return {}
+    runs = summarise_runs(folder)
+    out: dict = {"source": str(folder.relative_to(ROOT))}
+    for name in ("dynakrag", "uniform"):
+        r = runs.get(name)
+        if not r:
+            continue
+        per = r["actions_per_question"]
+        out[name] = {"questions": r["questions"],
+                     "sufficiency_verdicts": r["sufficiency_verdicts"],
+                     "snippet_validity": r.get("snippet_validity")}
+        for a in ACTIONS:
+            out[name][a] = {"per_question": per.get(a, 0.0),
+                            "hit_rate": r["actions_with_gold_hit"].get(a)}
+    if "ircot" in runs:
+        out["ircot_iterations_per_question"] = runs["ircot"].get(
+            "ircot_iterations_per_question")
+        out["ircot_questions"] = runs["ircot"]["questions"]
+    if "self_ask" in runs:
+        out["self_ask_searches_per_question"] = runs["self_ask"].get(
+            "self_ask_searches_per_question")
+        out["self_ask_questions"] = runs["self_ask"]["questions"]
+    return out
+
+
+def compression_part(generator: str) -> dict:
+    d = _json(ROOT / "results" / "diagnostics" / "compression.json")
+    if d is None or d.get("llm", {}).get("generator") != generator:
+        return {}
+    llm, ext = d["llm"], d["extractive"]
+    return {"source": "results/diagnostics/compression.json",
+            "llm_questions": llm["questions"], "llm_snippet_validity": llm["validity_rate"],
+            "llm_answer_survival": llm["survival_validated"],
+            "extractive_questions": ext["questions"],
+            "extractive_answer_survival": ext["survival_rate"],
+            "answer_f1": llm.get("answer_f1"), "answer_f1_n": llm.get("answer_f1_n")}
+
+
+def _f(x, fmt=".2f") -> str:
+    return "–" if x is None else format(x, fmt) if isinstance(x, float) else str(x)
+
+
+def markdown(table: dict) -> str:
+    lines = ["| generator | probe AUC text / margin / learned (OOF) | SUFFICIENT rate text / "
+             "chosen | gap, rewrite, bridge hit rate (training branches) | gap, rewrite, "
+             "bridge per question (dynakrag) | snippet validity (LLM) | IRCoT iterations / q "
+             "| Self-Ask searches / q |", "|---|---|---|---|---|---|---|---|"]
+    for gen, row in table["generators"].items():
+        s, t, r, c = row["signals"], row["training"], row["runs"], row["compression"]
+        auc = " / ".join(_f(s.get(k)) for k in ("auc_text", "auc_margin", "auc_learned_oof"))
+        rate = f"{_f(s.get('text_sufficient_rate'))} / {_f(s.get('chosen_sufficient_rate'))}"
+        hits = ", ".join(_f((t.get(a) or {}).get("hit_rate"))
+                         for a in ("gap_query", "rewrite_query", "bridge_entity_expand"))
+        dk = r.get("dynakrag") or {}
+        per = ", ".join(_f((dk.get(a) or {}).get("per_question"))
+                        for a in ("gap_query", "rewrite_query", "bridge_entity_expand"))
+        lines.append(f"| {gen} | {auc} | {rate} | {hits} | {per} | "
+                     f"{_f(c.get('llm_snippet_validity'))} | "
+                     f"{_f(r.get('ircot_iterations_per_question'))} | "
+                     f"{_f(r.get('self_ask_searches_per_question'))} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="hotpotqa")
+    ap.add_argument("--generators", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
+    ap.add_argument("--out", default=str(ROOT / "results" / "diagnostics"))
+    args = ap.parse_args(argv)
+    table = {"dataset": args.dataset, "generators": {},
+             "command": relative_command(["python", "data_scripts/diagnostic_table.py"]
+                                         + (argv if argv is not None else sys.argv[1:]),
+                                         prefix="")}
+    for gen in [g for g in args.generators.split(",") if g]:
+        table["generators"][gen] = {"signals": signals_part(args.dataset, gen),
+                                    "training": training_part(args.dataset, gen),
+                                    "runs": runs_part(args.dataset, gen),
+                                    "compression": compression_part(gen)}
+    out = Path(args.out) / f"{args.dataset}-diagnostic-table.json"
+    atomic_write_text(out, json.dumps(table, indent=1) + "\n")
+    print(markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

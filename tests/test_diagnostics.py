@@ -1,0 +1,62 @@
+"""diagnostics.run_behaviour / summarise_runs: what a run's methods did, counted from
+hand-made predictions rows whose answers are known."""
+import json
+
+import pytest
+
+from dynakrag_lite.diagnostics import run_behaviour, summarise_runs
+
+DOCS = [{"id": "g1", "gold": True}, {"id": "d1", "gold": False}, {"id": "g2", "gold": True},
+        {"id": "d2", "gold": False}]
+
+
+def _row(qid, method, trace, **kw):
+    return {"id": qid, "method": method, "docs": DOCS, "trace": trace, **kw}
+
+
+def test_counts_acquisition_hits_verdicts_and_gaps_per_question():
+    rows = [
+        _row("q1", "dynakrag", [
+            {"action": "retrieve_more", "added": ["g1", "d1"]},
+            {"action": "sufficiency_check", "sufficient": False, "gap": "the birthplace"},
+            {"action": "gap_query", "added": ["g2"]},
+            {"action": "sufficiency_check", "sufficient": True}],
+             compression={"n_valid": 3, "n_snippets": 4}),
+        _row("q2", "dynakrag", [{"action": "gap_query", "added": ["d2"]}],
+             compression={"n_valid": 1, "n_snippets": 4}),
+        {"id": "q3", "error": "timeout"},  # not a question the method answered
+    ]
+    b = run_behaviour(rows)
+    assert b["questions"] == 2
+    assert b["actions_per_question"] == {"gap_query": 1.0, "retrieve_more": 0.5,
+                                         "sufficiency_check": 1.0}
+    assert b["added_gold_share"] == {"retrieve_more": 0.5, "gap_query": 0.5}
+    assert b["actions_with_gold_hit"] == {"retrieve_more": 1.0, "gap_query": 0.5}
+    assert b["sufficiency_verdicts"] == {"insufficient": 1, "sufficient": 1}
+    assert b["gaps_written_per_question"] == 0.5
+    assert b["snippet_validity"] == pytest.approx(4 / 8)
+    assert "ircot_iterations_per_question" not in b
+
+
+def test_ircot_iterations_and_self_ask_searches():
+    ircot = [_row("q1", "ircot", [{"action": "retrieve"}, {"action": "cot_step"},
+                                  {"action": "retrieve"}, {"action": "cot_step"}]),
+             _row("q2", "ircot", [{"action": "retrieve"}, {"action": "cot_step"}])]
+    assert run_behaviour(ircot)["ircot_iterations_per_question"] == 1.5
+    sa = [_row("q1", "self_ask", [{"action": "retrieve"}, {"action": "follow_up"},
+                                  {"action": "retrieve"}, {"action": "intermediate_answer"}])]
+    b = run_behaviour(sa)
+    assert b["self_ask_searches_per_question"] == 2.0
+    assert b["self_ask_follow_ups_per_question"] == 1.0
+
+
+def test_summarise_runs_reads_the_latest_row_of_each_question(tmp_path):
+    d = tmp_path / "ircot"
+    d.mkdir()
+    rows = [{"id": "q1", "error": "boom"},
+            _row("q1", "ircot", [{"action": "cot_step"}, {"action": "cot_step"}])]
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = summarise_runs(tmp_path)
+    assert list(out) == ["ircot"] and out["ircot"]["questions"] == 1
+    assert out["ircot"]["ircot_iterations_per_question"] == 2.0
+    assert "action_gold_hits" in out["ircot"]
