@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                   "rerun": bool(args.rerun),
                   # relative to book/, where the notebook runs
                   "table_out": f"../results/tables/{name}.csv"}
+        if key in ("12", "13"):  # the generator whose results the chapter reads
+            params["results_generator"] = args.generator
         if key == "14":
             params["target_generator"] = args.transfer_generator
         print(f"executing {name} with {params}", flush=True)
