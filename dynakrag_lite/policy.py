@@ -55,6 +55,7 @@ import numpy as np
 
 from . import storage as _storage
 from .features import FEATURE_NAMES, STATE_FEATURE_NAMES, heuristic_cost, phi, state_features
+from .forest import flat_forest_for
 from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
 from .storage import ManifestError
 from .trajectories import TrainingData
@@ -184,6 +185,20 @@ def _forest(n_estimators: int, min_samples_leaf: int, seed: int, n_jobs: int):
                                  random_state=seed, n_jobs=n_jobs)
 
 
+# The forests' predict path. True: a FlatForest (dynakrag_lite.forest) built on first use and
+# cached by forest, outside the policy (nothing is added to what a policy pickles); it is
+# bit-identical to the forest's own predict with n_jobs=1 and takes a fraction of a millisecond
+# on a decision's few rows, where sklearn's per-tree dispatch took tens of ms. False: the
+# estimator's own predict (tests compare the two). Anything FlatForest does not support (not a
+# single-output RandomForestRegressor) always uses its own predict.
+USE_FLAT_FOREST = True
+
+
+def _predict(model, X) -> np.ndarray:
+    flat = flat_forest_for(model) if USE_FLAT_FOREST else None
+    return flat.predict(X) if flat is not None else model.predict(X)
+
+
 def data_hash(data: TrainingData) -> str:
     h = hashlib.sha256()
     for s in data.samples:
@@ -218,14 +233,14 @@ class Policy:
         acts = [a for a in valid if a != "compress_answer_evidence"]
         dc, pa = self.meta.get("doc_chars", 600), self.meta.get("per_action", 3)
         X = np.stack([phi(state, a, heuristic_cost(state, a, dc, pa), base) for a in acts])
-        return dict(zip(acts, self.value_model.predict(X).tolist()))
+        return dict(zip(acts, _predict(self.value_model, X).tolist()))
 
     def continue_gain(self, state: EvidenceState) -> float | None:
         if self.continuation_model is None or not state.docs:
             return None
         base = state_features(state)
         x = np.array([[base[n] for n in STATE_FEATURE_NAMES]])
-        return float(self.continuation_model.predict(x)[0])
+        return float(_predict(self.continuation_model, x)[0])
 
     def choose(self, state: EvidenceState, valid: tuple[str, ...]):
         vals = self.values(state, valid)
@@ -417,6 +432,11 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
         P = np.stack([p.features for p in targeted])
         g = np.array([p.gain for p in targeted])
         cont = _forest(n_estimators, min_samples_leaf, seed, n_jobs).fit(P, g)
+    # Fit in parallel, predict in the calling thread: a decision predicts a handful of rows,
+    # where sklearn's dispatch to n_jobs workers costs far more than the trees themselves.
+    value.n_jobs = 1
+    if cont is not None:
+        cont.n_jobs = 1
     cost = CostModel().fit(data)
     info = {
         "feature_names": FEATURE_NAMES, "state_feature_names": STATE_FEATURE_NAMES,
@@ -469,7 +489,7 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
     if not groups:
         return []
     X = np.stack([s.features for s in data.samples])
-    all_values = policy.value_model.predict(X)
+    all_values = _predict(policy.value_model, X)
     value_of = {id(s): float(v) for s, v in zip(data.samples, all_values)}
     out = []
     for (qid, step), group in groups.items():
@@ -487,8 +507,8 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
                 costs[a] = float(s.features[i_cost]) if a in LLM_ACTIONS else 0.0
         gain = None
         if policy.continuation_model is not None and n_docs > 0:
-            gain = float(policy.continuation_model.predict(
-                group[0].features[:n_state].reshape(1, -1))[0])
+            gain = float(_predict(policy.continuation_model,
+                                  group[0].features[:n_state].reshape(1, -1))[0])
         veto = gain is not None and gain > thr and "stop_answer" in values and len(values) > 1
         score = {a: values[a] - lam * costs[a] for a in values}
         free = max(score, key=lambda a: score[a])
