@@ -6,7 +6,7 @@
     train           --data FILE --generator SPEC --out POLICY [--limit N]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
-                    [--compressor llm|extractive --selector FILE]
+                    [--compressor llm|extractive --selector FILE] [--workers N]
     models          list | fetch NAME                           (bundled offline GGUF models)
 
 ``--data`` takes a file path or a dataset name (hotpotqa, 2wikimultihopqa, musique, library);
@@ -18,8 +18,8 @@ policy is never evaluated on its training questions. Errors go to stderr, exit c
 <generator>.joblib`` and nothing else; a policy of another generator must be named with
 ``--policy`` (generator transfer). The policy is checked against the run first
 (``policy.check_policy``). ``--policy`` with ``uniform`` or ``oracle`` takes only the policy's
-calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate`` resumes into ``--out`` (see
-:mod:`dynakrag_lite.experiments`): it refuses a folder of another setup, a folder another
+calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate``
+resumes into ``--out`` (see :mod:`dynakrag_lite.experiments`): it refuses a folder of another setup, a folder another
 process is evaluating into, and a damaged predictions file; questions that failed are retried.
 Recorded commands have relative paths and no credentials (``storage.relative_command``).
 """
@@ -223,9 +223,10 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .experiments import data_sha256, evaluate
+    from .experiments import check_workers, data_sha256, evaluate
     from .policy import Policy, check_policy
     _check_control_args(args)
+    check_workers(args.workers, args.generator)  # from the spec: before any model is loaded
     policy, path = None, None
     if args.policy:  # fail fast, before indexing anything
         path = Path(args.policy)
@@ -267,7 +268,7 @@ def cmd_evaluate(args) -> int:
                                  "config": dict(env.config.__dict__)},
                        data_sha256=data_sha256(args.data, args.data_dir),
                        policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
-                       summary_extra=extra, demos=demos)
+                       summary_extra=extra, demos=demos, workers=args.workers)
     print(json.dumps({k: summary[k] for k in summary
                       if k not in ("run", "fingerprint", "diagnostics", "policy")}))
     d = summary["diagnostics"]
@@ -353,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--fixed-k", type=int, default=None)
             p.add_argument("--lam", type=float, default=None, help="lambda (cost weight)")
             p.add_argument("--veto-threshold", type=float, default=None)
+            p.add_argument("--workers", type=int, default=1,
+                           help="questions run at once; > 1 only with a server generator "
+                           "(openai:<model>@<base_url>); predictions.jsonl keeps the "
+                           "question order")
         p.set_defaults(func=fn)
     p = sub.add_parser("models", help="bundled offline generators")
     p.add_argument("action", choices=("list", "fetch"))

@@ -9,7 +9,9 @@ the between-question variance, which dominates in multi-hop QA: an unpaired inte
 same runs is several times wider.
 
 A difference whose interval contains 0 is reported as "no measurable difference", never as a
-win or a loss (:func:`verdict`).
+win or a loss (:func:`verdict`). So is one whose permutation p-value is 0.05 or more: with few
+discordant questions (say 4 wins and no loss) the percentile bootstrap interval can exclude 0
+while the exact sign-flip test cannot reject (p = 2/16), and the claim follows the weaker one.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class PairedDifference:
 
     @property
     def verdict(self) -> str:
-        return verdict(self.lo, self.hi)
+        return verdict(self.lo, self.hi, self.p_value)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -48,11 +50,12 @@ class PairedDifference:
         return d
 
 
-def verdict(lo: float, hi: float) -> str:
-    """'A better', 'A worse' or 'no measurable difference' (the interval contains 0)."""
-    if lo > 0:
+def verdict(lo: float, hi: float, p_value: float = 0.0, alpha: float = 0.05) -> str:
+    """'A better' / 'A worse' when the interval excludes 0 *and* the permutation p-value is
+    below ``alpha``; otherwise 'no measurable difference'."""
+    if p_value < alpha and lo > 0:
         return "A better"
-    if hi < 0:
+    if p_value < alpha and hi < 0:
         return "A worse"
     return "no measurable difference"
 

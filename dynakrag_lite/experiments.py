@@ -29,6 +29,18 @@ A run folder ``DIR`` holds:
 * ``DIR/.lock``: held (``storage.FolderLock``) for the whole evaluation: a second process
   evaluating into the same folder fails at once with :class:`~dynakrag_lite.storage.LockedError`.
 
+Concurrent questions (``workers=N``, ``evaluate --workers N``): with a server generator
+(``openai:<model>@<base_url>``: vLLM, a llama.cpp server) N questions run at once in threads,
+since the time goes into waiting for the server. The main thread stays the only writer: it
+takes finished rows in the order of ``questions`` (a finished row waits for the ones before it,
+at most ``WINDOW_PER_WORKER * N`` questions ahead), so the file is the one a sequential run
+writes except for the ``seconds`` fields. Everything between server calls (retrieval and its
+encoder, spaCy, the policy, scoring) holds one lock, so the library's non-thread-safe parts
+never run concurrently and a question's rows do not depend on scheduling; only the server
+calls overlap (a row's ``seconds`` then includes time spent waiting for that lock).
+In-process backends (bundled models, ``gguf:``, ``hf:``) are CPU-bound and not thread-safe:
+``workers > 1`` with them is refused (``ValueError``).
+
 Diagnostics (per question in each row's ``"diagnostics"``, summed in the summary) make
 degenerate behaviour visible. What is counted:
 
@@ -64,13 +76,15 @@ import hashlib
 import importlib.util
 import json
 import os
+import threading
 import time
 import warnings
 from collections import Counter
-from dataclasses import asdict, is_dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -90,6 +104,10 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 FINGERPRINT_VERSION = 1
+# With N workers, at most this x N questions are started from the first unwritten one on:
+# bounds the rows held in memory (and lost by a kill; their server calls are in the LLM
+# cache, so redoing them is cheap).
+WINDOW_PER_WORKER = 4
 
 
 class ResultsError(ValueError):
@@ -484,6 +502,117 @@ def diagnostics(rows: Sequence[dict]) -> dict:
     }
 
 
+# -- concurrent questions ---------------------------------------------------------------
+def is_server_generator(generator: Any) -> bool:
+    """True for an OpenAI-compatible server backend, also behind wrappers (the call cache)."""
+    from .generators import OpenAIGenerator
+    g, depth = generator, 0
+    while g is not None and depth < 10:
+        if isinstance(g, OpenAIGenerator):
+            return True
+        g, depth = getattr(g, "inner", None), depth + 1
+    return False
+
+
+def check_workers(workers: int, generator: Any) -> None:
+    """Refuse ``workers`` < 1, and > 1 unless ``generator`` (a spec string or a generator
+    object) is a server backend: in-process llama.cpp / transformers are CPU-bound and not
+    thread-safe, so concurrent questions would contend for the cores or corrupt their state."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
+    if workers == 1:
+        return
+    if isinstance(generator, str):
+        from .generators import parse_spec
+        server, spec = parse_spec(generator)[0] == "openai", generator
+    else:
+        server = is_server_generator(generator)
+        spec = getattr(generator, "spec", None) or type(generator).__name__
+    if not server:
+        raise ValueError(
+            f"--workers {workers} runs questions concurrently and needs a server generator "
+            f"(openai:<model>@<base_url>, e.g. vLLM or a llama.cpp server); generator "
+            f"{redact(str(spec))!r} runs in-process (CPU-bound, not thread-safe). "
+            "Use --workers 1")
+
+
+class _ReleasingGenerator:
+    """A worker's generator: gives up the shared lock while the server call is in flight, so
+    server calls overlap and everything else runs one thread at a time. Every other attribute
+    (spec, model_id, backend, cache) is the wrapped generator's, so cache keys are unchanged."""
+
+    def __init__(self, inner: Any, shared: threading.Lock) -> None:
+        self.inner = inner
+        self._shared = shared
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "_shared"):  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def generate(self, messages, max_tokens: int = 64, stop=None):
+        self._shared.release()  # held by this worker: see _question_runner
+        try:
+            return self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+        finally:
+            self._shared.acquire()
+
+
+def _run_question(q: Question, method: str, env: Environment, policy, fixed_k: int | None,
+                  seed: int, demos) -> tuple[dict, bool]:
+    """(row, failed): the question's result row, or its error row when the method raised."""
+    t0 = time.perf_counter()
+    try:
+        row = score(q, run_method(method, q, env, policy, fixed_k, seed, demos=demos))
+        json.dumps(row, ensure_ascii=False)  # unserializable extra = an error too
+        return row, False
+    except Exception as e:  # one question's failure must not end the run
+        return error_row(q, method, e, time.perf_counter() - t0), True
+
+
+def _question_runner(method: str, env: Environment, policy, fixed_k: int | None, seed: int,
+                     demos, workers: int) -> Callable[[Question], tuple[dict, bool]]:
+    """The function that runs one question; for workers > 1 it holds the shared lock except
+    during server calls (the retriever's encoder, spaCy and the policy are not thread-safe)."""
+    def run(q: Question, e: Environment = env) -> tuple[dict, bool]:
+        return _run_question(q, method, e, policy, fixed_k, seed, demos)
+    if workers == 1:
+        return run
+    shared = threading.Lock()
+    worker_env = replace(env, generator=_ReleasingGenerator(env.generator, shared))
+
+    def locked(q: Question) -> tuple[dict, bool]:
+        with shared:
+            return run(q, worker_env)
+    return locked
+
+
+def _run_in_order(todo: Sequence[Question], run: Callable[[Question], tuple[dict, bool]],
+                  workers: int, emit: Callable[[Question, dict, bool], None]) -> None:
+    """Run every question of ``todo`` and ``emit`` its result in ``todo`` order, from this
+    (the calling) thread only; with workers > 1 up to ``workers`` questions run at once."""
+    if workers == 1:
+        for q in todo:
+            emit(q, *run(q))
+        return
+    window = workers * WINDOW_PER_WORKER
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evaluate") as pool:
+        futures: dict[int, Future] = {}
+        submitted = 0
+        try:
+            for i, q in enumerate(todo):
+                while submitted < min(len(todo), i + window):
+                    futures[submitted] = pool.submit(run, todo[submitted])
+                    submitted += 1
+                emit(q, *futures.pop(i).result())  # waits for the head: rows stay in order
+        finally:
+            # An interrupt or a write error: queued questions never start; running ones
+            # finish (threads cannot be stopped) and are dropped, as a sequential run
+            # drops the question in flight.
+            for f in futures.values():
+                f.cancel()
+
+
 # -- summary and the evaluation loop ----------------------------------------------------
 def summarize(rows: Sequence[dict], method: str, dataset: str, generator: str) -> dict:
     """Metric means over the real rows (error rows excluded, counted in ``"errors"``).
@@ -504,7 +633,7 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
              policy=None, dataset: str = "", generator: str = "", fixed_k: int | None = None,
              seed: int = 13, progress: bool = True, run_info: dict | None = None, *,
              data_sha256: str | None = None, policy_sha256: str | None = None,
-             summary_extra: dict | None = None, demos=None) -> dict:
+             summary_extra: dict | None = None, demos=None, workers: int = 1) -> dict:
     """Run ``method`` on every question of ``questions`` not yet done in ``out_dir`` (see the
     module docstring for the folder's files); return the summary.
 
@@ -512,8 +641,13 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     ``summary_extra`` is merged into the summary's top level (e.g. ``"policy"`` provenance);
     ``data_sha256`` / ``policy_sha256`` enter the fingerprint. Raises :class:`ResultsError`,
     :class:`FingerprintError` or :class:`~dynakrag_lite.storage.LockedError` before any
-    question is run when the folder cannot be resumed safely."""
+    question is run when the folder cannot be resumed safely.
+
+    ``workers``: questions run at once (module docstring); > 1 needs a server generator
+    (:func:`check_workers`, refused before the folder is touched). It is not part of the
+    fingerprint: rows do not depend on it, so a run may be resumed with another value."""
     from tqdm.auto import tqdm
+    check_workers(workers, env.generator)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pred_path = out / PREDICTIONS_FILE
@@ -543,28 +677,27 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
             summary.update(summary_extra or {})
             n_ok = summary["n"]
             summary["run"] = {**(run_info or {}), "n_expected": len(wanted),
-                              "complete": n_ok == len(wanted),
+                              "complete": n_ok == len(wanted), "workers": workers,
                               "finished_at": datetime.now(timezone.utc).isoformat(
                                   timespec="seconds")}
             atomic_write_json(out / SUMMARY_FILE, summary)
             return summary
 
         n_errors = 0
-        with open(pred_path, "a", encoding="utf-8") as fh:
-            bar = tqdm(todo, desc=method, disable=not progress)
-            for q in bar:
-                t0 = time.perf_counter()
-                try:
-                    row = score(q, run_method(method, q, env, policy, fixed_k, seed,
-                                              demos=demos))
-                    json.dumps(row, ensure_ascii=False)  # unserializable extra = an error too
-                except Exception as e:  # one question's failure must not end the run
-                    row = error_row(q, method, e, time.perf_counter() - t0)
+        run = _question_runner(method, env, policy, fixed_k, seed, demos, workers)
+        with open(pred_path, "a", encoding="utf-8") as fh, \
+                tqdm(total=len(todo), desc=method, disable=not progress) as bar:
+            def emit(q: Question, row: dict, failed: bool) -> None:
+                # Main thread only: the single writer of predictions.jsonl and summary.json.
+                nonlocal n_errors
+                if failed:
                     n_errors += 1
                     bar.set_postfix(errors=n_errors)
                 _append(fh, row)
                 latest[q.id] = row
                 write_summary()
+                bar.update(1)
+            _run_in_order(todo, run, workers, emit)
         summary = write_summary()
     if n_errors:
         warnings.warn(f"{n_errors} of {len(todo)} questions failed (error rows in "

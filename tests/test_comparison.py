@@ -59,8 +59,17 @@ def test_same_seed_gives_the_same_interval():
 
 
 def test_verdict_calls_an_interval_containing_zero_no_difference():
-    assert verdict(-0.01, 0.3) == "no measurable difference"
-    assert verdict(0.01, 0.3) == "A better" and verdict(-0.3, -0.01) == "A worse"
+    assert verdict(-0.01, 0.3, 0.01) == "no measurable difference"
+    assert verdict(0.01, 0.3, 0.01) == "A better" and verdict(-0.3, -0.01, 0.01) == "A worse"
+
+
+def test_few_discordant_questions_are_no_measurable_difference_even_if_the_interval_is():
+    # 4 wins of +.5, 96 ties: the bootstrap interval excludes 0 but the exact sign-flip
+    # p-value is 2/16 = .125, so no claim is made.
+    a = np.array([0.5] * 4 + [0.0] * 96)
+    r = paired_difference(a, np.zeros(100))
+    assert r.lo > 0 and abs(r.p_value - 0.125) < 0.02
+    assert r.verdict == "no measurable difference"
 
 
 def test_unequal_or_empty_or_missing_samples_are_refused():
