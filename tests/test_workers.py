@@ -55,8 +55,14 @@ class _Handler(BaseHTTPRequestHandler):
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
             srv.requests += 1
+            srv.arrived.notify_all()
+            # In a run with workers, hold the request until a second one is in flight (or
+            # peer_wait passes): overlap then does not depend on how busy the machine is, and
+            # a run that never overlaps still ends (and fails the max_in_flight check).
+            if srv.peer_wait:
+                srv.arrived.wait_for(lambda: srv.in_flight >= 2, timeout=srv.peer_wait)
         try:
-            time.sleep(srv.sleep)  # long enough for the other worker's request to arrive
+            time.sleep(srv.sleep)
             if srv.fail_on and srv.fail_on in prompt:
                 self._send(500, {"error": {"message": "boom"}})
                 return
@@ -87,8 +93,9 @@ def server():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.guard = threading.Lock()
+    srv.arrived = threading.Condition(srv.guard)
     srv.in_flight = srv.max_in_flight = srv.requests = 0
-    srv.sleep, srv.fail_on = 0.03, ""
+    srv.sleep, srv.fail_on, srv.peer_wait = 0.03, "", 0.0
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     srv.spec = f"openai:m@http://127.0.0.1:{srv.server_address[1]}/v1"
@@ -129,6 +136,7 @@ def test_two_workers_write_what_a_sequential_run_writes(server, library_question
               tmp_path / "seq", workers=1)
     assert server.max_in_flight == 1
     reset(server)
+    server.peer_wait = 5.0
     par = run(qs, method, server_env(server, library_retriever, tmp_path / "b.sqlite"),
               tmp_path / "par", workers=2)
     assert server.max_in_flight == 2  # two questions really were at the server at once
@@ -183,6 +191,7 @@ def test_resume_with_workers_skips_finished_rows_and_redoes_a_torn_one(
     shutil.copy(tmp_path / "full" / "run.json", out / "run.json")
     (out / "predictions.jsonl").write_text(full[0] + "\n" + full[1][: len(full[1]) // 2])
     reset(server)
+    server.peer_wait = 5.0
     with pytest.warns(RuntimeWarning, match="torn final line"):
         summary = run(qs, "fixed_k", server_env(server, library_retriever, tmp_path / "b.sqlite"),
                       out, workers=2)
@@ -249,6 +258,7 @@ def test_workers_with_an_in_process_generator_are_refused(library_questions, lib
 
 def test_cli_evaluate_with_workers_against_a_server(server, tmp_path, capsys):
     out = tmp_path / "cli"
+    server.peer_wait = 5.0
     code = main(["evaluate", "--data", "library", "--method", "fixed_k", "--generator",
                  server.spec, "--workers", "2", "--limit", "4", "--out", str(out)])
     printed = capsys.readouterr().out
