@@ -75,8 +75,8 @@ def main() -> int:
             if len(pt):
                 parts.append("Paired differences, dynakrag minus each run (per question; "
                              "paired bootstrap 95 % interval, 10,000 resamples; sign-flip "
-                             "permutation p; an interval containing 0 is no measurable "
-                             "difference):\n")
+                             "permutation p). The verdict names dynakrag as A; an interval "
+                             "containing 0, or p >= .05, is no measurable difference:\n")
                 pt = pt.assign(interval=[f"[{lo:+.3f}, {hi:+.3f}]"
                                          for lo, hi in zip(pt.lo, pt.hi)])
                 parts.append(markdown_table(pt[["run", "metric", "n", "dynakrag", "other",
