@@ -33,18 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, required=True)
     ap.add_argument("--stop", type=int, default=None)
     own = ap.parse_args(argv[:cut])
-    from dynakrag_lite.cli import _check_control_args, _setup, build_parser
-    from dynakrag_lite.sufficiency import train_signal
+    from dynakrag_lite.cli import build_parser, training_setup
     from dynakrag_lite.trajectories import collect
     args = build_parser().parse_args(["train"] + argv[cut + 1:])
-    _check_control_args(args)
-    setup, train_qs = _setup(args, args.generator)
+    setup, train_qs, _ = training_setup(args)  # as cmd_train builds it
     env = setup.env
-    if env.config.use_sufficiency:  # as cmd_train: the trajectories depend on the signal
-        signal = train_signal(train_qs, env, args.sufficiency_signal, args.sufficiency_rule,
-                              args.calibration_questions or None, seed=args.seed)
-        if signal is not None:
-            signal.configure(env)
     n_answer = args.continuation_questions or None
     t0 = time.perf_counter()
     for i in range(own.start, min(own.stop or len(train_qs), len(train_qs))):

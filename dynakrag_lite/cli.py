@@ -169,22 +169,32 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in str(text).split(",") if x.strip()]
 
 
+def training_setup(args):
+    """(setup, training questions, calibrated sufficiency signal or None) of a ``train``
+    command, the environment configured with the signal: the trajectories depend on it, so a
+    process that warms the cache for a training run (data_scripts/warm_training_cache.py)
+    must build exactly this."""
+    from .sufficiency import train_signal
+    _check_control_args(args)
+    setup, train_qs = _setup(args, args.generator)
+    signal = None
+    if setup.env.config.use_sufficiency:
+        signal = train_signal(train_qs, setup.env, args.sufficiency_signal,
+                              args.sufficiency_rule, args.calibration_questions or None,
+                              seed=args.seed)
+        if signal is not None:
+            signal.configure(setup.env)
+    return setup, train_qs, signal
+
+
 def cmd_train(args) -> int:
     """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
     threshold by cross-validation (all on the training split), fit and save the policy."""
     from .policy import LAMBDA_GRID, VETO_GRID, train_policy, tune_continuation
-    from .sufficiency import train_signal
     from .trajectories import collect
-    _check_control_args(args)
-    setup, train_qs = _setup(args, args.generator)
-    env = setup.env
     t0 = time.perf_counter()
-    signal = None
-    if env.config.use_sufficiency:
-        signal = train_signal(train_qs, env, args.sufficiency_signal, args.sufficiency_rule,
-                              args.calibration_questions or None, seed=args.seed)
-        if signal is not None:
-            signal.configure(env)  # the trajectories are collected with it
+    setup, train_qs, signal = training_setup(args)
+    env = setup.env
     data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
                    answer_questions=args.continuation_questions or None)
     lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(LAMBDA_GRID))

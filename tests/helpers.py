@@ -36,9 +36,9 @@ def missing(reason: str, required_in_ci: bool = True) -> None:
     pytest.skip(reason)
 
 
-def load_script(name: str):
-    """Import ``data_scripts/<name>.py`` (a script folder, not a package) as a module."""
-    path = Path(__file__).resolve().parents[1] / "data_scripts" / f"{name}.py"
+def load_script(name: str, folder: str = "data_scripts"):
+    """Import ``<folder>/<name>.py`` (a script folder, not a package) as a module."""
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"dynakrag_script_{name}", path)
     mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

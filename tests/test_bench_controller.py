@@ -1,19 +1,13 @@
 """Smoke test of benchmarks/bench_controller.py's pure helpers (the benchmark itself is not run)."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_controller.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_controller_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_controller", folder="benchmarks")
 
 
 def test_cpu_model_reads_model_name_or_arm_fallback(bench):
