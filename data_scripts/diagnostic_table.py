@@ -12,9 +12,11 @@ Reads only what earlier commands measured (no model call), each source named in 
 * ``results/policies/<dataset>-<generator>.joblib`` (``python -m dynakrag_lite train``, training
   questions): per acquisition action, every executed branch of the trajectories (chosen or
   counterfactual) with its share of calls that added a gold document and its mean SR gain.
-* ``results/experiments/<dataset>/<generator>/<run>/predictions.jsonl`` (evaluation questions):
-  actions per question and their gold hits in the dynakrag and uniform runs, IRCoT iterations,
-  Self-Ask searches, and snippet validity.
+* ``results/diagnostics/train-split/<dataset>/<generator>[-policy-<other>]/<run>/``
+  (``main_experiment.py --split train --offset M``: training questions the policy did not
+  see, never the evaluation split): actions per question and their gold hits in the dynakrag
+  and uniform runs, IRCoT iterations, Self-Ask searches, snippet validity, and each run's
+  F1, SR, tokens, LLM calls and seconds per question (the cost of each method per generator).
 * ``results/diagnostics/compression.json`` (``compression_diagnostics.py``): the LLM
   compressor's snippet validity and answer survival against the extractive selector's.
 
@@ -79,31 +81,55 @@ def training_part(dataset: str, generator: str) -> dict:
     return out
 
 
-def runs_part(dataset: str, generator: str) -> dict:
-    folder = ROOT / "results" / "experiments" / dataset / generator
-    if not folder.exists():
+TRAIN_RUNS = ROOT / "results" / "diagnostics" / "train-split"
+COST_FIELDS = ("n", "f1", "support_recall", "tokens_mean", "llm_calls_mean",
+               "retrieval_calls_mean", "seconds_mean")
+
+
+def run_folders(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> list[Path]:
+    """The folders holding ``generator``'s runs: its own (``<generator>``) and those run with
+    another generator's policy (``<generator>-policy-<other>``, main_experiment.py's name)."""
+    base = root / dataset
+    return sorted(p for p in base.glob(f"{generator}*") if p.is_dir() and (
+        p.name == generator or p.name.startswith(f"{generator}-policy-")))
+
+
+def runs_part(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict:
+    """Behaviour of the runs on training questions the policy did not see (main_experiment.py
+    --split train --offset M): actions per question with gold hits (dynakrag, uniform), IRCoT
+    iterations, Self-Ask searches, snippet validity (runs with --compressor llm), and each
+    run's cost and quality from its summary.json."""
+    folders = run_folders(dataset, generator, root)
+    if not folders:
         return {}
-    runs = summarise_runs(folder)
-    out: dict = {"source": str(folder.relative_to(ROOT))}
-    for name in ("dynakrag", "uniform"):
-        r = runs.get(name)
-        if not r:
-            continue
-        per = r["actions_per_question"]
-        out[name] = {"questions": r["questions"],
-                     "sufficiency_verdicts": r["sufficiency_verdicts"],
-                     "snippet_validity": r.get("snippet_validity")}
-        for a in ACTIONS:
-            out[name][a] = {"per_question": per.get(a, 0.0),
-                            "hit_rate": r["actions_with_gold_hit"].get(a)}
-    if "ircot" in runs:
-        out["ircot_iterations_per_question"] = runs["ircot"].get(
-            "ircot_iterations_per_question")
-        out["ircot_questions"] = runs["ircot"]["questions"]
-    if "self_ask" in runs:
-        out["self_ask_searches_per_question"] = runs["self_ask"].get(
-            "self_ask_searches_per_question")
-        out["self_ask_questions"] = runs["self_ask"]["questions"]
+    out: dict = {"source": [str(f.relative_to(ROOT)) for f in folders], "cost": {}}
+    for folder in folders:
+        policy_from = folder.name[len(generator) + len("-policy-"):] \
+            if folder.name != generator else None
+        runs = summarise_runs(folder)
+        for name, r in runs.items():
+            summary = _json(folder / name / "summary.json") or {}
+            cost = {k: summary.get(k) for k in COST_FIELDS}
+            cost["complete"] = (summary.get("run") or {}).get("complete")
+            if policy_from:
+                cost["policy_generator"] = policy_from
+            out["cost"][name] = cost
+            if name in ("dynakrag", "uniform"):
+                per = r["actions_per_question"]
+                rec = {"questions": r["questions"], "policy_generator": policy_from,
+                       "sufficiency_verdicts": r["sufficiency_verdicts"],
+                       "gaps_written_per_question": r.get("gaps_written_per_question"),
+                       "snippet_validity": r.get("snippet_validity")}
+                for a in ACTIONS:
+                    rec[a] = {"per_question": per.get(a, 0.0),
+                              "hit_rate": r["actions_with_gold_hit"].get(a)}
+                out[name] = rec
+            if name == "ircot":
+                out["ircot_iterations_per_question"] = r.get("ircot_iterations_per_question")
+                out["ircot_questions"] = r["questions"]
+            if name == "self_ask":
+                out["self_ask_searches_per_question"] = r.get("self_ask_searches_per_question")
+                out["self_ask_questions"] = r["questions"]
     return out
 
 
@@ -127,21 +153,41 @@ def _f(x, fmt=".2f") -> str:
 def markdown(table: dict) -> str:
     lines = ["| generator | probe AUC text / margin / learned (OOF) | SUFFICIENT rate text / "
              "chosen | gap, rewrite, bridge hit rate (training branches) | gap, rewrite, "
-             "bridge per question (dynakrag) | snippet validity (LLM) | IRCoT iterations / q "
-             "| Self-Ask searches / q |", "|---|---|---|---|---|---|---|---|"]
+             "bridge per question (uniform) | gap, rewrite, bridge per question (dynakrag) | "
+             "snippet validity (LLM) | IRCoT iterations / q | Self-Ask searches / q |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for gen, row in table["generators"].items():
         s, t, r, c = row["signals"], row["training"], row["runs"], row["compression"]
         auc = " / ".join(_f(s.get(k)) for k in ("auc_text", "auc_margin", "auc_learned_oof"))
         rate = f"{_f(s.get('text_sufficient_rate'))} / {_f(s.get('chosen_sufficient_rate'))}"
         hits = ", ".join(_f((t.get(a) or {}).get("hit_rate"))
                          for a in ("gap_query", "rewrite_query", "bridge_entity_expand"))
-        dk = r.get("dynakrag") or {}
-        per = ", ".join(_f((dk.get(a) or {}).get("per_question"))
-                        for a in ("gap_query", "rewrite_query", "bridge_entity_expand"))
-        lines.append(f"| {gen} | {auc} | {rate} | {hits} | {per} | "
-                     f"{_f(c.get('llm_snippet_validity'))} | "
+
+        def per(run: str) -> str:
+            d = r.get(run) or {}
+            return ", ".join(
+                f"{_f((d.get(a) or {}).get('per_question'))} "
+                f"({_f((d.get(a) or {}).get('hit_rate'))})"
+                for a in ("gap_query", "rewrite_query", "bridge_entity_expand"))
+        validity = (r.get("uniform") or {}).get("snippet_validity")
+        if validity is None:
+            validity = c.get("llm_snippet_validity")
+        lines.append(f"| {gen} | {auc} | {rate} | {hits} | {per('uniform')} | "
+                     f"{per('dynakrag')} | {_f(validity)} | "
                      f"{_f(r.get('ircot_iterations_per_question'))} | "
                      f"{_f(r.get('self_ask_searches_per_question'))} |")
+    lines += ["", "Per question on the same training questions (per generator): n, F1, SR, "
+              "tokens, LLM calls, seconds", "",
+              "| generator | run | n | F1 | SR | tokens | LLM calls | seconds | complete |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for gen, row in table["generators"].items():
+        for name, cst in sorted((row["runs"].get("cost") or {}).items()):
+            tag = f" (policy {cst['policy_generator']})" if cst.get("policy_generator") else ""
+            lines.append(f"| {gen} | {name}{tag} | {_f(cst.get('n'))} | {_f(cst.get('f1'))} | "
+                         f"{_f(cst.get('support_recall'))} | "
+                         f"{_f(cst.get('tokens_mean'), '.0f')} | "
+                         f"{_f(cst.get('llm_calls_mean'))} | "
+                         f"{_f(cst.get('seconds_mean'), '.1f')} | {cst.get('complete')} |")
     return "\n".join(lines)
 
 

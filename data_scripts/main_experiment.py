@@ -5,6 +5,12 @@ command that made it. Resumable: re-running skips finished questions (and a trai
     python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
         --train-limit 120 --eval-limit 40 [--runs dynakrag,fixed_k,...] [--jobs 2]
 
+Diagnostic runs on training questions the policy was not trained on (e.g. questions 301-330
+of the training split), for data_scripts/diagnostic_table.py:
+
+    python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
+        --split train --offset 300 --eval-limit 30 --runs ircot,self_ask --compressor llm
+
 Results: results/policies/<dataset>-<generator>.joblib and
 results/experiments/<dataset>/<generator>/<run>/{predictions.jsonl,summary.json,run.json}.
 Every command runs from the project folder with relative paths (``--data-dir`` too), so the
@@ -41,7 +47,11 @@ RUNS = {
     "dynakrag-cap2": ["--method", "dynakrag", "--retrieval-cap", "2"],
     "dynakrag-cap3": ["--method", "dynakrag", "--retrieval-cap", "3"],
     "dynakrag-llm_compression": ["--method", "dynakrag", "--compressor", "llm"],
+    "dynakrag-gain_stop": ["--method", "dynakrag"],
 }
+# Runs whose policy is a variant, trained separately: results/policies/<dataset>-<generator>
+# <suffix>.joblib, made by the command shown when it is missing.
+POLICY_VARIANTS = {"dynakrag-gain_stop": ("-gain_stop", ["--stop-rule", "gain"])}
 CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
 
 
@@ -72,6 +82,16 @@ def main() -> int:
     ap.add_argument("--eval-limit", type=int, default=40)
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--jobs", type=int, default=1, help="evaluations run in parallel")
+    ap.add_argument("--n-eval", type=int, default=100,
+                    help="questions held out for evaluation (the split; policy training "
+                    "uses the rest). 2WikiMultiHopQA has 439 questions and MuSiQue 200 in "
+                    "../shared/data, so 150 held out leaves 289 and 50 for training")
+    ap.add_argument("--split", choices=("eval", "train"), default="eval",
+                    help="train: diagnostic runs on training questions the policy did not see "
+                    "(with --offset), written under results/diagnostics/train-split/")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="skip the first M questions of the split (--split train: at least "
+                    "the policy's training questions)")
     ap.add_argument("--data-dir", default=os.environ.get("DYNAKRAG_DATA_DIR"))
     ap.add_argument("--compressor", choices=("extractive", "llm"), default="extractive",
                     help="terminal compression of the controller runs (dynakrag, uniform, "
@@ -84,6 +104,8 @@ def main() -> int:
         raise SystemExit(f"unknown run(s) {unknown}; choose from {', '.join(RUNS)}")
     data = ["--data", args.dataset] + (["--data-dir", rel(args.data_dir)] if args.data_dir
                                        else [])
+    if args.n_eval != 100:  # 100 is the CLI's default: keep the recorded commands short
+        data += ["--n-eval", str(args.n_eval)]
     pol_gen = args.policy_generator or args.generator
     policy = ROOT / "results" / "policies" / policy_file_name(args.dataset, pol_gen)
     logs = ROOT / "runs" / "logs"
@@ -105,18 +127,32 @@ def main() -> int:
         raise SystemExit(f"{rel(selector)} missing: build it with data_scripts/"
                          "compression_diagnostics.py, or pass --compressor llm")
 
+    root = ROOT / "results" / "experiments" if args.split == "eval" else \
+        ROOT / "results" / "diagnostics" / "train-split"
+    split = [] if args.split == "eval" and not args.offset else \
+        ["--split", args.split, "--offset", str(args.offset)]
+
     def one(name: str) -> int:
-        out = ROOT / "results" / "experiments" / args.dataset / gen_dir / name
+        out = root / args.dataset / gen_dir / name
         extra = []
         if RUNS[name][1] in CONTROLLER_METHODS:
             # uniform and oracle take the policy's sufficiency signal (see cli.cmd_evaluate),
             # so the three controllers differ only in how they choose.
-            extra = ["--policy", rel(policy)]
+            pol = policy
+            if name in POLICY_VARIANTS:
+                suffix, flags = POLICY_VARIANTS[name]
+                pol = policy.with_name(policy.stem + suffix + policy.suffix)
+                if not pol.exists():
+                    print(f"{rel(pol)} missing: train it with python -m dynakrag_lite train "
+                          f"{' '.join(data)} --generator {pol_gen} --out {rel(pol)} "
+                          f"--limit {args.train_limit} {' '.join(flags)}", file=sys.stderr)
+                    return 2
+            extra = ["--policy", rel(pol)]
             if "--compressor" not in RUNS[name]:
                 extra += ["--compressor", args.compressor]
                 if args.compressor == "extractive":
                     extra += ["--selector", rel(selector)]
-        return run(["evaluate"] + data + RUNS[name] + extra + [
+        return run(["evaluate"] + data + split + RUNS[name] + extra + [
             "--generator", args.generator, "--limit", str(args.eval_limit), "--out", rel(out)],
             logs / f"eval-{args.dataset}-{gen_dir}-{name}.log")
 

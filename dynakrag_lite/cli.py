@@ -48,6 +48,9 @@ def _add_split(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--split", choices=("train", "eval", "all"), default=default)
     p.add_argument("--n-eval", type=int, default=100, help="questions held out for evaluation")
     p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--offset", type=int, default=0,
+                   help="skip the first M questions of the split (before --limit), e.g. to "
+                   "measure on training questions a policy was not trained on")
     p.add_argument("--limit", type=int, default=None, help="first N questions of the split")
 
 
@@ -162,6 +165,10 @@ def _setup(args, generator: str | None = None):
     if hasattr(args, "no_compression"):  # train/evaluate take control flags; index doesn't
         setup.env.config = _config(args, setup.dataset)
     qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[args.split]
+    offset = getattr(args, "offset", 0) or 0
+    if offset < 0 or (offset and offset >= len(qs)):
+        raise ValueError(f"--offset {offset}: the {args.split} split has {len(qs)} questions")
+    qs = qs[offset:]
     return setup, qs[: args.limit] if args.limit else qs
 
 
@@ -190,14 +197,18 @@ def training_setup(args):
 def cmd_train(args) -> int:
     """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
     threshold by cross-validation (all on the training split), fit and save the policy."""
-    from .policy import LAMBDA_GRID, VETO_GRID, train_policy, tune_continuation
+    from .policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, \
+        tune_continuation
     from .trajectories import collect
     t0 = time.perf_counter()
     setup, train_qs, signal = training_setup(args)
     env = setup.env
     data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
                    answer_questions=args.continuation_questions or None)
-    lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(LAMBDA_GRID))
+    if args.save_data:
+        data.save(args.save_data)
+    grid = GAIN_LAMBDA_GRID if args.stop_rule == "gain" else LAMBDA_GRID
+    lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(grid))
     thrs = [args.veto_threshold] if args.veto_threshold is not None else \
         (_floats(args.veto_thresholds) or list(VETO_GRID))
     lam, thr, tuning = lams[0], (thrs[0] if len(thrs) == 1 else 0.05), None
@@ -205,11 +216,13 @@ def cmd_train(args) -> int:
         metric = args.tune_metric or ("f1" if args.continuation_target == "f1" else "sr")
         lam, thr, frame = tune_continuation(
             data, lams, thrs, folds=args.tune_folds, metric=metric, seed=args.seed,
-            n_estimators=args.trees, min_samples_leaf=args.min_leaf)
+            n_estimators=args.trees, min_samples_leaf=args.min_leaf,
+            stop_rule=args.stop_rule)
         tuning = {"metric": metric, "folds": args.tune_folds,
                   "grid": frame.round(6).to_dict("records")}
     pol = train_policy(data, n_estimators=args.trees, min_samples_leaf=args.min_leaf,
-                       seed=args.seed, lam=lam, veto_threshold=thr, sufficiency=signal, meta={
+                       seed=args.seed, lam=lam, veto_threshold=thr, sufficiency=signal,
+                       stop_rule=args.stop_rule, meta={
                            "dataset": setup.dataset, "generator": args.generator,
                            "generator_model_id": env.generator.model_id,
                            "embedder": args.embedder, "doc_chars": env.config.doc_chars,
@@ -227,7 +240,7 @@ def cmd_train(args) -> int:
                       "sufficiency": None if signal is None else
                       {"kind": signal.kind, "threshold": signal.threshold,
                        "gates": signal.gates},
-                      "lam": lam, "veto_threshold": thr,
+                      "lam": lam, "veto_threshold": thr, "stop_rule": args.stop_rule,
                       "seconds": round(time.perf_counter() - t0, 1)}))
     return 0
 
@@ -260,15 +273,19 @@ def cmd_evaluate(args) -> int:
         if args.method != "dynakrag":
             extra["policy"]["used_for"] = "sufficiency signal only"
             policy = None
-        if args.lam is not None:
+        if policy is not None and args.lam is not None:
             policy.lam = args.lam
-        if args.veto_threshold is not None:
+        if policy is not None and args.veto_threshold is not None:
             policy.veto_threshold = args.veto_threshold
     out = Path(args.out or f"runs/{dataset}-{args.method}")
     demos = None
     if args.method == "ircot":  # few-shot, as the original: demonstrations from training
         from .demonstrations import build_ircot_demos
-        demos = build_ircot_demos(setup.train, seed=args.split_seed,
+        # Never one of the evaluated questions (a run on the training split draws its
+        # demonstrations from the rest of that split).
+        evaluated = {q.id for q in eval_qs}
+        demos = build_ircot_demos([q for q in setup.train if q.id not in evaluated],
+                                  seed=args.split_seed,
                                   eval_ids=[q.id for q in eval_qs])
         extra["ircot_demos"] = sorted(demos.ids)
     summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
@@ -353,6 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--tune-metric", choices=("f1", "sr"), default=None)
             p.add_argument("--lambdas", default="", help="lambda grid, comma-separated")
             p.add_argument("--veto-thresholds", default="", help="veto threshold grid")
+            p.add_argument("--stop-rule", choices=("level", "gain"), default="level",
+                           help="what stop_answer is worth: level = the paper's v = SR(s); "
+                           "gain = 0 SR gain, priced like the other actions (lambda then "
+                           "trades support against tokens); see policy.select")
+            p.add_argument("--save-data", default=None,
+                           help="also write the collected trajectories here (.npz, no "
+                           "pickle): data_scripts/stop_rule.py re-tunes from it without "
+                           "model calls")
             p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
             p.add_argument("--veto-threshold", type=float, default=None,
                            help="fix the veto threshold (no tuning)")

@@ -16,6 +16,10 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
   removed from A(s) at that step (the paper's "can suppress stop_answer"). It matters because
   with the paper's targets v(s, stop) = SR(s) is a level while acquisition values are deltas:
   without a veto the value model stops as soon as some support is in hand.
+* Stop rule (:func:`select`): ``level`` compares the paper's v(s, stop) = SR(s) with the
+  acquisition gains as they are; ``gain`` (ours) prices stopping at 0 support gained, so the
+  controller continues while a predicted gain exceeds lambda times its cost.
+  ``data_scripts/stop_rule.py`` cross-validates both from saved trajectories.
 * ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
   (:func:`tune_continuation`, folds grouped by question): each fold's policy re-decides offline
   along the held-out questions' explored paths (:func:`replay_outcomes`), and the pair with the
@@ -207,6 +211,40 @@ def data_hash(data: TrainingData) -> str:
     return h.hexdigest()[:16]
 
 
+STOP_RULES = ("level", "gain")
+
+
+def select(values: dict[str, float], costs: dict[str, float], continue_gain: float | None,
+           lam: float, veto_threshold: float, stop_rule: str = "level"
+           ) -> tuple[str, dict[str, float], bool]:
+    """The selection rule a* = argmax_{a in A(s)} score(s, a), score = v(s, a) - lambda c(s, a),
+    with the continuation veto; returns (a*, scores, vetoed). Ties go to the earlier action in
+    ``values``' order.
+
+    ``stop_rule`` says what stop_answer is worth:
+
+    * ``"level"`` (the paper's Eq. 1): v(s, stop) = SR(s), the support in hand, compared with
+      acquisition values that are SR *gains*. Stopping wins whenever the support in hand
+      exceeds every predicted gain, so lambda can only make stopping likelier and the veto
+      alone decides how long to continue.
+    * ``"gain"`` (ours): stopping adds no support, so its score is 0 - lambda c(s, stop) on the
+      same scale as the acquisition gains. The controller continues while some action's
+      predicted gain exceeds its price lambda c(s, a): lambda becomes the cost/quality knob.
+
+    The veto (``continue_gain > veto_threshold``) removes stop_answer whenever anything else
+    is valid."""
+    if stop_rule not in STOP_RULES:
+        raise ValueError(f"unknown stop rule {stop_rule!r}; one of {STOP_RULES}")
+    scores = {a: values[a] - lam * costs[a] for a in values}
+    if stop_rule == "gain" and "stop_answer" in scores:
+        scores["stop_answer"] = -lam * costs["stop_answer"]
+    veto = (continue_gain is not None and continue_gain > veto_threshold
+            and "stop_answer" in scores and len(scores) > 1)
+    allowed = [a for a in scores if not (veto and a == "stop_answer")]
+    best = max(allowed, key=lambda a: scores[a])
+    return best, scores, veto
+
+
 @dataclass
 class Policy:
     value_model: object
@@ -216,6 +254,7 @@ class Policy:
     veto_threshold: float = 0.05
     meta: dict = field(default_factory=dict)
     name: str = "dynakrag"
+    stop_rule: str = "level"  # see select(); policies saved before it existed are "level"
     # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
     sufficiency: object | None = None
 
@@ -245,20 +284,14 @@ class Policy:
     def choose(self, state: EvidenceState, valid: tuple[str, ...]):
         vals = self.values(state, valid)
         gain = self.continue_gain(state)
-        veto = (gain is not None and gain > self.veto_threshold and "stop_answer" in vals
-                and len(vals) > 1)
-        scores = {}
-        best, best_score = None, -np.inf
-        for a in valid:
-            v = vals[a]
-            c = self.cost_model(state, a)
-            score = v - self.lam * c
-            scores[a] = {"value": round(v, 4), "cost": round(c, 1), "score": round(score, 4)}
-            if a == "stop_answer" and veto:
-                scores[a]["vetoed"] = 1.0
-                continue
-            if score > best_score:
-                best, best_score = a, score
+        acts = [a for a in valid if a in vals]
+        costs = {a: self.cost_model(state, a) for a in acts}
+        best, score, veto = select({a: vals[a] for a in acts}, costs, gain, self.lam,
+                                   self.veto_threshold, self.stop_rule)
+        scores = {a: {"value": round(vals[a], 4), "cost": round(costs[a], 1),
+                      "score": round(score[a], 4)} for a in acts}
+        if veto:
+            scores["stop_answer"]["vetoed"] = 1.0
         if gain is not None:
             for a in scores:
                 scores[a]["continue_gain"] = round(gain, 4)
@@ -417,9 +450,13 @@ def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_ac
 
 def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: int = 8,
                  seed: int = 13, lam: float = 0.0, veto_threshold: float = 0.05,
-                 n_jobs: int = -1, meta: dict | None = None, sufficiency=None) -> Policy:
+                 n_jobs: int = -1, meta: dict | None = None, sufficiency=None,
+                 stop_rule: str = "level") -> Policy:
     """Fit the value, cost and continuation models on collected trajectories (``sufficiency``:
-    a calibrated SufficiencySignal to keep with the policy)."""
+    a calibrated SufficiencySignal to keep with the policy; ``stop_rule``: see
+    :func:`select`)."""
+    if stop_rule not in STOP_RULES:
+        raise ValueError(f"unknown stop rule {stop_rule!r}; one of {STOP_RULES}")
     import sklearn
     X, y, acts = data.matrix()
     if len(y) == 0:
@@ -451,10 +488,11 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
                "random_state": seed},
         "continuation_target": getattr(data, "continuation_target", "onestep"),
         "sufficiency": sufficiency.describe() if sufficiency is not None else None,
+        "stop_rule": stop_rule,
     }
     info.update(meta or {})
     return Policy(value, cont, cost, lam=lam, veto_threshold=veto_threshold, meta=info,
-                  sufficiency=sufficiency)
+                  sufficiency=sufficiency, stop_rule=stop_rule)
 
 
 def feature_importances(policy: Policy, top: int = 15) -> list[tuple[str, float]]:
@@ -509,14 +547,12 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
         if policy.continuation_model is not None and n_docs > 0:
             gain = float(_predict(policy.continuation_model,
                                   group[0].features[:n_state].reshape(1, -1))[0])
-        veto = gain is not None and gain > thr and "stop_answer" in values and len(values) > 1
-        score = {a: values[a] - lam * costs[a] for a in values}
-        free = max(score, key=lambda a: score[a])
-        allowed = {a: v for a, v in score.items() if not (veto and a == "stop_answer")}
+        chosen, _, veto = select(values, costs, gain, lam, thr, policy.stop_rule)
+        free, _, _ = select(values, costs, None, lam, thr, policy.stop_rule)
         out.append({"qid": qid, "step": step, "n_docs": n_docs,
                     "valid": tuple(s.action for s in group), "values": values,
                     "costs": costs, "continue_gain": gain, "vetoed": veto,
-                    "chosen": max(allowed, key=lambda a: allowed[a]),
+                    "stop_rule": policy.stop_rule, "chosen": chosen,
                     "chosen_without_veto": free,
                     "targets": {s.action: s.target for s in group}})
     return out
@@ -525,15 +561,16 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
 # -- offline tuning of the stop rule: veto threshold and lambda -------------------------
 VETO_GRID = (-1.0, 0.0, 0.02, 0.05, 0.1, 0.2, 1.0)  # F1/SR targets lie in [-1, 1]
 LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 tokens
+# Under the "gain" stop rule lambda trades a predicted SR gain (~0.05-0.25 per action) against
+# ~100-500 tokens, so the interesting range reaches higher.
+GAIN_LAMBDA_GRID = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3)
 
 
 def _redecide(d: dict, lam: float, thr: float) -> tuple[str, bool]:
     """The selection rule of :meth:`Policy.choose` on one replayed state's values/costs."""
-    values, costs, gain = d["values"], d["costs"], d["continue_gain"]
-    veto = gain is not None and gain > thr and "stop_answer" in values and len(values) > 1
-    allowed = {a: values[a] - lam * costs[a] for a in values
-               if not (veto and a == "stop_answer")}
-    return max(allowed, key=lambda a: allowed[a]), veto
+    chosen, _, veto = select(d["values"], d["costs"], d["continue_gain"], lam, thr,
+                             d.get("stop_rule", "level"))
+    return chosen, veto
 
 
 def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[float, float]]
@@ -593,8 +630,8 @@ def replay_outcomes(policy: Policy, data: TrainingData, lam: float | None = None
 def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
                       metric: str = "f1", seed: int = 13, n_estimators: int = 300,
-                      min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False
-                      ) -> tuple[float, float, "pd.DataFrame"]:
+                      min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False,
+                      stop_rule: str = "level") -> tuple[float, float, "pd.DataFrame"]:
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
     Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
@@ -628,8 +665,8 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     for i, (tr, te) in enumerate(splits):
         held_out = set(qids[te])
         pol = train_policy(data.subset([q for q in all_qids if q not in held_out]),
-                           n_estimators=n_estimators,
-                           min_samples_leaf=min_samples_leaf, seed=seed, n_jobs=n_jobs)
+                           n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
+                           seed=seed, n_jobs=n_jobs, stop_rule=stop_rule)
         held = data.subset(qids[te])
         decisions = replay_decisions(pol, held, lam=0.0, veto_threshold=np.inf)
         for r in _outcomes(decisions, held, grid):
@@ -647,6 +684,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     best = order.index[0]
     frame["best"] = frame.index == best
     frame["metric"] = metric
+    frame["stop_rule"] = stop_rule
     return float(frame.loc[best, "lam"]), float(frame.loc[best, "veto_threshold"]), frame
 
 

@@ -6,7 +6,10 @@
   features, what stopping there would give (SR, and the reader's answer F1 from those
   documents) and what the rollout reached at its end; ``gain`` is the continuation model's
   training target, chosen by :data:`CONTINUATION_TARGETS`.
-* :class:`TrainingData`: both lists plus the training question ids.
+* :class:`TrainingData`: both lists plus the training question ids. :meth:`TrainingData.save`
+  writes them as one ``.npz`` of plain arrays (no pickle, so a file from anyone is safe to
+  load) and :meth:`TrainingData.load` reads it back: the stop rule, lambda and the forests can
+  then be re-tuned without re-collecting (``python -m dynakrag_lite train --save-data``).
 
 Continuation targets (the paper: "a random forest on trajectory prefixes estimating the answer
 utility of continuing"; the exact target is not stated):
@@ -23,8 +26,11 @@ utility of continuing *under that exploration*, not under the learned policy.
 """
 from __future__ import annotations
 
+import io
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -127,6 +133,67 @@ class TrainingData:
         return TrainingData([s for s in self.samples if s.qid in keep],
                             [p for p in self.prefixes if p.qid in keep],
                             [q for q in self.questions if q in keep], self.continuation_target)
+
+    # -- persistence (plain arrays, no pickle) ------------------------------------------
+    _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "executed")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the records to ``path`` (``.npz``, written atomically)."""
+        from .storage import atomic_write_bytes
+        from .features import STATE_FEATURE_NAMES
+        n_feat, n_state = len(FEATURE_NAMES), len(STATE_FEATURE_NAMES)
+        pf = [f.name for f in fields(PrefixSample) if f.name not in ("qid", "features")]
+        arrays = {
+            "meta": np.array(json.dumps({
+                "format": 1, "continuation_target": self.continuation_target,
+                "questions": list(self.questions), "feature_names": list(FEATURE_NAMES),
+                "state_feature_names": list(STATE_FEATURE_NAMES), "prefix_fields": pf})),
+            "s_qid": np.array([s.qid for s in self.samples], dtype=str),
+            "s_action": np.array([s.action for s in self.samples], dtype=str),
+            "s_features": np.stack([s.features for s in self.samples]).astype(np.float64)
+            if self.samples else np.zeros((0, n_feat)),
+            "p_qid": np.array([p.qid for p in self.prefixes], dtype=str),
+            "p_features": np.stack([p.features for p in self.prefixes]).astype(np.float64)
+            if self.prefixes else np.zeros((0, n_state)),
+        }
+        for name in self._SAMPLE_SCALARS:
+            arrays[f"s_{name}"] = np.array([getattr(s, name) for s in self.samples],
+                                           dtype=np.float64)
+        for name in pf:
+            arrays[f"p_{name}"] = np.array([getattr(p, name) for p in self.prefixes],
+                                           dtype=np.float64)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        return atomic_write_bytes(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainingData":
+        """Read a file written by :meth:`save`. Raises ValueError naming the file when it is
+        not one, or when its features are not this library's (retrain or re-collect)."""
+        from .features import STATE_FEATURE_NAMES
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
+            meta = json.loads(str(a["meta"]))
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"{path}: not a training-data file written by "
+                             f"TrainingData.save ({e})") from None
+        if meta.get("feature_names") != list(FEATURE_NAMES) or \
+                meta.get("state_feature_names") != list(STATE_FEATURE_NAMES):
+            raise ValueError(f"{path}: its feature names differ from this library's; "
+                             "collect the trajectories again")
+        samples = [Sample(str(q), int(st), str(act), f, float(t), float(c), int(nd),
+                          bool(ch), bool(ex))
+                   for q, st, act, f, t, c, nd, ch, ex in zip(
+                       a["s_qid"], a["s_step"], a["s_action"], a["s_features"], a["s_target"],
+                       a["s_cost_tokens"], a["s_n_docs"], a["s_chosen"], a["s_executed"])]
+        prefixes = []
+        for i, (q, f) in enumerate(zip(a["p_qid"], a["p_features"])):
+            kw = {name: float(a[f"p_{name}"][i]) for name in meta["prefix_fields"]}
+            kw["step"] = int(kw["step"])
+            prefixes.append(PrefixSample(str(q), f, **kw))
+        return cls(samples, prefixes, list(meta["questions"]), meta["continuation_target"])
 
     def to_frame(self):
         """The samples as a pandas DataFrame (one row per labelled (s, a); no features)."""

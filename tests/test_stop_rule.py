@@ -1,0 +1,101 @@
+"""The selection rule and its two stop rules (policy.select), and the trajectories saved for
+re-tuning without model calls (TrainingData.save / load, data_scripts/stop_rule.py)."""
+import json
+
+import numpy as np
+import pytest
+
+from dynakrag_lite.policy import replay_decisions, select, train_policy, tune_continuation
+from dynakrag_lite.training_data import TrainingData
+from helpers import load_script
+
+from test_continuation import collected, qs  # noqa: F401  (module-scoped fixtures)
+
+VALUES = {"retrieve_more": 0.20, "rewrite_query": 0.15, "stop_answer": 0.60}
+COSTS = {"retrieve_more": 400.0, "rewrite_query": 150.0, "stop_answer": 0.0}
+
+
+def test_level_rule_stops_when_support_in_hand_beats_every_gain():
+    best, scores, veto = select(VALUES, COSTS, None, 0.0, 0.05, "level")
+    assert best == "stop_answer" and not veto and scores["stop_answer"] == 0.60
+
+
+def test_under_the_level_rule_lambda_can_only_make_stopping_likelier():
+    for lam in (0.0, 1e-4, 1e-3, 1e-2):
+        assert select(VALUES, COSTS, None, lam, 0.05, "level")[0] == "stop_answer"
+
+
+def test_gain_rule_continues_while_a_gain_exceeds_its_price():
+    assert select(VALUES, COSTS, None, 0.0, 0.05, "gain")[0] == "retrieve_more"
+    # scores 0.20 - 400 lam (retrieve), 0.15 - 150 lam (rewrite), 0 (stop):
+    assert select(VALUES, COSTS, None, 1e-4, 0.05, "gain")[0] == "retrieve_more"
+    # past lam = 2e-4 the cheaper rewrite is the better buy ...
+    assert select(VALUES, COSTS, None, 5e-4, 0.05, "gain")[0] == "rewrite_query"
+    # ... and past lam = 1e-3 nothing is worth its price: stop.
+    assert select(VALUES, COSTS, None, 2e-3, 0.05, "gain")[0] == "stop_answer"
+
+
+def test_veto_removes_stop_only_when_something_else_is_valid():
+    best, _, veto = select(VALUES, COSTS, 0.3, 0.0, 0.05, "level")
+    assert veto and best == "retrieve_more"
+    best, _, veto = select({"stop_answer": 0.6}, {"stop_answer": 0.0}, 0.3, 0.0, 0.05)
+    assert best == "stop_answer" and not veto
+
+
+def test_unknown_stop_rule_is_refused():
+    with pytest.raises(ValueError, match="stop rule"):
+        select(VALUES, COSTS, None, 0.0, 0.05, "sometimes")
+
+
+def test_replayed_decisions_follow_the_policys_stop_rule(collected):  # noqa: F811
+    data, _ = collected
+    pol = train_policy(data, n_estimators=10, min_samples_leaf=2, n_jobs=1, stop_rule="gain")
+    assert pol.stop_rule == "gain" and pol.meta["stop_rule"] == "gain"
+    for d in replay_decisions(pol, data, lam=0.0, veto_threshold=np.inf):
+        # lambda 0: stopping is worth 0, so a valid action with a positive predicted gain wins
+        if any(v > 0 for a, v in d["values"].items() if a != "stop_answer"):
+            assert d["chosen"] != "stop_answer"
+
+
+def test_saved_trajectories_load_back_identical(collected, tmp_path):  # noqa: F811
+    data, _ = collected
+    path = data.save(tmp_path / "t.npz")
+    back = TrainingData.load(path)
+    assert back.questions == data.questions
+    assert back.continuation_target == data.continuation_target
+    assert len(back.samples) == len(data.samples) and len(back.prefixes) == len(data.prefixes)
+    for a, b in zip(data.samples, back.samples):
+        assert (a.qid, a.step, a.action, a.chosen, a.executed, a.n_docs) == \
+            (b.qid, b.step, b.action, b.chosen, b.executed, b.n_docs)
+        assert a.target == b.target and a.cost_tokens == b.cost_tokens
+        assert np.array_equal(a.features, b.features)
+    for a, b in zip(data.prefixes, back.prefixes):
+        assert a.qid == b.qid and a.step == b.step and np.array_equal(a.features, b.features)
+        assert np.allclose([a.gain, a.sr_now, a.f1_now, a.tokens],
+                           [b.gain, b.sr_now, b.f1_now, b.tokens], equal_nan=True)
+    # the same forests come out of the reloaded data
+    kw = dict(lams=(0.0,), thresholds=(0.1, 1.0), folds=3, n_estimators=5,
+              min_samples_leaf=2, n_jobs=1)
+    assert tune_continuation(data, **kw)[2].equals(tune_continuation(back, **kw)[2])
+
+
+def test_a_file_that_is_not_saved_trajectories_is_named_in_the_error(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="bad.npz"):
+        TrainingData.load(bad)
+
+
+def test_stop_rule_script_writes_both_rules_grids(collected, tmp_path):  # noqa: F811
+    data, _ = collected
+    traj = data.save(tmp_path / "t.npz")
+    out = tmp_path / "stop.json"
+    script = load_script("stop_rule")
+    assert script.main(["--trajectories", str(traj), "--folds", "3", "--trees", "5",
+                        "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["rules"]) == {"level", "gain"}
+    for rule, r in res["rules"].items():
+        assert sum(row["best"] for row in r["grid"]) == 1
+        assert {row["stop_rule"] for row in r["grid"]} == {rule}
+        assert r["best"]["lam"] == r["lam"]
