@@ -131,8 +131,12 @@ class Needs:
 
 SMOL = ("smollm2-135m",)
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
-# Keyed by the chapter file's two-digit prefix. Chapters 01-02 describe the three benchmarks
-# when present; 12-14 rerun on HotpotQA in full mode; 14 transfers to the 0.5B Qwen model.
+# Keyed by the chapter file's prefix, the part before its first underscore ("14", "11b").
+# Chapters 01-02 describe the three benchmarks when present; 12-14 rerun on HotpotQA in full
+# mode; 14 transfers to the 0.5B Qwen model. 11b replays one question of the committed HotpotQA
+# run with the 0.5B model; it needs the experiments' own HotpotQA subset (../shared/data, checked
+# by sha256), which the full dev set prepare_data.py downloads is not, so it fetches no data and
+# shows the committed record unless DYNAKRAG_DATA_DIR points at that subset.
 CHAPTER_NEEDS: dict[str, Needs] = {
     "00": Needs(SMOL),
     "01": Needs((), BENCHMARKS),
@@ -141,6 +145,7 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "04": Needs(),
     "05": Needs(SMOL), "06": Needs(SMOL), "07": Needs(SMOL), "08": Needs(SMOL),
     "09": Needs(SMOL), "10": Needs(SMOL), "11": Needs(SMOL),
+    "11b": Needs(("qwen2.5-coder-0.5b",)),
     "12": Needs(SMOL, ("hotpotqa",)),
     "13": Needs(SMOL, ("hotpotqa",)),
     "14": Needs(SMOL + ("qwen2.5-coder-0.5b",), ("hotpotqa",)),
@@ -152,8 +157,11 @@ DEFAULT_NEEDS = Needs(SMOL)
 
 def needs_for(chapter: str) -> Needs:
     """The needs of ``chapter`` (a file name such as ``14_generator_transfer.ipynb`` or
-    ``14``); a chapter not listed gets the small model only."""
-    return CHAPTER_NEEDS.get(Path(chapter).name[:2], DEFAULT_NEEDS)
+    ``11b_walkthrough.ipynb``, or a prefix such as ``14`` or ``11b``); a chapter not listed
+    gets the small model only."""
+    name = Path(chapter).name
+    needs = CHAPTER_NEEDS.get(name.split("_", 1)[0])
+    return needs if needs is not None else CHAPTER_NEEDS.get(name[:2], DEFAULT_NEEDS)
 
 
 # -- the single source: _config.yml ----------------------------------------------------------

@@ -133,6 +133,32 @@ def runs_part(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict:
     return out
 
 
+def run_rows(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict[str, list[dict]]:
+    """Per run name: the latest rows of ``generator``'s training-split runs (own folder and
+    policy-transfer folders alike)."""
+    from dynakrag_lite.experiments import latest_rows, read_predictions
+    out = {}
+    for folder in run_folders(dataset, generator, root):
+        for pred in sorted(folder.glob("*/predictions.jsonl")):
+            out[pred.parent.name] = latest_rows(read_predictions(pred), errors=False)
+    return out
+
+
+def generator_pairs(dataset: str, big: str, small: str, root: Path = TRAIN_RUNS) -> list[dict]:
+    """Per run both generators made on the same training questions: the paired difference
+    ``big`` - ``small`` in F1 and SR (paired bootstrap 95 % interval, permutation p)."""
+    from dynakrag_lite.comparison import compare_runs
+    a, b = run_rows(dataset, big, root), run_rows(dataset, small, root)
+    out = []
+    for name in sorted(set(a) & set(b)):
+        for metric, d in compare_runs(a[name], b[name], ("f1", "support_recall")).items():
+            out.append({"run": name, "metric": metric, "n": d.n, big: round(d.mean_a, 4),
+                        small: round(d.mean_b, 4), "diff": round(d.diff, 4),
+                        "lo": round(d.lo, 4), "hi": round(d.hi, 4),
+                        "p_value": round(d.p_value, 4), "verdict": d.verdict})
+    return out
+
+
 def compression_part(generator: str) -> dict:
     d = _json(ROOT / "results" / "diagnostics" / "compression.json")
     if d is None or d.get("llm", {}).get("generator") != generator:
@@ -188,6 +214,17 @@ def markdown(table: dict) -> str:
                          f"{_f(cst.get('tokens_mean'), '.0f')} | "
                          f"{_f(cst.get('llm_calls_mean'))} | "
                          f"{_f(cst.get('seconds_mean'), '.1f')} | {cst.get('complete')} |")
+    pairs = table.get("generator_pairs")
+    if pairs and pairs["rows"]:
+        a, b = pairs["a"], pairs["b"]
+        lines += ["", f"Paired differences {a} minus {b} on the same training questions "
+                  "(paired bootstrap 95 % interval, permutation p):", "",
+                  "| run | metric | n | A | B | A - B | interval | p | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in pairs["rows"]:
+            lines.append(f"| {r['run']} | {r['metric']} | {r['n']} | {r[a]:.3f} | {r[b]:.3f} "
+                         f"| {r['diff']:+.3f} | [{r['lo']:+.3f}, {r['hi']:+.3f}] | "
+                         f"{r['p_value']:.3f} | {r['verdict']} |")
     return "\n".join(lines)
 
 
@@ -206,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
                                     "training": training_part(args.dataset, gen),
                                     "runs": runs_part(args.dataset, gen),
                                     "compression": compression_part(gen)}
+    gens = [g for g in args.generators.split(",") if g]
+    if len(gens) == 2:
+        table["generator_pairs"] = {"a": gens[1], "b": gens[0],
+                                    "rows": generator_pairs(args.dataset, gens[1], gens[0])}
     out = Path(args.out) / f"{args.dataset}-diagnostic-table.json"
     atomic_write_text(out, json.dumps(table, indent=1) + "\n")
     print(markdown(table))

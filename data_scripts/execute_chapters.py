@@ -2,7 +2,7 @@
 outputs are the ones a reader sees and the -W book build renders.
 
     python data_scripts/execute_chapters.py                  # every chapter
-    python data_scripts/execute_chapters.py 12 13 15         # chapters by number
+    python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number
 
 Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
 book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does), and every new call is
@@ -32,17 +32,32 @@ def merge_cache(src: Path, dst: Path) -> int:
     con.commit()
     con.execute("detach database s")
     added = con.execute("select count(*) from calls").fetchone()[0] - before
-    con.execute("vacuum")
+    if added:  # rewriting the file when nothing was added would show a binary change in git
+        con.execute("vacuum")
     con.close()
     return added
 
 
+def chapter_number(path: Path) -> str:
+    """The chapter's number, the file name before its first underscore ("11b" of
+    11b_walkthrough.ipynb)."""
+    return path.name.split("_", 1)[0]
+
+
 def main(argv: list[str]) -> int:
+    if any(a.startswith("-") for a in argv):
+        print(__doc__)
+        return 0 if set(argv) <= {"-h", "--help"} else 2
     import nbformat
     from nbclient import NotebookClient
-    chapters = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+    chapters = sorted(BOOK.glob("[0-9][0-9]*_*.ipynb"))
     if argv:
-        chapters = [c for c in chapters if c.name[:2] in {a.zfill(2) for a in argv}]
+        wanted = {a.zfill(2) if a.isdigit() else a for a in argv}
+        chapters = [c for c in chapters if chapter_number(c) in wanted]
+        missing = wanted - {chapter_number(c) for c in chapters}
+        if missing:
+            print(f"no chapter numbered {', '.join(sorted(missing))} in {BOOK}")
+            return 2
     work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
     if not work.exists() and BOOK_CACHE.exists():
         work.parent.mkdir(parents=True, exist_ok=True)

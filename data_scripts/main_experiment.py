@@ -47,11 +47,13 @@ RUNS = {
     "dynakrag-cap2": ["--method", "dynakrag", "--retrieval-cap", "2"],
     "dynakrag-cap3": ["--method", "dynakrag", "--retrieval-cap", "3"],
     "dynakrag-llm_compression": ["--method", "dynakrag", "--compressor", "llm"],
-    "dynakrag-gain_stop": ["--method", "dynakrag"],
+    # The gain stop rule at lambda 0 never stops before a cap: the value model's choice of
+    # actions alone, against uniform's random valid choice over the same horizon.
+    "dynakrag-gain_lam0": ["--method", "dynakrag", "--lam", "0"],
 }
 # Runs whose policy is a variant, trained separately: results/policies/<dataset>-<generator>
 # <suffix>.joblib, made by the command shown when it is missing.
-POLICY_VARIANTS = {"dynakrag-gain_stop": ("-gain_stop", ["--stop-rule", "gain"])}
+POLICY_VARIANTS = {"dynakrag-gain_lam0": ("-gain_stop", ["--stop-rule", "gain"])}
 CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
 
 

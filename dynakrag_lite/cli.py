@@ -42,6 +42,16 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, help="folder of normalized benchmark files")
     p.add_argument("--corpus", default=None, help="own corpus JSONL (default: pooled from data)")
     p.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    p.add_argument("--index-factory", default=None, metavar="FACTORY",
+                   help='FAISS index-factory string for large corpora, e.g. "IVF4096,PQ48" or '
+                   '"HNSW32" (default: the exact flat index)')
+    p.add_argument("--index-mmap", action="store_true",
+                   help="memory-map the saved index instead of reading it into memory")
+    p.add_argument("--nprobe", type=int, default=16, help="IVF lists probed per query")
+    p.add_argument("--ef-search", type=int, default=64, help="HNSW candidates per query")
+    p.add_argument("--vectors", default=None, metavar="FILE.npy",
+                   help="stream the corpus embeddings to this file (reused by a later build "
+                   "with another --index-factory) instead of holding them in memory")
 
 
 def _add_split(p: argparse.ArgumentParser, default: str) -> None:
@@ -120,8 +130,10 @@ def cmd_index(args) -> int:
     setup, _ = _setup(args)
     r = setup.retriever
     print(json.dumps({"documents": len(setup.corpus), "index_dir": str(r.index_dir),
+                      "index_factory": r.index_factory or "Flat", "mmapped": r.mmapped,
                       "loaded_from_disk": r.loaded_from_disk,
                       "encode_seconds": round(r.encode_seconds, 2),
+                      "build_seconds": round(r.build_seconds, 2),
                       "load_seconds": round(r.load_seconds, 3),
                       "passages_per_second": round(len(setup.corpus) / r.encode_seconds, 1)
                       if r.encode_seconds else None,
@@ -161,7 +173,12 @@ def _setup(args, generator: str | None = None):
     setup = build_setup(args.data, generator=generator, data_dir=args.data_dir,
                         embedder=args.embedder, n_eval=args.n_eval,
                         split_seed=args.split_seed, corpus_file=args.corpus,
-                        index_dir=getattr(args, "index_dir", None))
+                        index_dir=getattr(args, "index_dir", None),
+                        index_factory=getattr(args, "index_factory", None),
+                        index_mmap=getattr(args, "index_mmap", False),
+                        nprobe=getattr(args, "nprobe", 16),
+                        ef_search=getattr(args, "ef_search", 64),
+                        vectors_path=getattr(args, "vectors", None))
     if hasattr(args, "no_compression"):  # train/evaluate take control flags; index doesn't
         setup.env.config = _config(args, setup.dataset)
     qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[args.split]

@@ -11,6 +11,7 @@ without a trace: Fixed-K).
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
@@ -64,6 +65,21 @@ def action_gold_hits(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+# compression.CompressionResult.note: "<n> snippets (llm; <valid>/<parsed> valid from docs ..."
+_COMPRESSION_NOTE = re.compile(r"\(llm; (\d+)/(\d+) valid")
+
+
+def _compression_from_trace(trace: list[dict]) -> dict | None:
+    """Snippet counts of an LLM compression step, read from its trace note (the only place
+    evaluate records them); None for the extractive compressor or no compression."""
+    for t in trace:
+        if t.get("action") == "compress_answer_evidence":
+            m = _COMPRESSION_NOTE.search(str(t.get("note", "")))
+            if m:
+                return {"n_valid": int(m.group(1)), "n_parsed": int(m.group(2))}
+    return None
+
+
 def run_behaviour(rows: list[dict]) -> dict:
     """What a run's methods did, per question (error rows left out): actions per question,
     for each acquisition action the share of its added documents that are gold and the share
@@ -94,7 +110,8 @@ def run_behaviour(rows: list[dict]) -> dict:
             cot += a == "cot_step"
             follow += a == "follow_up"
             searches += a == "retrieve" and r.get("method") == "self_ask"
-        comp = (r.get("extra") or {}).get("compression") or r.get("compression")
+        comp = (r.get("extra") or {}).get("compression") or r.get("compression") \
+            or _compression_from_trace(r.get("trace", []))
         if isinstance(comp, dict):
             snip_valid += int(comp.get("n_valid", 0) or 0)
             snip_total += int(comp.get("n_snippets", comp.get("n_parsed", 0)) or 0)

@@ -317,6 +317,18 @@ def _plain(obj: Any) -> Any:
     return dict(getattr(obj, "__dict__", {}))
 
 
+def _index_fingerprint(retriever) -> dict | None:
+    """An approximate index changes which documents are retrieved, so it enters the run's
+    fingerprint; memory-mapping does not."""
+    factory = getattr(retriever, "index_factory", None)
+    if factory is None:
+        return None
+    return {"factory": factory, "nprobe": getattr(retriever, "nprobe", None),
+            "ef_search": getattr(retriever, "ef_search", None),
+            "train_size": getattr(retriever, "train_size", None),
+            "train_seed": getattr(retriever, "seed", None)}
+
+
 def run_fingerprint(method: str, env: Environment, *, policy=None,
                     policy_sha256: str | None = None, data_sha256: str | None = None,
                     fixed_k: int | None = None, seed: int = 13) -> dict:
@@ -341,6 +353,9 @@ def run_fingerprint(method: str, env: Environment, *, policy=None,
                       "model_id": redact(str(getattr(gen, "model_id", None)))}
         if gen is not None else None,
         "embedder": getattr(retriever, "embedder_name", None),
+        # None for the exact flat index: equal to the key's absence in run.json files written
+        # before (fingerprint_diff compares .get), so recorded runs keep their fingerprints.
+        "index": _index_fingerprint(retriever),
         "corpus_sha256": corpus_hash,
         "policy": pol,
         "budgets": _plain(env.config),

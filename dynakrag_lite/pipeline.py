@@ -36,16 +36,25 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                 config: ControlConfig | None = None, data_dir: str | Path | None = None,
                 embedder: str = DEFAULT_EMBEDDER, n_eval: int = 100, split_seed: int = 0,
                 corpus_file: str | Path | None = None, show_progress: bool = True,
-                cache: bool | str = True, index_dir: str | Path | None = None) -> Setup:
+                cache: bool | str = True, index_dir: str | Path | None = None,
+                index_factory: str | None = None, index_mmap: bool = False,
+                nprobe: int = 16, ef_search: int = 64,
+                vectors_path: str | Path | None = None) -> Setup:
     """Load ``dataset`` (a name or a path), pool its corpus (or read ``corpus_file``), index it
     (loaded from disk when built before), load the generator (None: retrieval only) and split
-    the questions into disjoint train/eval parts exactly as the CLI does."""
+    the questions into disjoint train/eval parts exactly as the CLI does.
+
+    ``index_factory``, ``index_mmap`` (:class:`DenseRetriever`'s ``mmap``), ``nprobe``,
+    ``ef_search`` and ``vectors_path`` are the retriever's large-corpus options; their defaults
+    give the exact flat index every earlier run used."""
     questions = load_dataset(dataset, data_root=data_dir)
     name = questions[0].dataset
     corpus = Corpus.from_jsonl(corpus_file) if corpus_file else \
         Corpus.from_questions(questions, name=name)
     retriever = DenseRetriever(corpus, embedder=embedder, index_dir=index_dir,
-                               show_progress=show_progress)
+                               show_progress=show_progress, index_factory=index_factory,
+                               mmap=index_mmap, nprobe=nprobe, ef_search=ef_search,
+                               vectors_path=vectors_path)
     gen = None
     if generator:
         from .generators import make_generator

@@ -1,4 +1,4 @@
-"""Dense retrieval: sentence-transformers embeddings in a FAISS flat inner-product index.
+"""Dense retrieval: sentence-transformers embeddings in a FAISS inner-product index.
 
 One retriever interface (:class:`Retriever`): ``search(query, k, exclude)`` returns the top-k
 documents not in ``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner
@@ -8,30 +8,49 @@ The index and its document ids are saved next to a meta file holding a content h
 (embedder, corpus) and the index file's size, sha256 and vector count; a second run with the
 same corpus and embedder loads instead of re-encoding. A damaged index file (truncated by a
 full disk, cut by a crash in an older version, edited) fails those checks and is rebuilt with
-a warning, never half-loaded. Writes go through :mod:`dynakrag_lite.storage` (unique temp
-names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder,
-so two processes never write one index at once.
+a warning, never half-loaded. Writes go through unique temp names and ``os.replace`` (as
+:mod:`dynakrag_lite.storage` does) under a :class:`~dynakrag_lite.storage.FolderLock` on the
+index folder, so two processes never write one index at once.
+
+Corpora past the pooled dev paragraphs (Wikipedia-sized):
+
+* ``index_factory``: any FAISS index-factory string (``"IVF4096,PQ48"``, ``"HNSW32"``, ...)
+  instead of the exact flat index, built with the inner-product metric on the same normalized
+  vectors (:func:`build_index`: trained on a seeded sample of at most ``train_size`` vectors,
+  then filled chunk by chunk). Search-time knobs ``nprobe`` (IVF) and ``ef_search`` (HNSW) are
+  applied after building and after loading. The factory enters the index key and meta.json, so
+  an index of another kind is never loaded in its place. ``None``/``"Flat"`` is the original
+  exact index: same key, same files, same meta, so existing cached indexes stay valid.
+* ``mmap=True``: the saved index is memory-mapped (:func:`read_index`) instead of read into
+  memory, so it costs page cache, not process memory.
+* ``vectors_path``: the corpus embeddings are streamed batch by batch to a float32 ``.npy``
+  file (:meth:`DenseRetriever.encode_to_disk`) and the index is filled from that file in
+  chunks, so a corpus whose vectors do not fit in memory can be indexed (with a compressed
+  factory such as IVF-PQ). The file is reused by a later build with another factory.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap as _mmap
 import os
+import re
 import shutil
 import tempfile
 import time
+import uuid
 import warnings
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from .corpus import Corpus, Document
 from .models import cache_root
-from .storage import FolderLock, LockedError, atomic_write_bytes, atomic_write_json
+from .storage import FolderLock, LockedError, atomic_write_json, sha256_file
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _OFFLINE_ALIASES = {
@@ -124,22 +143,306 @@ def load_embedder(name: str = DEFAULT_EMBEDDER):
     return _MODELS[path]
 
 
+# -- FAISS index kinds: building, search knobs, files --------------------------------------
+TRAIN_SAMPLE = 100_000  # default cap of the training sample of trained (IVF/PQ/SQ) indexes
+# Vectors read and added per step: bounds build memory to one chunk, and faiss's PQ encoder
+# allocates distance tables of n x 256 x M floats per call when sub-vectors have 16+ dims
+# (measured peak for IVF64,PQ16 over 384 dims: 561 MB adding 65,536 vectors, 140 MB adding
+# 8,192).
+ADD_CHUNK = 8_192
+ENCODE_CHUNK = 16_384  # texts encoded per write in encode_to_disk
+DEFAULT_NPROBE = 16  # IVF lists probed per query
+DEFAULT_EF_SEARCH = 64  # HNSW candidate list per query (faiss's own default, 16, loses recall)
+
+
+def normalize_factory(factory: str | None) -> str | None:
+    """None for the exact flat index (None, ``""`` or ``"Flat"`` in any case), else the
+    factory string stripped of surrounding blanks."""
+    if factory is None:
+        return None
+    if not isinstance(factory, str):
+        raise ValueError(f"FAISS index factory must be a string, got {factory!r}")
+    f = factory.strip()
+    return None if f == "" or f.lower() == "flat" else f
+
+
+def _faiss_reason(e: BaseException) -> str:
+    """The readable part of a faiss C++ error ("Error in <signature> at <file>:<line>: why")."""
+    msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    msg = re.sub(r"^Error in .*? at \S+:\d+: ", "", msg)
+    return msg.removeprefix("Error: ")
+
+
+def make_index(dim: int, factory: str | None = None):
+    """An empty inner-product index over ``dim``-dimensional vectors: ``IndexFlatIP`` for the
+    flat default, else ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``.
+
+    Raises ValueError naming the string when faiss cannot make it for ``dim`` (a typo, or e.g.
+    ``PQ48`` on vectors whose dimension 48 does not divide)."""
+    import faiss
+    f = normalize_factory(factory)
+    if f is None:
+        return faiss.IndexFlatIP(int(dim))
+    try:
+        return faiss.index_factory(int(dim), f, faiss.METRIC_INNER_PRODUCT)
+    except Exception as e:  # faiss raises RuntimeError with a C++ message
+        raise ValueError(f"invalid FAISS index factory string {factory!r} for {dim}-dimensional "
+                         f"inner-product vectors: {_faiss_reason(e)}") from None
+
+
+def _nlist(index) -> int:
+    """Number of IVF lists (0 when the index has no IVF part)."""
+    import faiss
+    try:
+        return int(faiss.extract_index_ivf(index).nlist)
+    except RuntimeError:
+        return 0
+
+
+def train_rows(index, n: int, train_size: int | None = None) -> int:
+    """How many of ``n`` vectors train ``index``: ``train_size`` when given, else
+    :data:`TRAIN_SAMPLE` raised to 40 per IVF list (faiss's k-means asks for 39 points per
+    centroid), never more than ``n``."""
+    cap = train_size if train_size is not None else max(TRAIN_SAMPLE, 40 * _nlist(index))
+    return max(0, min(int(n), int(cap)))
+
+
+def _file_source(vectors) -> tuple[str, int, int] | None:
+    """(file, byte offset, dim) when ``vectors`` is a whole float32 C-order memory map of a
+    file (as np.load(mmap_mode="r") returns), else None. Slices of a memmap keep the parent's
+    offset attribute, so only an array whose buffer is the mmap itself qualifies."""
+    if (isinstance(vectors, np.memmap) and isinstance(vectors.base, _mmap.mmap)
+            and vectors.filename and vectors.ndim == 2 and vectors.flags.c_contiguous
+            and vectors.dtype == np.dtype("<f4")):
+        return str(vectors.filename), int(vectors.offset), int(vectors.shape[1])
+    return None
+
+
+def iter_chunks(vectors, rows: int = ADD_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous.
+
+    A memory map of a ``.npy`` file is read with plain file reads rather than through the
+    mapping: pages touched through a mapping count as this process's resident memory until
+    the kernel evicts them, so streaming a file larger than RAM that way would look (and, to
+    the other processes on the machine, act) like holding it all."""
+    n = len(vectors)
+    src = _file_source(vectors)
+    if src is None:
+        for s in range(0, n, rows):
+            yield s, np.ascontiguousarray(vectors[s:s + rows], dtype="float32")
+        return
+    path, offset, dim = src
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        for s in range(0, n, rows):
+            block = np.empty((min(rows, n - s), dim), dtype="<f4")
+            got = fh.readinto(memoryview(block).cast("B"))
+            if got != block.nbytes:
+                raise ValueError(f"{path}: file ends inside row {s + got // (4 * dim)} of {n}")
+            yield s, block
+
+
+def training_sample(vectors, size: int, seed: int = 0) -> np.ndarray:
+    """``size`` rows of ``vectors`` drawn without replacement with ``seed`` (all rows, in order,
+    when ``size >= len(vectors)``), gathered in one sequential pass over the rows."""
+    n = len(vectors)
+    if size >= n:
+        return np.concatenate([b for _, b in iter_chunks(vectors)]) if n else \
+            np.zeros((0, vectors.shape[1]), dtype="float32")
+    picked = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    parts = []
+    for s, block in iter_chunks(vectors):
+        lo, hi = np.searchsorted(picked, [s, s + len(block)])
+        parts.append(block[picked[lo:hi] - s])
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def set_search_params(index, nprobe: int | None = DEFAULT_NPROBE,
+                      ef_search: int | None = DEFAULT_EF_SEARCH) -> dict[str, int]:
+    """Set ``nprobe`` (IVF) and ``efSearch`` (HNSW, also an HNSW coarse quantizer) where the
+    index has them, through pre-transforms and refine wrappers (``faiss.ParameterSpace``).
+    Returns what was set; a knob the index lacks is skipped (a flat index takes neither)."""
+    import faiss
+    ps = faiss.ParameterSpace()
+    done: dict[str, int] = {}
+    for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
+        if value is None:
+            continue
+        try:
+            ps.set_index_parameter(index, name, int(value))
+            done[name] = int(value)
+        except RuntimeError:  # "could not set parameter": not this kind of index
+            pass
+    return done
+
+
+def _skip_polysemous_training(index) -> None:
+    """Turn off the polysemous training that index_factory enables for IVF-PQ (``PQ<M>``
+    without ``np``): it only renumbers each sub-quantizer's centroids so that Hamming distance
+    between codes tracks true distance, which search uses only with a polysemous threshold
+    (never set here). Ranking by the PQ distance tables is unchanged, and it costs over a
+    second per sub-quantizer (a minute for PQ48) whatever the corpus size."""
+    import faiss
+    try:
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:
+        return
+    if getattr(ivf, "do_polysemous_training", False):
+        ivf.do_polysemous_training = False
+
+
+def build_index(vectors, factory: str | None = None, *, train_size: int | None = None,
+                seed: int = 0, nprobe: int | None = DEFAULT_NPROBE,
+                ef_search: int | None = DEFAULT_EF_SEARCH, chunk_rows: int = ADD_CHUNK):
+    """An inner-product index over ``vectors`` (n x d float32, normalized; an in-memory array
+    or a memory map of a ``.npy`` file, see :meth:`DenseRetriever.encode_to_disk`).
+
+    ``factory`` None/"Flat": exact ``IndexFlatIP``. Otherwise a FAISS index-factory string:
+    an index that needs training (IVF, PQ, SQ) is trained on :func:`training_sample` of
+    :func:`train_rows` vectors (seeded, so a rebuild gives the same index); then every vector
+    is added in order, ``chunk_rows`` at a time, so index position i is row i. The search knobs
+    are set (:func:`set_search_params`). Raises ValueError naming the string when faiss cannot
+    make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096 vectors). Training and adding
+    are deterministic for IVF/PQ/SQ; HNSW inserted by several OpenMP threads is not bit-for-bit
+    reproducible (a rebuild may differ in a few links), which the saved file makes moot."""
+    n, dim = vectors.shape
+    f = normalize_factory(factory)
+    index = make_index(dim, f)
+    _skip_polysemous_training(index)
+    if not index.is_trained:
+        size = train_rows(index, n, train_size)
+        try:
+            index.train(training_sample(vectors, size, seed))
+        except RuntimeError as e:
+            raise ValueError(f"FAISS index {f!r} cannot be trained on {size} vectors: "
+                             f"{_faiss_reason(e)}") from None
+    for _, block in iter_chunks(vectors, chunk_rows):
+        try:
+            index.add(block)
+        except RuntimeError as e:
+            raise ValueError(f"FAISS index {f!r} cannot add vectors: {_faiss_reason(e)}") from None
+    if f is not None:
+        set_search_params(index, nprobe, ef_search)
+    return index
+
+
+def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
+    """``(index, mapped)``: the index saved at ``path``, memory-mapped when ``mmap`` is set and
+    faiss can map it.
+
+    With faiss-cpu 1.15 (checked on Flat, IVF-Flat/PQ/SQ/PQ-fastscan, OPQ/PCA pre-transforms,
+    PQ, SQ, HNSW-Flat/SQ/PQ, NSG, IndexRefine), ``IO_FLAG_MMAP_IFC`` maps the stored codes
+    (flat vectors, PQ/SQ codes, IVF inverted lists) in place; graph links of HNSW/NSG
+    (about 8*M bytes a vector for HNSW-M) and small tables (centroids, codebooks) are still read
+    into memory. Where that flag fails, the older ``IO_FLAG_MMAP`` (IVF inverted lists as
+    on-disk lists) is tried, then a plain read (``mapped`` False). A mapped index is read-only
+    (never ``add`` to it) and relies on its file staying as it is: this module only replaces
+    index files with ``os.replace`` (a new file; the mapping keeps the old one alive), never
+    truncates or rewrites them in place."""
+    import faiss
+    if mmap:
+        for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
+            try:
+                return faiss.read_index(str(path), flag), True
+            except RuntimeError:
+                continue
+    return faiss.read_index(str(path)), False
+
+
+def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
+    """Write ``index`` to ``path`` in one step; returns (bytes, sha256) of the file.
+
+    The bytes are those of ``faiss.serialize_index``, streamed through a callback (a large
+    index is never held twice in memory) into a unique temp file in the target's folder that
+    is fsynced and ``os.replace``d over ``path``: a reader sees the old file or the new one.
+    The temp file is made with plain ``open``, so it gets a new file's usual mode."""
+    import faiss
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(tmp, "xb") as fh:
+            def sink(chunk: bytes) -> None:
+                nonlocal size
+                fh.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            faiss.write_index(index, faiss.PyCallbackIOWriter(sink))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return size, digest.hexdigest()
+
+
+def _file_id(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class DenseRetriever:
-    """Exact dense retrieval over a corpus, with a persisted index and a query-vector cache."""
+    """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
+
+    Defaults give exact search (``IndexFlatIP``). For large corpora:
+
+    * ``index_factory``: a FAISS index-factory string such as ``"IVF4096,PQ48"`` or
+      ``"HNSW32"`` (approximate search, see :func:`build_index`); None or ``"Flat"`` is the
+      exact default. Trained kinds use a seeded sample of ``train_size`` vectors (default:
+      :func:`train_rows`); ``seed`` picks it. ``nprobe`` and ``ef_search`` are the search
+      knobs, set after every build and load (they are not part of the saved index's identity).
+    * ``mmap``: memory-map the saved index instead of reading it (:func:`read_index` says
+      which parts faiss maps). A freshly built index is saved, then re-opened mapped.
+    * ``vectors_path``: stream the corpus embeddings to this ``.npy`` file
+      (:meth:`encode_to_disk`) and fill the index from it chunk by chunk; a file left there by
+      the same embedder for the same corpus (``<vectors_path>.json`` says so) is reused.
+
+    The factory (and, for trained kinds, ``train_size`` and ``seed``) is part of the index
+    key (so of the default folder) and of meta.json: an index folder holding another kind is
+    rebuilt, never loaded in its place.
+    """
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,
-                 show_progress: bool = True):
+                 show_progress: bool = True, *, index_factory: str | None = None,
+                 nprobe: int | None = DEFAULT_NPROBE, ef_search: int | None = DEFAULT_EF_SEARCH,
+                 train_size: int | None = None, seed: int = 0, mmap: bool = False,
+                 vectors_path: str | Path | None = None):
         import faiss
         self.corpus = corpus
         self.embedder_name = embedder
         self.model = load_embedder(embedder)
-        self.key = hashlib.sha256(
-            f"{resolve_embedder(embedder)}|{embedder}|{corpus.content_hash()}".encode()
+        self.index_factory = normalize_factory(index_factory)
+        self.nprobe, self.ef_search = nprobe, ef_search
+        self.train_size, self.seed = train_size, seed
+        self.mmap = bool(mmap)
+        self.mmapped = False
+        self.vectors_path = Path(vectors_path) if vectors_path else None
+        self.vectors_reused = False
+        base = f"{resolve_embedder(embedder)}|{embedder}|{corpus.content_hash()}"
+        # The flat index keeps the original key (existing caches stay valid); its value also
+        # names the corpus vectors, which every kind of index shares.
+        self.vectors_key = hashlib.sha256(base.encode()).hexdigest()[:16]
+        self._build_params: dict[str, Any] = {}
+        if self.index_factory is not None:
+            # Made empty now so a bad string fails before minutes of encoding.
+            probe = make_index(self._embedding_dim(), self.index_factory)
+            self._build_params = {"index_factory": self.index_factory}
+            if not probe.is_trained:
+                self._build_params.update(train_size=train_size, train_seed=seed)
+        self.key = self.vectors_key if not self._build_params else hashlib.sha256(
+            f"{base}|{json.dumps(self._build_params, sort_keys=True)}".encode()
         ).hexdigest()[:16]
         self.index_dir = Path(index_dir) if index_dir else cache_root() / "indexes" / self.key
         self.load_seconds = 0.0
         self.encode_seconds = 0.0
+        self.build_seconds = 0.0  # training and adding (0 when loaded from disk)
         self.loaded_from_disk = False
         self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()
         t0 = time.perf_counter()
@@ -162,31 +465,55 @@ class DenseRetriever:
                 self.loaded_from_disk = True
                 self.load_seconds = time.perf_counter() - t0
                 return
-            vecs = self.encode([d.render() for d in corpus.documents], batch_size=batch_size,
-                               show_progress=show_progress)
+            texts = [d.render() for d in corpus.documents]
+            if self.vectors_path is not None:
+                vecs = self._corpus_vectors(texts, batch_size, show_progress)
+            else:
+                vecs = self.encode(texts, batch_size=batch_size, show_progress=show_progress)
             self.encode_seconds = time.perf_counter() - t0
-            self.index = faiss.IndexFlatIP(vecs.shape[1])
-            self.index.add(vecs)
+            t1 = time.perf_counter()
+            self.index = build_index(vecs, self.index_factory, train_size=train_size,
+                                     seed=seed, nprobe=nprobe, ef_search=ef_search)
+            self.build_seconds = time.perf_counter() - t1
+            del vecs
             if lock is not None:
                 self._save(faiss)
+                if self.mmap:  # drop the built copy for the mapped file, as a later load would
+                    self.index, self.mmapped = read_index(self.index_dir / "index.faiss", True)
+                    self._set_search_params()
         finally:
             if lock is not None:
                 lock.release()
 
+    def _embedding_dim(self) -> int:
+        for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+            get = getattr(self.model, name, None)  # the first name is sentence-transformers>=6
+            dim = get() if callable(get) else None
+            if isinstance(dim, int) and dim > 0:
+                return dim
+        return int(self.encode(["dimension probe"]).shape[1])
+
+    def _set_search_params(self) -> None:
+        if self.index_factory is not None:
+            set_search_params(self.index, self.nprobe, self.ef_search)
+
     # -- persistence -------------------------------------------------------------------
     # Files: index.faiss (faiss.serialize_index bytes), ids.json, meta.json. meta.json is
     # written last and records the index file's size and sha256 and the vector count, so a
-    # torn, truncated or swapped index file is detected on load and rebuilt.
+    # torn, truncated or swapped index file is detected on load and rebuilt. A non-flat
+    # index also records its factory (and training sample size and seed) in meta.json.
     def _meta(self) -> dict:
         return {"key": self.key, "embedder": self.embedder_name, "n": len(self.corpus),
-                "corpus_hash": self.corpus.content_hash(), "corpus_name": self.corpus.name}
+                "corpus_hash": self.corpus.content_hash(), "corpus_name": self.corpus.name,
+                **self._build_params}
 
     def _try_load(self, faiss, warn: bool = True) -> bool:
-        """Load a saved index if it matches this corpus and embedder and is intact.
+        """Load a saved index if it matches this corpus, embedder and index kind and is intact.
 
-        False (rebuild) when files are missing or belong to another corpus; False with a
-        warning when the index file is damaged (size, sha256 or vector count differ from the
-        meta, or faiss cannot parse it)."""
+        False (rebuild) when files are missing or belong to another corpus or kind; False with
+        a warning when the index file is damaged (size, sha256 or vector count differ from the
+        meta, or faiss cannot parse it). The file is hashed in blocks and read by faiss from
+        disk (mapped when ``mmap``), never held as one more copy in memory."""
         def bad(why: str) -> bool:
             return self._damaged(why, warn)
 
@@ -202,39 +529,49 @@ class DenseRetriever:
         if not isinstance(meta, dict) or meta.get("key") != self.key \
                 or ids != [d.id for d in self.corpus.documents]:
             return False  # another corpus or embedder: not damage, just not ours
+        if meta.get("index_factory") != self.index_factory:
+            return False  # another kind of index (the key differs too; said twice on purpose)
+        before = _file_id(idx_p)
         try:
-            blob = idx_p.read_bytes()
+            size = idx_p.stat().st_size
+            digest = sha256_file(idx_p)
         except OSError as e:
             return bad(f"cannot read index.faiss ({e})")
         # An index written before checksums were recorded has no size/hash to compare:
         # faiss parsing and the vector count must do, then the meta is upgraded.
         legacy = "index_sha256" not in meta
-        if not legacy and len(blob) != meta.get("index_bytes"):
-            return bad(f"index.faiss has {len(blob)} bytes, meta.json recorded "
+        if not legacy and size != meta.get("index_bytes"):
+            return bad(f"index.faiss has {size} bytes, meta.json recorded "
                        f"{meta.get('index_bytes')} (truncated or partly written)")
-        if not legacy and hashlib.sha256(blob).hexdigest() != meta["index_sha256"]:
+        if not legacy and digest != meta["index_sha256"]:
             return bad("index.faiss does not match the sha256 in meta.json")
         try:
-            index = faiss.deserialize_index(np.frombuffer(blob, dtype="uint8"))
+            # An unverified (legacy) file is read, never mapped: a short mapped file would
+            # fault on access instead of failing here.
+            index, mapped = read_index(idx_p, mmap=self.mmap and not legacy)
         except Exception as e:  # faiss raises RuntimeError with a C++ message on bad bytes
             return bad(f"faiss cannot read index.faiss ({e})")
+        if _file_id(idx_p) != before:
+            # Replaced by a writer between the hash and the read: what was read is unverified.
+            # Not loaded; the caller retries under the folder lock.
+            return False
         if index.ntotal != len(self.corpus) \
                 or (not legacy and index.ntotal != meta.get("ntotal")):
             return bad(f"index.faiss holds {index.ntotal} vectors, expected {len(self.corpus)}")
-        self.index = index
+        self.index, self.mmapped = index, mapped
+        self._set_search_params()
         if legacy:
-            self._upgrade_meta(meta, blob)
+            self._upgrade_meta(meta, size, digest)
         return True
 
-    def _upgrade_meta(self, meta: dict, blob: bytes) -> None:
+    def _upgrade_meta(self, meta: dict, size: int, digest: str) -> None:
         """Record size/sha256/count for an index saved by an older version, so later loads can
         verify it without re-encoding the corpus now. Skipped if another process holds the
         folder (it is writing this index)."""
         try:
             with FolderLock(self.index_dir, what="index"):
                 atomic_write_json(self.index_dir / "meta.json", {
-                    **meta, "index_bytes": len(blob),
-                    "index_sha256": hashlib.sha256(blob).hexdigest(),
+                    **meta, "index_bytes": size, "index_sha256": digest,
                     "ntotal": int(self.index.ntotal), "dim": int(self.index.d)})
         except (LockedError, OSError):
             pass  # a read-only cache or a busy folder: the legacy checks still apply next time
@@ -247,14 +584,12 @@ class DenseRetriever:
 
     def _save(self, faiss) -> None:
         """Write index, ids, meta (meta last: it marks a complete, verified set)."""
-        blob = faiss.serialize_index(self.index).tobytes()
-        atomic_write_bytes(self.index_dir / "index.faiss", blob)
+        size, digest = write_index_atomic(self.index, self.index_dir / "index.faiss")
         atomic_write_json(self.index_dir / "ids.json", [d.id for d in self.corpus.documents],
                           indent=None)
         atomic_write_json(self.index_dir / "meta.json", {
-            **self._meta(), "index_bytes": len(blob),
-            "index_sha256": hashlib.sha256(blob).hexdigest(), "ntotal": int(self.index.ntotal),
-            "dim": int(self.index.d)})
+            **self._meta(), "index_bytes": size, "index_sha256": digest,
+            "ntotal": int(self.index.ntotal), "dim": int(self.index.d)})
 
     # -- encoding and search -----------------------------------------------------------
     def encode(self, texts: Sequence[str], batch_size: int = 64,
@@ -263,6 +598,75 @@ class DenseRetriever:
                                  show_progress_bar=show_progress, convert_to_numpy=True,
                                  normalize_embeddings=True)
         return np.ascontiguousarray(vecs, dtype="float32")
+
+    def encode_to_disk(self, texts: Sequence[str], path: str | Path, batch_size: int = 64,
+                       chunk_size: int = ENCODE_CHUNK, show_progress: bool = False) -> np.memmap:
+        """Encode ``texts`` as :meth:`encode` does (normalized float32) into the ``.npy`` file
+        ``path``, ``chunk_size`` texts at a time: each chunk is written and dropped before the
+        next is encoded, so memory holds one chunk whatever the corpus size. The file is
+        written under a unique temp name and moved into place when complete (a crash never
+        leaves a short file at ``path``). Returns it opened read-only as a memory map (for
+        :func:`build_index`, which streams it back in chunks)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        n, dim = len(texts), self._embedding_dim()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        bar = None
+        if show_progress:
+            try:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=n, unit="text", desc="encode")
+            except ImportError:
+                pass
+        try:
+            with open(tmp, "xb") as fh:
+                np.lib.format.write_array_header_1_0(
+                    fh, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
+                for start in range(0, n, chunk_size):
+                    vecs = self.encode(list(texts[start:start + chunk_size]),
+                                       batch_size=batch_size)
+                    if vecs.shape != (min(chunk_size, n - start), dim):
+                        raise ValueError(f"embedder returned shape {vecs.shape} for texts "
+                                         f"{start}..{start + chunk_size} (dim {dim} expected)")
+                    fh.write(vecs.astype("<f4", copy=False).tobytes())
+                    if bar is not None:
+                        bar.update(len(vecs))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return np.load(path, mmap_mode="r")
+
+    def _corpus_vectors(self, texts: list[str], batch_size: int,
+                        show_progress: bool) -> np.memmap:
+        """The corpus embeddings in ``self.vectors_path``: reused when its sidecar
+        ``<name>.json`` names this embedder and corpus and the file has its recorded size and
+        the corpus's row count, else encoded anew (sidecar removed first, written last)."""
+        path = self.vectors_path
+        side = path.with_name(path.name + ".json")
+        try:
+            info = json.loads(side.read_text())
+            vecs = np.load(path, mmap_mode="r")
+            if (isinstance(info, dict) and info.get("key") == self.vectors_key
+                    and info.get("bytes") == path.stat().st_size and vecs.ndim == 2
+                    and vecs.shape[0] == len(texts) and vecs.dtype == np.dtype("<f4")):
+                self.vectors_reused = True
+                return vecs
+        except (OSError, ValueError):
+            pass  # missing or unreadable: encode
+        side.unlink(missing_ok=True)
+        vecs = self.encode_to_disk(texts, path, batch_size=batch_size,
+                                   show_progress=show_progress)
+        atomic_write_json(side, {"key": self.vectors_key, "embedder": self.embedder_name,
+                                 "corpus_hash": self.corpus.content_hash(),
+                                 "n": int(vecs.shape[0]), "dim": int(vecs.shape[1]),
+                                 "bytes": path.stat().st_size})
+        return vecs
 
     def _query_vecs(self, queries: Sequence[str]) -> np.ndarray:
         missing = [q for q in dict.fromkeys(queries) if q not in self._qcache]

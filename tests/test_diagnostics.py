@@ -60,3 +60,16 @@ def test_summarise_runs_reads_the_latest_row_of_each_question(tmp_path):
     assert list(out) == ["ircot"] and out["ircot"]["questions"] == 1
     assert out["ircot"]["ircot_iterations_per_question"] == 2.0
     assert "action_gold_hits" in out["ircot"]
+
+
+def test_snippet_validity_is_read_from_the_llm_compression_trace_note():
+    rows = [_row("q1", "uniform", [
+        {"action": "retrieve_more", "added": ["g1"]},
+        {"action": "compress_answer_evidence",
+         "note": "2 snippets (llm; 2/3 valid from docs [1, 2])"}]),
+        _row("q2", "uniform", [{"action": "compress_answer_evidence",
+                                "note": "4 snippets (llm; 1/4 valid from docs [1]); "
+                                        "fallback_to_docs: too few valid snippets"}]),
+        _row("q3", "dynakrag", [{"action": "compress_answer_evidence",
+                                 "note": "3 snippets (extractive; 3/3 valid from docs [1])"}])]
+    assert run_behaviour(rows)["snippet_validity"] == round(3 / 7, 3)
