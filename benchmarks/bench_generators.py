@@ -91,13 +91,10 @@ def versions() -> dict:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    """The processor name, as data_scripts/install_llama.py reads it."""
+    sys.path.insert(0, str(ROOT / "data_scripts"))
+    from install_llama import cpu_model
+    return cpu_model()
 
 
 def build(backend: str, name: str, threads: int):

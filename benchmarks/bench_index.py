@@ -197,13 +197,11 @@ def _in_fresh_process(fn, *args):
 
 # -- report --------------------------------------------------------------------------------
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The processor name, as data_scripts/install_llama.py reads it (one reader for every
+    benchmark record)."""
+    sys.path.insert(0, str(ROOT / "data_scripts"))
+    from install_llama import cpu_model as read_cpu_model
+    return read_cpu_model()
 
 
 def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:

@@ -1,0 +1,61 @@
+"""The report scripts read what runs recorded: diagnostic_table.py finds a generator's own and
+policy-transfer run folders, pairs two generators' rows by question, and carries each run's
+cost; results_readme.py's rates leave out rows replayed from the LLM cache."""
+import json
+
+import pytest
+
+from helpers import load_script
+
+dt = load_script("diagnostic_table")
+rr = load_script("results_readme")
+
+
+def _run(folder, rows, summary=None):
+    folder.mkdir(parents=True)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def _row(qid, f1, sr=0.5, seconds=5.0, **kw):
+    return {"id": qid, "method": "fixed_k", "f1": f1, "em": float(f1 == 1.0),
+            "support_recall": sr, "seconds": seconds, "docs": [], "trace": [], **kw}
+
+
+def test_run_folders_are_the_generators_own_and_its_policy_transfer_folders(tmp_path):
+    for name in ("gen-a", "gen-a-policy-gen-b", "gen-ab", "gen-b"):
+        (tmp_path / "ds" / name).mkdir(parents=True)
+    assert [p.name for p in dt.run_folders("ds", "gen-a", tmp_path)] == \
+        ["gen-a", "gen-a-policy-gen-b"]
+
+
+def test_generator_pairs_pair_rows_by_question_and_subtract(tmp_path):
+    _run(tmp_path / "ds" / "big" / "fixed_k3",
+         [_row("q1", 1.0), _row("q2", 0.5), _row("q3", 0.0), {"id": "q4", "error": "x"}])
+    _run(tmp_path / "ds" / "small" / "fixed_k3",
+         [_row("q2", 0.0), _row("q1", 0.5), _row("q4", 1.0)])
+    rows = dt.generator_pairs("ds", "big", "small", tmp_path)
+    f1 = next(r for r in rows if r["metric"] == "f1")
+    # q1 and q2 are paired; q3 has no partner, q4 failed for the big generator
+    assert f1["n"] == 2 and f1["diff"] == pytest.approx(0.5) and f1["big"] == 0.75
+
+
+def test_runs_part_carries_cost_and_the_policy_generator(tmp_path, monkeypatch):
+    monkeypatch.setattr(dt, "ROOT", tmp_path)
+    summary = {"n": 2, "f1": 0.4, "support_recall": 0.5, "tokens_mean": 400.0,
+               "llm_calls_mean": 1.0, "retrieval_calls_mean": 1.0, "seconds_mean": 6.0,
+               "run": {"complete": False}}
+    _run(tmp_path / "ds" / "g-policy-h" / "dynakrag", [_row("q1", 0.4)], summary)
+    out = dt.runs_part("ds", "g", tmp_path)
+    assert out["cost"]["dynakrag"]["complete"] is False
+    assert out["cost"]["dynakrag"]["policy_generator"] == "h"
+    assert out["dynakrag"]["policy_generator"] == "h" and out["dynakrag"]["questions"] == 1
+
+
+def test_seconds_per_question_leaves_out_replayed_and_failed_rows(tmp_path):
+    _run(tmp_path / "ircot", [_row("q1", 1.0, seconds=40.0), _row("q2", 0.0, seconds=20.0),
+                              _row("q3", 0.0, seconds=0.05),
+                              {"id": "q4", "error": "boom", "seconds": 99.0}])
+    assert rr.seconds_per_question(tmp_path) == {"ircot": (30.0, 2)}
+    assert rr.hours_recorded(tmp_path) == pytest.approx(60.05 / 3600)
