@@ -159,9 +159,7 @@ def needs_for(chapter: str) -> Needs:
     """The needs of ``chapter`` (a file name such as ``14_generator_transfer.ipynb`` or
     ``11b_walkthrough.ipynb``, or a prefix such as ``14`` or ``11b``); a chapter not listed
     gets the small model only."""
-    name = Path(chapter).name
-    needs = CHAPTER_NEEDS.get(name.split("_", 1)[0])
-    return needs if needs is not None else CHAPTER_NEEDS.get(name[:2], DEFAULT_NEEDS)
+    return CHAPTER_NEEDS.get(Path(chapter).name.split("_", 1)[0], DEFAULT_NEEDS)
 
 
 # -- the single source: _config.yml ----------------------------------------------------------

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .policy import PolicyError
+from .retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from .storage import redact, relative_command
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -47,8 +48,10 @@ def _add_data(p: argparse.ArgumentParser) -> None:
                    '"HNSW32" (default: the exact flat index)')
     p.add_argument("--index-mmap", action="store_true",
                    help="memory-map the saved index instead of reading it into memory")
-    p.add_argument("--nprobe", type=int, default=16, help="IVF lists probed per query")
-    p.add_argument("--ef-search", type=int, default=64, help="HNSW candidates per query")
+    p.add_argument("--nprobe", type=int, default=DEFAULT_NPROBE,
+                   help="IVF lists probed per query")
+    p.add_argument("--ef-search", type=int, default=DEFAULT_EF_SEARCH,
+                   help="HNSW candidates per query")
     p.add_argument("--vectors", default=None, metavar="FILE.npy",
                    help="stream the corpus embeddings to this file (reused by a later build "
                    "with another --index-factory) instead of holding them in memory")
@@ -176,8 +179,8 @@ def _setup(args, generator: str | None = None):
                         index_dir=getattr(args, "index_dir", None),
                         index_factory=getattr(args, "index_factory", None),
                         index_mmap=getattr(args, "index_mmap", False),
-                        nprobe=getattr(args, "nprobe", 16),
-                        ef_search=getattr(args, "ef_search", 64),
+                        nprobe=getattr(args, "nprobe", DEFAULT_NPROBE),
+                        ef_search=getattr(args, "ef_search", DEFAULT_EF_SEARCH),
                         vectors_path=getattr(args, "vectors", None))
     if hasattr(args, "no_compression"):  # train/evaluate take control flags; index doesn't
         setup.env.config = _config(args, setup.dataset)

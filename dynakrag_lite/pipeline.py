@@ -12,7 +12,7 @@ from pathlib import Path
 from .config import ControlConfig, Environment
 from .corpus import Corpus
 from .data import Question, load_dataset, split_questions
-from .retriever import DEFAULT_EMBEDDER, DenseRetriever
+from .retriever import DEFAULT_EF_SEARCH, DEFAULT_EMBEDDER, DEFAULT_NPROBE, DenseRetriever
 
 QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: quick mode, tests
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # the experiments' generator on 2 CPU cores
@@ -38,7 +38,7 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                 corpus_file: str | Path | None = None, show_progress: bool = True,
                 cache: bool | str = True, index_dir: str | Path | None = None,
                 index_factory: str | None = None, index_mmap: bool = False,
-                nprobe: int = 16, ef_search: int = 64,
+                nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH,
                 vectors_path: str | Path | None = None) -> Setup:
     """Load ``dataset`` (a name or a path), pool its corpus (or read ``corpus_file``), index it
     (loaded from disk when built before), load the generator (None: retrieval only) and split

@@ -8,9 +8,9 @@ The index and its document ids are saved next to a meta file holding a content h
 (embedder, corpus) and the index file's size, sha256 and vector count; a second run with the
 same corpus and embedder loads instead of re-encoding. A damaged index file (truncated by a
 full disk, cut by a crash in an older version, edited) fails those checks and is rebuilt with
-a warning, never half-loaded. Writes go through unique temp names and ``os.replace`` (as
-:mod:`dynakrag_lite.storage` does) under a :class:`~dynakrag_lite.storage.FolderLock` on the
-index folder, so two processes never write one index at once.
+a warning, never half-loaded. Writes go through :mod:`dynakrag_lite.storage` (unique temp
+names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder,
+so two processes never write one index at once.
 
 Corpora past the pooled dev paragraphs (Wikipedia-sized):
 
@@ -38,7 +38,6 @@ import re
 import shutil
 import tempfile
 import time
-import uuid
 import warnings
 import zipfile
 from collections import OrderedDict
@@ -50,7 +49,7 @@ import numpy as np
 
 from .corpus import Corpus, Document
 from .models import cache_root
-from .storage import FolderLock, LockedError, atomic_write_json, sha256_file
+from .storage import FolderLock, LockedError, atomic_write_json, atomic_writer, sha256_file
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _OFFLINE_ALIASES = {
@@ -350,32 +349,20 @@ def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
 
 
 def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
-    """Write ``index`` to ``path`` in one step; returns (bytes, sha256) of the file.
-
-    The bytes are those of ``faiss.serialize_index``, streamed through a callback (a large
-    index is never held twice in memory) into a unique temp file in the target's folder that
-    is fsynced and ``os.replace``d over ``path``: a reader sees the old file or the new one.
-    The temp file is made with plain ``open``, so it gets a new file's usual mode."""
+    """Write ``index`` to ``path`` in one step (:func:`~dynakrag_lite.storage.atomic_writer`:
+    a reader sees the old file or the new one); returns (bytes, sha256) of the file. The bytes
+    are those of ``faiss.serialize_index``, streamed through a callback, so a large index is
+    never held twice in memory."""
     import faiss
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     digest = hashlib.sha256()
     size = 0
-    try:
-        with open(tmp, "xb") as fh:
-            def sink(chunk: bytes) -> None:
-                nonlocal size
-                fh.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-            faiss.write_index(index, faiss.PyCallbackIOWriter(sink))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as fh:
+        def sink(chunk: bytes) -> None:
+            nonlocal size
+            fh.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+        faiss.write_index(index, faiss.PyCallbackIOWriter(sink))
     return size, digest.hexdigest()
 
 
@@ -607,10 +594,7 @@ class DenseRetriever:
         written under a unique temp name and moved into place when complete (a crash never
         leaves a short file at ``path``). Returns it opened read-only as a memory map (for
         :func:`build_index`, which streams it back in chunks)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         n, dim = len(texts), self._embedding_dim()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
         bar = None
         if show_progress:
             try:
@@ -619,7 +603,7 @@ class DenseRetriever:
             except ImportError:
                 pass
         try:
-            with open(tmp, "xb") as fh:
+            with atomic_writer(path) as fh:
                 np.lib.format.write_array_header_1_0(
                     fh, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
                 for start in range(0, n, chunk_size):
@@ -631,12 +615,6 @@ class DenseRetriever:
                     fh.write(vecs.astype("<f4", copy=False).tobytes())
                     if bar is not None:
                         bar.update(len(vecs))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         finally:
             if bar is not None:
                 bar.close()

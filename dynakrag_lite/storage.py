@@ -27,10 +27,11 @@ import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "FolderLock",
+__all__ = ["atomic_writer", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "FolderLock",
            "LockedError", "relative_command", "redact", "sha256_file", "MANIFEST_NAME",
            "ManifestError", "read_manifest", "update_manifest", "register_in_manifest",
            "verify_manifest", "in_folder"]
@@ -51,8 +52,12 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Replace ``path`` with ``data`` in one step (unique temp file + fsync + os.replace).
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file whose bytes replace ``path`` in one step when the block ends without an
+    exception (unique temp file in the target's folder + fsync + os.replace); on an exception
+    the temp file is removed and ``path`` is untouched. For writers that stream (a FAISS index,
+    embeddings chunk by chunk) as much as for :func:`atomic_write_bytes`.
 
     The new file's mode is what ``open(path, "wb")`` gives a new file: ``0666`` minus the
     umask (``mkstemp`` alone would leave it ``0600``, readable by its owner only)."""
@@ -66,7 +71,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
                 os.fchmod(fh.fileno(), mode)
             else:  # Windows: only a read-only bit exists
                 os.chmod(tmp, mode)
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -76,7 +81,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         except FileNotFoundError:
             pass
         raise
-    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` in one step (:func:`atomic_writer`)."""
+    with atomic_writer(path) as fh:
+        fh.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -9,11 +9,13 @@ install can never turn the real-model tests into silent skips.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dynakrag_lite.generators import Generation
@@ -91,3 +93,26 @@ class ScriptedGenerator:
             kind = "answer"
         self.calls.append(kind)
         return Generation(self.replies[kind], len(user) // 4, 7, 0.0)
+
+
+class HashEmbedder:
+    """A deterministic bag-of-words sentence embedder (64 dims, normalized): enough to test
+    indexes and their persistence without a model. Counts the texts it encodes."""
+
+    dim = 64
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def get_embedding_dimension(self) -> int:
+        return self.dim
+
+    def encode(self, texts, batch_size=64, show_progress_bar=False, convert_to_numpy=True,
+               normalize_embeddings=True):
+        self.encoded += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype="float32")
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1.0
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+        return out

@@ -18,7 +18,7 @@ from dynakrag_lite.corpus import Corpus, Document, doc_id_for
 from dynakrag_lite.retriever import (DenseRetriever, build_index, iter_chunks, read_index,
                                      resolve_embedder, training_sample, write_index_atomic)
 
-from helpers import require_modules
+from helpers import HashEmbedder, require_modules
 
 # The meta.json keys of a flat index as every earlier version wrote them.
 FLAT_META_KEYS = {"key", "embedder", "n", "corpus_hash", "corpus_name", "index_bytes",
@@ -27,26 +27,6 @@ WORDS = ("river castle music label founder album city bridge painter novel war k
          "studio actor born island mountain harbor tower queen poet opera garden").split()
 QUERIES = ("who founded the music label", "castle on the island", "painter born in the city",
            "opera about a queen", "bridge over the river by the tower")
-
-
-class CountingHashEmbedder:
-    """Deterministic bag-of-words vectors (64 dims); counts the texts it encodes."""
-
-    def __init__(self) -> None:
-        self.encoded = 0
-
-    def get_embedding_dimension(self) -> int:
-        return 64
-
-    def encode(self, texts, batch_size=64, show_progress_bar=False, convert_to_numpy=True,
-               normalize_embeddings=True):
-        self.encoded += len(texts)
-        out = np.zeros((len(texts), 64), dtype="float32")
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 64] += 1.0
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
-        return out
 
 
 @pytest.fixture(autouse=True)
@@ -65,9 +45,9 @@ def one_faiss_thread():
 
 
 @pytest.fixture
-def embedder(monkeypatch) -> CountingHashEmbedder:
+def embedder(monkeypatch) -> HashEmbedder:
     require_modules("faiss")
-    emb = CountingHashEmbedder()
+    emb = HashEmbedder()
     monkeypatch.setattr(retriever_mod, "load_embedder", lambda name: emb)
     return emb
 

@@ -12,7 +12,6 @@ import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import numpy as np
 import pytest
 
 from dynakrag_lite import retriever as retriever_mod
@@ -22,7 +21,7 @@ from dynakrag_lite.generators import (TIMEOUT_ENV, CachedGenerator, Generation, 
                                       OpenAIGenerator)
 from dynakrag_lite.storage import FolderLock
 
-from helpers import require_model, require_modules
+from helpers import HashEmbedder, require_model, require_modules
 
 MSGS = [{"role": "user", "content": "Say hi."}]
 
@@ -206,23 +205,10 @@ def test_cache_path_that_is_a_folder_gives_cache_error(tmp_path):
 
 # -- the FAISS index -----------------------------------------------------------------------------
 
-class _HashEmbedder:
-    """A deterministic bag-of-words embedder: enough to test persistence without a model."""
-
-    def encode(self, texts, batch_size=64, show_progress_bar=False, convert_to_numpy=True,
-               normalize_embeddings=True):
-        out = np.zeros((len(texts), 64), dtype="float32")
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 64] += 1.0
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
-        return out
-
-
 @pytest.fixture
 def hash_corpus(monkeypatch):
     require_modules("faiss")
-    monkeypatch.setattr(retriever_mod, "load_embedder", lambda name: _HashEmbedder())
+    monkeypatch.setattr(retriever_mod, "load_embedder", lambda name: HashEmbedder())
     words = ("river castle music label founder album city bridge painter novel war king "
              "film studio actor born island mountain").split()
     docs = []
