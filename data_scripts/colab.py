@@ -75,7 +75,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -129,36 +128,37 @@ class Needs:
     data: tuple[str, ...] = ()
 
 
-SMOL = ("smollm2-135m",)
+QUICK = ("qwen2.5-coder-0.5b",)  # the book's quick-mode generator (and the experiments')
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
 # Keyed by the chapter file's prefix, the part before its first underscore ("14", "11b").
 # Chapters 01-02 describe the three benchmarks when present; 12-14 rerun on HotpotQA in full
-# mode; 14 transfers to the 0.5B Qwen model. 11b replays one question of the committed HotpotQA
-# run with the 0.5B model; it needs the experiments' own HotpotQA subset (../shared/data, checked
-# by sha256), which the full dev set prepare_data.py downloads is not, so it fetches no data and
-# shows the committed record unless DYNAKRAG_DATA_DIR points at that subset.
+# mode; 14 transfers a policy trained with the 0.5B Qwen model to the 1.5B one. 11b replays one
+# question of the committed HotpotQA run with the 0.5B model; it needs the experiments' own
+# HotpotQA subset (../shared/data, checked by sha256), which the full dev set prepare_data.py
+# downloads is not, so it fetches no data and shows the committed record unless
+# DYNAKRAG_DATA_DIR points at that subset.
 CHAPTER_NEEDS: dict[str, Needs] = {
-    "00": Needs(SMOL),
+    "00": Needs(QUICK),
     "01": Needs((), BENCHMARKS),
     "02": Needs((), BENCHMARKS),
-    "03": Needs(SMOL),
+    "03": Needs(QUICK),
     "04": Needs(),
-    "05": Needs(SMOL), "06": Needs(SMOL), "07": Needs(SMOL), "08": Needs(SMOL),
-    "09": Needs(SMOL), "10": Needs(SMOL), "11": Needs(SMOL),
-    "11b": Needs(("qwen2.5-coder-0.5b",)),
-    "12": Needs(SMOL, ("hotpotqa",)),
-    "13": Needs(SMOL, ("hotpotqa",)),
-    "14": Needs(SMOL + ("qwen2.5-coder-0.5b",), ("hotpotqa",)),
-    "15": Needs(SMOL),
+    "05": Needs(QUICK), "06": Needs(QUICK), "07": Needs(QUICK), "08": Needs(QUICK),
+    "09": Needs(QUICK), "10": Needs(QUICK), "11": Needs(QUICK),
+    "11b": Needs(QUICK),
+    "12": Needs(QUICK, ("hotpotqa",)),
+    "13": Needs(QUICK, ("hotpotqa",)),
+    "14": Needs(QUICK + ("qwen2.5-coder-1.5b",), ("hotpotqa",)),
+    "15": Needs(QUICK),
     "99": Needs(),  # prints the paper-scale commands; runs nothing
 }
-DEFAULT_NEEDS = Needs(SMOL)
+DEFAULT_NEEDS = Needs(QUICK)
 
 
 def needs_for(chapter: str) -> Needs:
     """The needs of ``chapter`` (a file name such as ``14_generator_transfer.ipynb`` or
     ``11b_walkthrough.ipynb``, or a prefix such as ``14`` or ``11b``); a chapter not listed
-    gets the small model only."""
+    gets the quick-mode model only."""
     return CHAPTER_NEEDS.get(Path(chapter).name.split("_", 1)[0], DEFAULT_NEEDS)
 
 
@@ -485,9 +485,11 @@ def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = ()
     # 6. the recorded model calls, replayed through a working copy (as `make book` does).
     cache = root / ".cache" / "llm_calls.sqlite"
     committed = root / "book" / "_llm_cache.sqlite"
-    if committed.exists() and not cache.exists():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(committed, cache)
+    if committed.exists():
+        # Merged, not copied once: a runtime that cloned an older commit keeps its working
+        # copy, which would lack the calls recorded since (those chapters would run live).
+        from dynakrag_lite.cache import merge_cache
+        merge_cache(committed, cache)
     if cache.exists():
         os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
         step("llm-cache", "recorded model calls: DYNAKRAG_LLM_CACHE=.cache/llm_calls.sqlite")

@@ -1,11 +1,17 @@
-"""Measure the compressors on the HotpotQA TRAINING split (never the evaluation split).
+"""Measure the compressors on a benchmark's TRAINING split (never the evaluation split), and
+build that benchmark's sentence selector for the extractive compressor.
 
     python data_scripts/compression_diagnostics.py --dataset hotpotqa \
         --generator qwen2.5-coder-0.5b --llm-questions 15 --k-docs 6 \
         --out results/diagnostics/compression.json \
         --selector-out results/selectors/hotpotqa-sentence-selector.joblib
 
-The training split is the one the CLI uses (build_setup, --n-eval 100, --split-seed 0). It is
+Other benchmarks (``--n-eval`` must be the experiments' split; the small files need smaller
+parts, e.g. 2WikiMultiHopQA ``--n-eval 150 --n-fit 180 --n-dev 50``, MuSiQue ``--n-fit 60
+--n-dev 20``); without ``--selector-out`` the selector goes to
+``results/selectors/<dataset>-sentence-selector.joblib``.
+
+The training split is the one the CLI uses (build_setup, --n-eval, --split-seed 0). It is
 shuffled (seed 13) and cut into three disjoint parts: ``fit`` (train the sentence selector),
 ``dev`` (choose logistic regression vs gradient boosting), ``measure`` (every number below).
 Each question's documents are its top ``--k-docs`` retrieved paragraphs (a final state of that
@@ -111,8 +117,14 @@ def main() -> int:
     ap.add_argument("--n-fit", type=int, default=400)
     ap.add_argument("--n-dev", type=int, default=100)
     ap.add_argument("--max-snippets", type=int, default=8)
-    ap.add_argument("--out", default="results/diagnostics/compression.json")
-    ap.add_argument("--selector-out", default="results/selectors/hotpotqa-sentence-selector.joblib")
+    ap.add_argument("--n-eval", type=int, default=100,
+                    help="questions held out for evaluation (the experiments' --n-eval): the "
+                         "selector is fitted on the rest only")
+    ap.add_argument("--out", default=None,
+                    help="default: results/diagnostics/compression.json for hotpotqa, "
+                         "results/diagnostics/<dataset>-compression.json otherwise")
+    ap.add_argument("--selector-out", default=None,
+                    help="default: results/selectors/<dataset>-sentence-selector.joblib")
     ap.add_argument("--reuse-selector", action="store_true",
                     help="load --selector-out (trained by an earlier run of this script on the "
                          "same fit part) instead of training; its numbers are kept from --out")
@@ -120,12 +132,19 @@ def main() -> int:
                     help="also compare answer F1 from extractive evidence vs documents on the "
                          "next N measure questions (answer calls only)")
     args = ap.parse_args()
+    args.out = args.out or ("results/diagnostics/compression.json" if args.dataset == "hotpotqa"
+                            else f"results/diagnostics/{args.dataset}-compression.json")
+    args.selector_out = args.selector_out or \
+        f"results/selectors/{args.dataset}-sentence-selector.joblib"
     t0 = time.perf_counter()
-    setup = build_setup(args.dataset, generator=None, show_progress=False)
+    setup = build_setup(args.dataset, generator=None, show_progress=False, n_eval=args.n_eval)
     env = setup.env
     retr = env.retriever
     train = list(setup.train)
     random.Random(13).shuffle(train)
+    if args.n_fit + args.n_dev >= len(train):
+        raise SystemExit(f"--n-fit {args.n_fit} + --n-dev {args.n_dev} leave no measure "
+                         f"questions: {setup.dataset}'s training split holds {len(train)}")
     fit, dev, measure = (train[:args.n_fit], train[args.n_fit:args.n_fit + args.n_dev],
                          train[args.n_fit + args.n_dev:])
     out: dict = {"command": "python " + " ".join(sys.argv), "dataset": setup.dataset,
@@ -172,7 +191,8 @@ def fit_selector(args, out, setup, retr, train, fit, dev):
         "embedder": retr.embedder_name, "documents": "top-9 retrieved",
         "label_rule": label_rule(), "n_questions": len(fit), "n_sentences": int(len(yf)),
         "n_positive": int(yf.sum()), "train_ids": [q.id for q in fit],
-        "dataset": setup.dataset, "split_seed": 0, "n_eval": 100, "command": out["command"],
+        "dataset": setup.dataset, "split_seed": 0, "n_eval": args.n_eval,
+        "command": out["command"],
         "dev_average_precision": choice[best]})
     Path(args.selector_out).parent.mkdir(parents=True, exist_ok=True)
     sel.save(args.selector_out)

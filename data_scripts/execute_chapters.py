@@ -5,37 +5,25 @@ outputs are the ones a reader sees and the -W book build renders.
     python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number
 
 Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
-book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does), and every new call is
-merged back into book/_llm_cache.sqlite afterwards, so CI replays exactly the calls whose
-replies the committed outputs show. A chapter that fails is reported and left unchanged.
+book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does). The recorded calls are
+merged into that copy first (an older copy lacks the ones recorded since it was made), and every
+new call is merged back into book/_llm_cache.sqlite afterwards, so CI replays exactly the calls
+whose replies the committed outputs show (both with dynakrag_lite.cache.merge_cache). A chapter
+that fails is reported and left unchanged.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dynakrag_lite.cache import merge_cache  # noqa: E402
+
 BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"
-
-
-def merge_cache(src: Path, dst: Path) -> int:
-    """Insert the rows of ``src`` missing from ``dst``; returns how many were added."""
-    con = sqlite3.connect(dst)
-    before = con.execute("select count(*) from calls").fetchone()[0]
-    con.execute("attach database ? as s", (str(src),))
-    con.execute("insert or ignore into calls select * from s.calls")
-    con.commit()
-    con.execute("detach database s")
-    added = con.execute("select count(*) from calls").fetchone()[0] - before
-    if added:  # rewriting the file when nothing was added would show a binary change in git
-        con.execute("vacuum")
-    con.close()
-    return added
 
 
 def chapter_number(path: Path) -> str:
@@ -59,9 +47,8 @@ def main(argv: list[str]) -> int:
             print(f"no chapter numbered {', '.join(sorted(missing))} in {BOOK}")
             return 2
     work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
-    if not work.exists() and BOOK_CACHE.exists():
-        work.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(BOOK_CACHE, work)
+    if BOOK_CACHE.exists():
+        merge_cache(BOOK_CACHE, work)
     os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # No progress bars or weight-loading bars in committed outputs (read at import time).
@@ -90,7 +77,9 @@ def main(argv: list[str]) -> int:
     subprocess.run([sys.executable, str(ROOT / "data_scripts" / "colab.py"), "--write"],
                    check=True, stdout=subprocess.DEVNULL)
     if work.exists() and BOOK_CACHE.exists() and work.resolve() != BOOK_CACHE.resolve():
-        print(f"{merge_cache(work, BOOK_CACHE)} new model calls recorded in {BOOK_CACHE.name}")
+        # vacuum: keep the committed file compact; a merge that adds nothing leaves its bytes
+        added = merge_cache(work, BOOK_CACHE, vacuum=True)
+        print(f"{added} new model calls recorded in {BOOK_CACHE.name}")
     return 1 if failed else 0
 
 

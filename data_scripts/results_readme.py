@@ -1,15 +1,20 @@
 """Rewrite results/README.md from what results/ holds: the experiment tables (one per dataset
-and generator, with the exact commands that produced each row), retrieval and speed figures.
+and generator, with the exact commands that produced each row), breakdowns per question type
+and hop count, retrieval and speed figures.
 
-    python data_scripts/results_readme.py
+    python data_scripts/results_readme.py   # dynakrag_lite importable: make install or PYTHONPATH=.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
-from dynakrag_lite.results import load_summaries, markdown_table, paired_table, results_table
+from dynakrag_lite.results import (MIN_GROUP_N, breakdown_table, load_summaries, markdown_table,
+                                   paired_table, results_table)
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
@@ -154,7 +159,56 @@ def plan_section() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def _num(v, fmt: str = ".3f") -> str:
+    return "-" if v is None or pd.isna(v) else format(v, fmt)
+
+
+def breakdown_section(s: pd.DataFrame) -> str:
+    """Per dataset and generator: each run's n, EM, F1 and SR per question type (MuSiQue: hop
+    count), and dynakrag's paired F1 difference against each run within the group."""
+    lines = ["## Breakdowns per question type and hop count\n",
+             "Each run's questions split by group: the dataset's question type (HotpotQA, "
+             "2WikiMultiHopQA), the hop count of MuSiQue's hop shape (`3hop1` and `3hop2` are "
+             "3-hop); `untyped`: HotpotQA records whose source did not keep the type. `n` "
+             "questions of the group the run answered; EM, F1, SR (support recall) their means. "
+             "`diff`: dynakrag's F1 minus the run's on the questions of the group both runs "
+             "answered (`paired`), with the paired bootstrap 95 % interval and sign-flip "
+             "permutation p as above. A group with fewer than "
+             f"{MIN_GROUP_N} questions (or paired questions) is marked *too few to read*: its "
+             "numbers are printed, not interpreted.\n"]
+    for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
+        bt = breakdown_table(dataset, generator, root=ROOT / "experiments")
+        if bt.empty:
+            continue
+        paired = bt.n_paired.notna().any()
+        lines.append(f"### {dataset}, generator `{generator}`\n")
+        head = ["group", "run", "n", "em", "f1", "SR"]
+        if paired:
+            head += ["paired", "diff (F1)", "interval", "p_value", "verdict"]
+        else:
+            head += ["note"]
+            lines.append("No dynakrag run yet: no paired differences.\n")
+        lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        # group-major, so the runs of one group sit together
+        groups = list(dict.fromkeys(bt.group))
+        bt = bt.assign(_g=[groups.index(g) for g in bt.group]).sort_values("_g", kind="stable")
+        for r in bt.itertuples(index=False):
+            few = "too few to read" if r.too_few else ""
+            cells = [r.group, r.run, str(r.n), _num(r.em), _num(r.f1), _num(r.support_recall)]
+            if paired:
+                own = pd.isna(r.n_paired)  # the dynakrag run itself
+                cells += ["-" if own else str(r.n_paired), _num(r.diff, "+.3f"),
+                          "-" if pd.isna(r.lo) else f"[{r.lo:+.3f}, {r.hi:+.3f}]",
+                          _num(r.p_value), few or r.verdict or "-"]
+            else:
+                cells.append(few or "-")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     parts = [INTRO]
     s = load_summaries(ROOT / "experiments")
     for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
@@ -179,6 +233,8 @@ def main() -> int:
         for _, row in mine.iterrows():
             parts.append(f"- `{row.run}`: `{row.command}`")
         parts.append("")
+    if len(s):
+        parts.append(breakdown_section(s))
     pol = sorted((ROOT / "policies").glob("*.joblib"))
     if pol:
         parts.append("## Policies\n")

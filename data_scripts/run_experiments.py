@@ -1,7 +1,7 @@
 """Execute the experiment chapters (12, 13, 14) with full parameters and write their tables.
 
     python data_scripts/run_experiments.py [--dataset hotpotqa] [--generator qwen2.5-coder-0.5b]
-        [--transfer-generator smollm2-135m] [--chapters 12,13,14] [--rerun]
+        [--transfer-generator qwen2.5-coder-1.5b] [--chapters 12,13,14] [--rerun]
 
 Each chapter is executed through papermill with ``quick=False`` (no live slice: the chapter
 reads ``results/experiments`` and ``results/policies``), from the ``book/`` folder, into the
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", default="hotpotqa")
     ap.add_argument("--generator", default="qwen2.5-coder-0.5b",
                     help="experiment generator (chapter 14: the policy's generator)")
-    ap.add_argument("--transfer-generator", default="smollm2-135m",
+    ap.add_argument("--transfer-generator", default="qwen2.5-coder-1.5b",
                     help="chapter 14: the generator the policy is transferred to")
     ap.add_argument("--chapters", default=",".join(CHAPTERS))
     ap.add_argument("--rerun", action="store_true",

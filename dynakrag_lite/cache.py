@@ -13,21 +13,36 @@ can share one file, and a lock makes one :class:`CallCache` safe to use from sev
 
 Default file: ``$DYNAKRAG_CACHE_DIR/llm_calls.sqlite`` if the variable is set, else
 ``~/.cache/dynakrag_lite/llm_calls.sqlite``.
+
+:func:`merge_cache` adds the rows of one cache file that another lacks (the book's recorded
+calls into a working copy, and a working copy's new calls back into the book's file):
+
+    python -m dynakrag_lite.cache merge SRC DST [--missing-ok] [--vacuum]
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CallCache", "CacheError", "default_cache_path", "make_key", "canonical_json"]
+__all__ = ["CallCache", "CacheError", "default_cache_path", "make_key", "canonical_json",
+           "merge_cache"]
 
 _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
+_COLUMNS = ("key", "value", "checksum", "created")
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS {db}calls ("
+           " key TEXT PRIMARY KEY,"
+           " value TEXT NOT NULL,"
+           " checksum TEXT NOT NULL,"
+           " created REAL NOT NULL)")
 
 
 class CacheError(RuntimeError):
@@ -97,13 +112,7 @@ class CallCache:
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS calls ("
-                " key TEXT PRIMARY KEY,"
-                " value TEXT NOT NULL,"
-                " checksum TEXT NOT NULL,"
-                " created REAL NOT NULL)"
-            )
+            conn.execute(_SCHEMA.format(db=""))
         except sqlite3.DatabaseError as e:
             # sqlite3 opens lazily: a text file (or any foreign file) fails on the first
             # statement with "file is not a database". Never overwrite it: it may be someone's.
@@ -211,3 +220,116 @@ class CallCache:
     def __repr__(self) -> str:
         return (f"CallCache({str(self.path)!r}, hits={self.hits}, misses={self.misses}, "
                 f"corrupt={self.corrupt})")
+
+
+# -- merging cache files ---------------------------------------------------------------------
+def _has_calls_table(conn: sqlite3.Connection, db: str, path: Path) -> bool:
+    """Whether ``db`` (a schema name of ``conn``) holds a ``calls`` table of this module's
+    layout; CacheError naming ``path`` when it holds another one or is no SQLite file."""
+    try:
+        info = conn.execute(f"PRAGMA {db}.table_info(calls)").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise CacheError(f"{path} is not a usable SQLite database ({e})") from e
+    if not info:
+        return False
+    columns = sorted(row[1] for row in info)
+    primary = [row[1] for row in info if row[5]]
+    if columns != sorted(_COLUMNS) or primary != ["key"]:
+        raise CacheError(
+            f"{path}: table 'calls' has columns {columns} (primary key {primary}), expected "
+            f"{sorted(_COLUMNS)} with primary key ['key']; it is not an LLM call cache of "
+            "this version of dynakrag_lite, so nothing was merged")
+    return True
+
+
+def _uri(path: Path, mode: str) -> str:
+    return f"{path.resolve().as_uri()}?mode={mode}"
+
+
+def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
+                timeout: float = 60.0) -> int:
+    """Insert the rows of ``src`` whose key ``dst`` lacks; returns how many were added.
+
+    ``dst``'s own rows are never changed or deleted (a key in both keeps ``dst``'s row), and
+    ``src`` is opened read-only. ``dst`` (and its folder) is created when missing. The insert
+    is one transaction, so a merge that is interrupted leaves ``dst`` as it was; one that runs
+    while another process writes ``dst`` waits for it (up to ``timeout`` seconds).
+    ``vacuum``: compact ``dst`` after adding rows (for a file kept in git: a merge that added
+    nothing leaves the file's bytes unchanged). Raises :class:`CacheError`, naming the file,
+    when ``src`` is missing or either file is no SQLite database or has another schema."""
+    src, dst = Path(src).expanduser(), Path(dst).expanduser()
+    if not src.is_file():
+        raise CacheError(f"{src}: no cache file to merge from")
+    if dst.is_dir():
+        raise CacheError(f"{dst} is a folder, not an SQLite cache file")
+    if dst.exists() and src.resolve() == dst.resolve():
+        return 0
+    # Check src before dst is created, so that a bad src leaves no empty dst behind.
+    with closing(sqlite3.connect(_uri(src, "ro"), uri=True, timeout=timeout)) as probe:
+        if not _has_calls_table(probe, "main", src):
+            raise CacheError(f"{src} has no 'calls' table: not an LLM call cache")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: the transaction below is spelled out, not left to the sqlite3
+    # module, so the check, the create and the insert commit (or roll back) together.
+    conn = sqlite3.connect(_uri(dst, "rwc"), uri=True, timeout=timeout, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        _has_calls_table(conn, "main", dst)  # first, so that an error names the right file
+        conn.execute("ATTACH DATABASE ? AS src", (_uri(src, "ro"),))
+        _has_calls_table(conn, "src", src)
+        conn.execute("BEGIN IMMEDIATE")  # take the write lock before reading the count
+        try:
+            conn.execute(_SCHEMA.format(db="main."))
+            before = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
+            cols = ", ".join(_COLUMNS)
+            conn.execute(f"INSERT OR IGNORE INTO main.calls ({cols}) "
+                         f"SELECT {cols} FROM src.calls")
+            added = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0] - before
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("DETACH DATABASE src")
+        if added and vacuum:
+            conn.execute("VACUUM")  # itself transactional: an interrupted VACUUM loses nothing
+    finally:
+        conn.close()
+    return added
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dynakrag_lite.cache merge SRC DST``: see :func:`merge_cache`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dynakrag_lite.cache",
+        description="Maintain LLM call cache files (SQLite, see dynakrag_lite.cache).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser(
+        "merge", help="add the calls of SRC that DST lacks",
+        description="Insert every row of the cache SRC whose key DST lacks, in one "
+                    "transaction. DST's rows are never changed or deleted; SRC is only read; "
+                    "DST is created when missing. `make book` and `make test-nb` merge "
+                    "book/_llm_cache.sqlite into .cache/llm_calls.sqlite this way.")
+    merge.add_argument("src", type=Path, help="cache file to read rows from")
+    merge.add_argument("dst", type=Path, help="cache file to add them to")
+    merge.add_argument("--missing-ok", action="store_true",
+                       help="do nothing (exit 0) when SRC does not exist")
+    merge.add_argument("--vacuum", action="store_true",
+                       help="compact DST after adding rows (for a file kept in git)")
+    args = parser.parse_args(argv)
+    if args.missing_ok and not args.src.exists():
+        print(f"{args.src} does not exist; nothing to merge")
+        return 0
+    try:
+        added = merge_cache(args.src, args.dst, vacuum=args.vacuum)
+        with closing(sqlite3.connect(_uri(args.dst, "ro"), uri=True)) as conn:
+            total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{added} new calls merged from {args.src} into {args.dst} ({total} calls)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -80,6 +80,22 @@ def _check_control_args(args) -> None:
         raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {method}")
 
 
+def _check_selector(args, eval_ids: list[str]) -> None:
+    """Refuse a sentence selector trained on any evaluated question (its fit questions are
+    in its metadata), as check_policy does for a policy: the extractive compressor would
+    otherwise have seen those questions' gold sentences."""
+    if not (getattr(args, "selector", None) and args.compressor == "extractive"):
+        return
+    from .compression import load_selector
+    train = set(map(str, load_selector(args.selector).meta.get("train_ids") or ()))
+    overlap = [i for i in dict.fromkeys(map(str, eval_ids)) if i in train]
+    if overlap:
+        raise ValueError(f"--selector {args.selector}: {len(overlap)} evaluation question(s) "
+                         f"were among its training questions (e.g. {overlap[0]!r}); build a "
+                         "selector on this split's training questions (data_scripts/"
+                         "compression_diagnostics.py --n-eval N)")
+
+
 def _config(args, dataset: str):
     from .actions import ControlConfig
     return ControlConfig.for_dataset(
@@ -279,6 +295,7 @@ def cmd_evaluate(args) -> int:
     if args.method == "dynakrag" and policy is None:
         path = default_policy_path(dataset, args.generator)
         policy = Policy.load(path)
+    _check_selector(args, [q.id for q in eval_qs])
     extra = {}
     if policy is not None:
         # Refuse a policy that does not fit this run (features, embedder, budgets, sklearn,

@@ -67,7 +67,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = [
-    "QUOTE_THRESHOLD", "MIN_RUN", "MIN_SNIPPET_TOKENS", "LABEL_Q_OVERLAP", "Snippet",
+    "QUOTE_THRESHOLD", "DROP_REASONS", "MIN_RUN", "MIN_SNIPPET_TOKENS", "LABEL_Q_OVERLAP",
+    "Snippet",
     "Compression", "word_tokens", "content_words", "split_sentences", "longest_common_run",
     "quote_match", "validate_snippets", "render_evidence", "sentence_features",
     "label_sentences", "SentenceSelector", "train_sentence_selector",
@@ -170,8 +171,25 @@ class Compression:
             s += f"; fallback_to_docs: {self.fallback_reason}"
         return s
 
+    @property
+    def stats(self) -> dict:
+        """The counts of :attr:`note` as plain JSON values, for the trace step (so analyses
+        need not parse the note): ``method``, ``n_parsed``, ``n_valid``, ``dropped`` (count
+        per reason of :data:`DROP_REASONS`, zeros included), ``fallback_to_docs`` and
+        ``fallback_reason``."""
+        dropped = dict.fromkeys(DROP_REASONS, 0)
+        for _, reason in self.dropped:
+            key = reason.split(" (")[0]  # "no_match (0.42)" -> "no_match"
+            dropped[key] = dropped.get(key, 0) + 1
+        return {"method": self.method, "n_parsed": int(self.n_parsed),
+                "n_valid": len(self.valid_snippets), "dropped": dropped,
+                "fallback_to_docs": bool(self.fallback_to_docs),
+                "fallback_reason": str(self.fallback_reason)}
+
 
 # -- validating LLM snippets --------------------------------------------------------------
+# Why validate_snippets drops a snippet (its reasons start with one of these).
+DROP_REASONS = ("template", "too_short", "no_match", "duplicate")
 QUOTE_THRESHOLD = 0.6
 """Minimum share of a snippet's tokens that must sit in runs of >= MIN_RUN tokens copied from
 one document. On the Mark Bowden paragraph (HotpotQA): an exact copy scores 1.0, one word

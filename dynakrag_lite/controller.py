@@ -37,6 +37,7 @@ class StepTrace:
     sufficient: bool | None = None
     note: str = ""
     parsed: bool | None = None  # a sufficiency probe's reply followed the format
+    compression: dict | None = None  # the compression step's counts (Compression.stats)
 
     def to_json(self) -> dict:
         out = {"step": self.step, "action": self.action, "valid": list(self.valid),
@@ -44,6 +45,8 @@ class StepTrace:
                "gap": self.gap, "sufficient": self.sufficient, "note": self.note}
         if self.parsed is not None:
             out["parsed"] = self.parsed
+        if self.compression is not None:
+            out["compression"] = self.compression
         return out
 
 
@@ -104,7 +107,8 @@ def finish(state: EvidenceState, env: Environment, trace: list[StepTrace],
         snippets = comp.snippets
         trace.append(StepTrace(step=len(before.history), action="compress_answer_evidence",
                                valid=("compress_answer_evidence",), scores={}, added=(),
-                               note=getattr(comp, "note", "") or f"{len(snippets)} snippets"))
+                               note=getattr(comp, "note", "") or f"{len(snippets)} snippets",
+                               compression=getattr(comp, "stats", None)))
     state, prediction, _ = answer(state, env, snippets)
     return state, prediction, snippets
 

@@ -65,18 +65,30 @@ def action_gold_hits(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
-# compression.CompressionResult.note: "<n> snippets (llm; <valid>/<parsed> valid from docs ..."
+# Rows written before the compression step recorded its counts have them only in its note,
+# compression.Compression.note:
+# "<n> snippets (llm; <valid>/<parsed> valid from docs ..."
 _COMPRESSION_NOTE = re.compile(r"\(llm; (\d+)/(\d+) valid")
 
 
 def _compression_from_trace(trace: list[dict]) -> dict | None:
-    """Snippet counts of an LLM compression step, read from its trace note (the only place
-    evaluate records them); None for the extractive compressor or no compression."""
+    """Snippet counts of an LLM compression step: the step's structured ``compression``
+    record (``n_parsed``, ``n_valid``, ``dropped`` reason counts; Compression.stats) when it
+    has one, else parsed from its note (older rows: no drop reasons then). None for the
+    extractive compressor (its sentences are chosen, not validated) or no compression."""
     for t in trace:
-        if t.get("action") == "compress_answer_evidence":
-            m = _COMPRESSION_NOTE.search(str(t.get("note", "")))
-            if m:
-                return {"n_valid": int(m.group(1)), "n_parsed": int(m.group(2))}
+        if t.get("action") != "compress_answer_evidence":
+            continue
+        rec = t.get("compression")
+        if isinstance(rec, dict):
+            if rec.get("method", "llm") != "llm":
+                return None
+            return {"n_valid": int(rec.get("n_valid", 0) or 0),
+                    "n_parsed": int(rec.get("n_parsed", 0) or 0),
+                    "dropped": {str(k): int(v) for k, v in (rec.get("dropped") or {}).items()}}
+        m = _COMPRESSION_NOTE.search(str(t.get("note", "")))
+        if m:
+            return {"n_valid": int(m.group(1)), "n_parsed": int(m.group(2))}
     return None
 
 
@@ -85,13 +97,15 @@ def run_behaviour(rows: list[dict]) -> dict:
     for each acquisition action the share of its added documents that are gold and the share
     of its calls that added at least one gold document, sufficiency verdicts and gaps written,
     IRCoT iterations (``cot_step``), Self-Ask follow-ups and searches, and the compression's
-    snippet validity where recorded."""
+    snippet validity where recorded (``snippet_drop_reasons`` too when the trace step has its
+    structured record)."""
     rows = [r for r in rows if not r.get("error")]
     n = len(rows)
     counts: Counter = Counter()
     added: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # docs, gold docs, hits
     verdicts: Counter = Counter()
     gaps = cot = searches = follow = snip_valid = snip_total = 0
+    drops: Counter = Counter()  # drop reasons, from structured compression records only
     for r in rows:
         gold = {d["id"] for d in r.get("docs", []) if d.get("gold")}
         for t in r.get("trace", []):
@@ -115,6 +129,10 @@ def run_behaviour(rows: list[dict]) -> dict:
         if isinstance(comp, dict):
             snip_valid += int(comp.get("n_valid", 0) or 0)
             snip_total += int(comp.get("n_snippets", comp.get("n_parsed", 0)) or 0)
+            d = comp.get("dropped") or {}
+            # a dict of counts (trace record) or a list of reasons (compression.snippet_stats)
+            drops.update({str(k): int(v) for k, v in d.items()} if isinstance(d, dict)
+                         else Counter(str(x).split(" (")[0] for x in d))
     out = {"questions": n,
            "actions_per_question": {a: round(c / n, 3) for a, c in sorted(counts.items())}
            if n else {},
@@ -131,6 +149,8 @@ def run_behaviour(rows: list[dict]) -> dict:
         out["self_ask_searches_per_question"] = round(searches / n, 3)
     if snip_total:
         out["snippet_validity"] = round(snip_valid / snip_total, 3)
+    if drops:  # absent for runs recorded before the trace kept them (note only)
+        out["snippet_drop_reasons"] = dict(sorted(drops.items()))
     return out
 
 

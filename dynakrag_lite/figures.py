@@ -17,7 +17,9 @@ hand-built states of :func:`validity_cases`).
 * :func:`validity_grid_figure`: actions x states, valid or not, from ``valid_actions``;
 * :func:`lambda_sweep_figure`: the cost/quality curve of :func:`~.policy.lambda_sweep` (mean
   tokens against F1, and SR), one annotated point per lambda, the Pareto front connected,
-  baselines as separate markers (:func:`pareto_front` picks the front).
+  baselines as separate markers (:func:`pareto_front` picks the front);
+  :func:`annotate_lambdas` labels the points of any such curve on an axes of one's own, with
+  labels of nearby points staggered apart (:func:`place_labels`).
 """
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ from dataclasses import replace
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+from matplotlib.text import Annotation
+from matplotlib.transforms import Bbox
 
 from .config import ControlConfig
 from .state import (ACTIONS, RETRIEVAL_ACTIONS, EvidenceState, Ledger, RankedEntry,
@@ -505,6 +510,112 @@ def lambda_label(*lams: float) -> str:
     return "λ=" + ", ".join(f"{float(lam):g}" for lam in lams)
 
 
+LABEL_COLOR = "#08306b"
+
+
+def annotate_lambdas(ax: Axes, points: Iterable[tuple[float, float]], lams: Iterable[float],
+                     *, color: str = LABEL_COLOR, fontsize: float = 7.5, below: bool = False,
+                     clearance: float = 3.0, gid: str | None = None) -> list[Annotation]:
+    """Label each sweep point with its lambda, without labels overlapping.
+
+    Lambdas on the same point share one :func:`lambda_label`; points that are close on screen
+    get their labels staggered by :func:`place_labels`, which also keeps clear of labels
+    already on ``ax`` (so two curves on one axes can be labelled by two calls, ``below=True``
+    for the second to put its labels under its points first). Placement is measured in
+    display space: call it once the axes limits and the layout are final (after
+    ``fig.tight_layout()``). ``clearance``: the half-width in points, around every labelled
+    point, that labels keep free (the marker's radius; raise it for big markers). Non-finite
+    points are skipped. Returns the annotations."""
+    at: dict[tuple[float, float], list[float]] = {}
+    for (x, y), lam in zip(points, lams):
+        if _finite(x, y):
+            at.setdefault((float(x), float(y)), []).append(float(lam))
+    anns = [ax.annotate(lambda_label(*ls), (x, y), xytext=(4, 4), textcoords="offset points",
+                        fontsize=fontsize, color=color, gid=gid)
+            for (x, y), ls in at.items()]
+    place_labels(anns, below=below, clearance=clearance)
+    return anns
+
+
+# Candidate spots around a point, in points: the label's corner sits LABEL_GAP from the point,
+# and each further level moves it one label height (plus LABEL_PAD) away.
+LABEL_GAP, LABEL_PAD, LABEL_LEVELS = 4.0, 1.0, 10
+
+
+def place_labels(annotations: Sequence[Annotation], below: bool = False,
+                 clearance: float = 3.0) -> None:
+    """Move each annotation (text offset in points from its point) to the first free spot.
+
+    Spots are tried nearest first: right of the point above (``below``: under) it, then on
+    the other vertical side, then left of the point, then one label height further out, and
+    so on. A spot is free when its box, padded by ``LABEL_PAD`` points, overlaps no label
+    placed before it, no other text on the same axes and no annotated point (a square of
+    half-width ``clearance`` points around it). Annotations are placed left to right; one
+    with no free spot keeps the spot of least overlap. Call again after the axes are resized
+    (the offsets are in points, the distances between points are not)."""
+    anns = [a for a in annotations if a.get_text()]
+    if not anns:
+        return
+    ax = anns[0].axes
+    ax.get_xlim()  # the view limits are computed lazily; transData needs them now
+    fig = ax.figure
+    to_px = fig.dpi / 72.0
+    mine = set(map(id, anns))
+    obstacles = [t.get_window_extent() for t in ax.texts
+                 if id(t) not in mine and t.get_visible() and t.get_text()]
+    dots = [ax.transData.transform(a.xy) for a in anns]
+    r = clearance * to_px
+    obstacles += [Bbox.from_extents(x - r, y - r, x + r, y + r) for x, y in dots]
+    vertical = (-1, 1) if below else (1, -1)
+    order = sorted(range(len(anns)), key=lambda i: (dots[i][0], dots[i][1]))
+    for i in order:
+        ann = anns[i]
+        ann.set_ha("left")
+        ann.set_va("bottom")
+        ann.xyann = (LABEL_GAP, LABEL_GAP)
+        step = ann.get_window_extent().height / to_px + LABEL_PAD
+        best, best_cost = None, math.inf
+        for spot in _spots(step, vertical):
+            box = _set_spot(ann, spot).padded(to_px * LABEL_PAD)
+            cost = sum(_overlap_area(box, o) for o in obstacles)
+            if cost < best_cost:
+                best, best_cost = spot, cost
+                if cost == 0:
+                    break
+        obstacles.append(_set_spot(ann, best))
+
+
+def _spots(step: float, vertical: tuple[int, int]):
+    """(offset in points, ha, va) nearest first: per level, right then left of the point."""
+    for level in range(LABEL_LEVELS):
+        dy = LABEL_GAP + level * step
+        for side in (1, -1):
+            for up in vertical:
+                yield ((LABEL_GAP * side, dy * up), "left" if side > 0 else "right",
+                       "bottom" if up > 0 else "top")
+
+
+def _set_spot(ann: Annotation, spot: tuple) -> Bbox:
+    (dx, dy), ha, va = spot
+    ann.xyann = (dx, dy)
+    ann.set_ha(ha)
+    ann.set_va(va)
+    return ann.get_window_extent()
+
+
+def _overlap_area(a: Bbox, b: Bbox) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def overlapping_labels(annotations: Sequence[Annotation]) -> list[tuple[int, int]]:
+    """Index pairs of the annotations whose drawn boxes overlap (empty when all are apart)."""
+    boxes = [a.get_window_extent() for a in annotations]
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
+            if _overlap_area(boxes[i], boxes[j]) > 0]
+
+
 def _sweep_rows(frame: Any, veto_threshold: float | None) -> list[dict]:
     """The rows of a lambda_sweep (or tune_continuation) frame, at one veto threshold."""
     rows = frame.to_dict("records") if hasattr(frame, "to_dict") else [dict(r) for r in frame]
@@ -541,14 +652,16 @@ def lambda_sweep_figure(frame: Any,
     (mean total tokens per question), ``f1`` and optionally ``sr``, ``veto_threshold`` and
     ``best`` (the cross-validated choice, ringed). One panel plots F1 against tokens, a second
     SR against tokens when ``sr`` is present (``show_sr`` forces it on or off). Every lambda is
-    a point annotated with :func:`lambda_label` (lambdas on the same point share the label);
+    a point annotated with :func:`lambda_label` (lambdas on the same point share the label,
+    and labels of nearby points are staggered so that none overlap: :func:`annotate_lambdas`);
     the points of :func:`pareto_front` are connected, cheapest first. ``baselines``: name ->
     (tokens, f1) or (tokens, f1, sr), drawn as distinct unconnected markers (on the SR panel
     only when they give an SR). ``veto_threshold`` selects one threshold of a
     :func:`~.policy.tune_continuation` grid (required when the frame holds several).
 
     Artists carry gids for tests and callers: ``sweep:<metric>`` (all points),
-    ``pareto:<metric>`` (the front line), ``baseline:<name>``."""
+    ``pareto:<metric>`` (the front line), ``baseline:<name>``, ``lambda:<metric>`` (the
+    labels)."""
     rows = _sweep_rows(frame, veto_threshold)
     has_sr = all("sr" in r for r in rows)
     if show_sr and not has_sr:
@@ -558,6 +671,7 @@ def lambda_sweep_figure(frame: Any,
     fig = Figure(figsize=(5.6 * len(metrics), 4.4))
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     baselines = dict(baselines or {})
+    labelled = []  # (axes, points, lambdas, metric): labelled once the layout is known
     for ax, (metric, label) in zip(axes, metrics):
         # NaN rows (e.g. no answer F1 collected) cannot be placed; dropping them keeps the rest
         pts = [r for r in rows if _finite(r["tokens"], r[metric])]
@@ -568,14 +682,7 @@ def lambda_sweep_figure(frame: Any,
         front = pareto_front(list(zip(xs, ys)))
         ax.plot([xs[i] for i in front], [ys[i] for i in front], "-", color=SWEEP_COLOR,
                 lw=1.6, zorder=2, gid=f"pareto:{metric}", label="Pareto front")
-        # small lambdas often stop at the same places: one label per distinct point, not a
-        # pile of overlapping ones
-        at: dict[tuple[float, float], list[float]] = {}
-        for r, x, y in zip(pts, xs, ys):
-            at.setdefault((x, y), []).append(float(r["lam"]))
-        for (x, y), lams in at.items():
-            ax.annotate(lambda_label(*lams), (x, y), xytext=(5, 5),
-                        textcoords="offset points", fontsize=7.5, color="#08306b")
+        labelled.append((ax, list(zip(xs, ys)), [float(r["lam"]) for r in pts], metric))
         for r, x, y in zip(pts, xs, ys):
             if r.get("best"):
                 ax.scatter([x], [y], s=150, facecolors="none", edgecolors="#e6550d",
@@ -595,11 +702,23 @@ def lambda_sweep_figure(frame: Any,
     thr = {float(r["veto_threshold"]) for r in rows if "veto_threshold" in r}
     fig.suptitle(title or "cost/quality of the λ sweep"
                  + (f" (veto threshold τ={thr.pop():g})" if thr else ""), fontsize=10)
+    # Labels are placed in display space, so the axes must have their final size first; the
+    # labels then take room of their own, and a second layout can move the points closer
+    # together, so placement is redone until a layout leaves them apart.
     fig.tight_layout()
+    anns = [annotate_lambdas(ax, points, lams, gid=f"lambda:{metric}")
+            for ax, points, lams, metric in labelled]
+    for _ in range(3):
+        fig.tight_layout()
+        if not any(overlapping_labels(a) for a in anns):
+            break
+        for a in anns:
+            place_labels(a)
     return fig
 
 
-__all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "action_kind",
+__all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "action_kind", "annotate_lambdas",
            "branching_tree_figure", "control_loop_figure", "evidence_state_figure",
-           "lambda_label", "lambda_sweep_figure", "pareto_front", "summarize_field",
-           "validity_cases", "validity_grid_figure", "validity_matrix"]
+           "lambda_label", "lambda_sweep_figure", "overlapping_labels", "pareto_front",
+           "place_labels", "summarize_field", "validity_cases", "validity_grid_figure",
+           "validity_matrix"]

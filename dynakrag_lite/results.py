@@ -24,8 +24,10 @@ quoted from the paper, kept here so the book can put them next to ours.
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -286,12 +288,8 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
     paired bootstrap 95 % interval, the paired permutation p-value and the verdict
     (:mod:`dynakrag_lite.comparison`; 10,000 resamples, fixed seed)."""
     from .comparison import compare_runs
-    folder = _find_root(root) / dataset / generator
     if runs is None:
-        order = {r: i for i, r in enumerate(RUN_ORDER)}
-        runs = sorted((p.name for p in folder.iterdir()
-                       if (p / "predictions.jsonl").exists() and p.name != base),
-                      key=lambda r: (order.get(r, len(order)), r)) if folder.exists() else []
+        runs = [r for r in _run_names(dataset, generator, root) if r != base]
     base_rows = _latest(dataset, generator, base, root, errors=False)
     out = []
     for run in runs:
@@ -303,3 +301,108 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
                         "wins": r.wins, "losses": r.losses, "verdict": r.verdict})
     return pd.DataFrame(out, columns=["run", "metric", "n", base, "other", "diff", "lo", "hi",
                                       "p_value", "wins", "losses", "verdict"])
+
+
+def _run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
+    """Run folders holding a predictions file, in :data:`RUN_ORDER` (then by name)."""
+    folder = _find_root(root) / dataset / generator
+    if not folder.exists():
+        return []
+    order = {r: i for i, r in enumerate(RUN_ORDER)}
+    return sorted((p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()),
+                  key=lambda r: (order.get(r, len(order)), r))
+
+
+# -- breakdowns per question type and hop count ---------------------------------------------
+# The groups of each benchmark in reading order: the datasets' own question types, and
+# MuSiQue's hop shapes (2hop, 3hop1, 3hop2, 4hop1 ...) folded into their hop count, since the
+# shape variants split 100 questions into groups too small to read.
+QUESTION_GROUPS = {
+    "hotpotqa": ("bridge", "comparison"),
+    "2wikimultihopqa": ("compositional", "comparison", "bridge_comparison", "inference"),
+    "musique": ("2-hop", "3-hop", "4-hop"),
+}
+# Rows without a type: some HotpotQA records came from a source that did not keep it (see
+# ../shared/data/README.md); guessing it from the question would be a label we made up.
+UNTYPED = "untyped"
+MIN_GROUP_N = 10  # below this a group's mean or difference is reported but flagged
+BREAKDOWN_COLUMNS = ("run", "group", "n", "em", "f1", "support_recall", "too_few", "n_paired",
+                     "diff", "lo", "hi", "p_value", "verdict")
+_HOPS = re.compile(r"^(\d+)hop")
+
+
+def question_group(row: Mapping, dataset: str) -> str:
+    """The breakdown group of a predictions row: its ``type`` for HotpotQA and
+    2WikiMultiHopQA, ``"<k>-hop"`` for MuSiQue (``"3hop2"`` -> ``"3-hop"``), :data:`UNTYPED`
+    when the row has no type."""
+    t = row.get("type")
+    if t is None or str(t).strip() == "":
+        return UNTYPED
+    t = str(t).strip()
+    m = _HOPS.match(t)
+    if m and dataset == "musique":
+        return f"{int(m.group(1))}-hop"
+    return t
+
+
+def _group_order(dataset: str, groups) -> list[str]:
+    known = QUESTION_GROUPS.get(dataset, ())
+    rank = {g: i for i, g in enumerate(known)}
+    # known groups first, then others by name, untyped last
+    return sorted(groups, key=lambda g: (g == UNTYPED, rank.get(g, len(rank)), g))
+
+
+def _mean(rows: Sequence[Mapping], key: str) -> float:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = None,
+                    root: str | Path = DEFAULT_ROOT, base: str = "dynakrag",
+                    min_n: int = MIN_GROUP_N) -> pd.DataFrame:
+    """Each run's scores per question group (:func:`question_group`), and ``base`` against
+    every other run within each group.
+
+    One row per (run, group): ``n`` questions the run answered in the group (error rows left
+    out), mean ``em``, ``f1`` and ``support_recall``; for runs other than ``base`` (when
+    ``base`` has predictions) ``n_paired`` (questions of the group both runs answered: a
+    partial run is compared on what it has), the F1 difference base - run ``diff``, its paired
+    bootstrap 95 % interval ``lo``/``hi``, the sign-flip permutation ``p_value`` and the
+    ``verdict`` (:func:`dynakrag_lite.comparison.compare_runs`). ``too_few`` flags rows whose
+    ``n`` or ``n_paired`` is below ``min_n``: their numbers are printed, not read, and their
+    verdict is ``"too few to read"``. Runs default to every run folder, in table order."""
+    from .comparison import compare_runs, paired_rows
+    names = _run_names(dataset, generator, root)
+    runs = list(names if runs is None else runs)
+    rows = {r: _latest(dataset, generator, r, root, errors=False) for r in runs}
+    if base not in rows and base in names:  # base is compared against even when not listed
+        rows[base] = _latest(dataset, generator, base, root, errors=False)
+    by_group = {r: {} for r in rows}
+    for r, rs in rows.items():
+        for row in rs:
+            by_group[r].setdefault(question_group(row, dataset), []).append(row)
+    groups = _group_order(dataset, {g for d in by_group.values() for g in d})
+    out = []
+    for run in runs:
+        for g in groups:
+            mine = by_group[run].get(g, [])
+            if not mine:
+                continue
+            rec = {"run": run, "group": g, "n": len(mine), "em": _mean(mine, "em"),
+                   "f1": _mean(mine, "f1"), "support_recall": _mean(mine, "support_recall"),
+                   "too_few": len(mine) < min_n, "n_paired": None, "diff": math.nan,
+                   "lo": math.nan, "hi": math.nan, "p_value": math.nan, "verdict": ""}
+            if run != base and base in by_group:
+                theirs = by_group[base].get(g, [])
+                if paired_rows(theirs, mine):
+                    d = compare_runs(theirs, mine, ("f1",))["f1"]
+                    rec.update(n_paired=d.n, diff=d.diff, lo=d.lo, hi=d.hi,
+                               p_value=d.p_value, verdict=d.verdict)
+                else:  # no question of this group in both runs (a run just started)
+                    rec["n_paired"] = 0
+                if rec["n_paired"] < min_n:
+                    rec.update(too_few=True, verdict="too few to read")
+            out.append(rec)
+    df = pd.DataFrame(out, columns=list(BREAKDOWN_COLUMNS))
+    df["n_paired"] = df["n_paired"].astype("Int64")  # None for the base run's own rows
+    return df

@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
 
-from dynakrag_lite.cache import CallCache, default_cache_path, make_key
+from dynakrag_lite.cache import (CacheError, CallCache, default_cache_path, main, make_key,
+                                 merge_cache)
 from dynakrag_lite.generators import CachedGenerator, Generation
 
 MSGS = [{"role": "system", "content": "Answer briefly."},
@@ -168,3 +171,110 @@ def test_threads_share_one_instance(tmp_path):
     for t in threads:
         t.join()
     assert errors == [] and len(cache) == 400 and cache.stats()["hits"] == 400
+
+
+# -- merging cache files (make book / make test-nb, data_scripts/execute_chapters.py) ---------
+def _cache_with(path, rows: dict) -> None:
+    with CallCache(path) as c:
+        for key, text in rows.items():
+            c.put(key, text, 1, 1, 0.0)
+
+
+def _texts(path) -> dict:
+    with CallCache(path) as c:
+        return {k: c.get(k)["text"] for k in
+                (r[0] for r in c._connect().execute("SELECT key FROM calls"))}
+
+
+def test_merge_adds_missing_rows_and_keeps_the_destination_rows(tmp_path):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
+    _cache_with(src, {"a": "committed a", "b": "committed b", "c": "committed c"})
+    _cache_with(dst, {"a": "developer a", "d": "developer d"})  # an older copy, plus own calls
+    assert merge_cache(src, dst) == 2
+    assert _texts(dst) == {"a": "developer a", "b": "committed b", "c": "committed c",
+                           "d": "developer d"}
+    assert _texts(src) == {"a": "committed a", "b": "committed b", "c": "committed c"}
+
+
+def test_identical_re_merge_adds_nothing_and_leaves_the_file_unchanged(tmp_path):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
+    _cache_with(src, {"a": "x", "b": "y"})
+    assert merge_cache(src, dst, vacuum=True) == 2
+    before = dst.read_bytes()
+    assert merge_cache(src, dst, vacuum=True) == 0
+    assert dst.read_bytes() == before  # a committed cache shows no binary change in git
+    assert merge_cache(src, src) == 0
+
+
+def test_merge_creates_a_missing_destination(tmp_path):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "new" / "folder" / "work.sqlite"
+    _cache_with(src, {"a": "x"})
+    assert merge_cache(src, dst) == 1
+    assert _texts(dst) == {"a": "x"}  # a cache CallCache reads, checksums intact
+
+
+def test_merge_into_a_cache_another_process_has_open(tmp_path):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
+    _cache_with(src, {"a": "x"})
+    with CallCache(dst) as live:  # WAL mode, as a running chapter holds it
+        live.put("own", "mine", 1, 1, 0.0)
+        assert merge_cache(src, dst) == 1
+        assert live.get("a")["text"] == "x" and len(live) == 2
+
+
+def test_a_failed_merge_leaves_the_destination_as_it_was(tmp_path):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
+    _cache_with(src, {f"k{i}": "x" for i in range(20)})
+    _cache_with(dst, {"own": "mine"})
+    con = sqlite3.connect(dst)  # fail the insert part-way through, as an interruption would
+    con.execute("CREATE TRIGGER boom BEFORE INSERT ON calls WHEN NEW.key = 'k10' "
+                "BEGIN SELECT RAISE(ABORT, 'interrupted'); END")
+    con.commit()
+    con.close()
+    with pytest.raises(sqlite3.DatabaseError, match="interrupted"):
+        merge_cache(src, dst)
+    assert _texts(dst) == {"own": "mine"}
+
+
+def _foreign_cache(path) -> None:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE calls (key TEXT PRIMARY KEY, reply TEXT)")
+    con.execute("INSERT INTO calls VALUES ('a', 'x')")
+    con.commit()
+    con.close()
+
+
+def test_merge_refuses_another_schema_naming_the_file(tmp_path):
+    good, bad = tmp_path / "good.sqlite", tmp_path / "old-layout.sqlite"
+    _cache_with(good, {"a": "x"})
+    _foreign_cache(bad)
+    with pytest.raises(CacheError, match=r"old-layout\.sqlite: table 'calls' has columns"):
+        merge_cache(bad, tmp_path / "new.sqlite")
+    assert not (tmp_path / "new.sqlite").exists()  # a bad source creates no destination
+    before = bad.read_bytes()
+    with pytest.raises(CacheError, match=r"old-layout\.sqlite: table 'calls' has columns"):
+        merge_cache(good, bad)
+    assert bad.read_bytes() == before
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database " * 100)
+    with pytest.raises(CacheError, match=r"notes\.sqlite is not a usable SQLite database"):
+        merge_cache(text, tmp_path / "new.sqlite")
+    with pytest.raises(CacheError, match=r"notes\.sqlite is not a usable SQLite database"):
+        merge_cache(good, text)
+    with pytest.raises(CacheError, match=r"missing\.sqlite: no cache file"):
+        merge_cache(tmp_path / "missing.sqlite", good)
+
+
+def test_merge_command_line(tmp_path, capsys):
+    src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
+    _cache_with(src, {"a": "x", "b": "y"})
+    assert main(["merge", str(src), str(dst)]) == 0
+    assert "2 new calls merged" in capsys.readouterr().out
+    assert main(["merge", str(src), str(dst)]) == 0
+    assert "0 new calls merged" in capsys.readouterr().out
+    assert main(["merge", "--missing-ok", str(tmp_path / "none.sqlite"), str(dst)]) == 0
+    assert main(["merge", str(tmp_path / "none.sqlite"), str(dst)]) == 1
+    assert "none.sqlite: no cache file" in capsys.readouterr().err
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.cache", "merge", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "SRC" in out and "DST" in out and "--missing-ok" in out

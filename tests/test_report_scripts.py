@@ -59,3 +59,31 @@ def test_seconds_per_question_leaves_out_replayed_and_failed_rows(tmp_path):
                               {"id": "q4", "error": "boom", "seconds": 99.0}])
     assert rr.seconds_per_question(tmp_path) == {"ircot": (30.0, 2)}
     assert rr.hours_recorded(tmp_path) == pytest.approx(60.05 / 3600)
+
+
+def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments"
+    summary = {"n": 12, "f1": 0.5}
+    rows = [_row(f"q{i}", 1.0, type="bridge") for i in range(12)] + \
+        [_row("c1", 0.0, type="comparison"), _row("u1", 1.0)]
+    _run(exp / "hotpotqa" / "g" / "dynakrag", rows, summary)
+    worse = [dict(r, f1=0.5, em=0.0) if r.get("type") == "bridge" else r for r in rows]
+    _run(exp / "hotpotqa" / "g" / "fixed_k3", worse, summary)
+    _run(exp / "musique" / "g" / "fixed_k3",
+         [_row("m1", 0.0, type="2hop"), _row("m2", 1.0, type="4hop3")], summary)
+    text = rr.breakdown_section(load_summaries(exp))
+    assert text.startswith("## Breakdowns per question type and hop count")
+    assert "### hotpotqa, generator `g`" in text and "### musique, generator `g`" in text
+    lines = text.splitlines()
+    bridge = next(ln for ln in lines if ln.startswith("| bridge | fixed_k3 |"))
+    assert "| 12 | 0.000 | 0.500 |" in bridge and "| +0.500 | [+0.500, +0.500] |" in bridge
+    assert bridge.endswith("| A better |")
+    assert next(ln for ln in lines if ln.startswith("| comparison | fixed_k3 |")) \
+        .endswith("| too few to read |")
+    assert any(ln.startswith("| untyped | dynakrag | 1 |") for ln in lines)
+    # no dynakrag run for musique: said so, and the hop counts still broken down
+    mus = text[text.index("### musique"):]
+    assert "No dynakrag run yet" in mus
+    assert "| 2-hop | fixed_k3 | 1 |" in mus and "| 4-hop | fixed_k3 | 1 |" in mus

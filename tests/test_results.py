@@ -192,3 +192,76 @@ def test_paired_table_pairs_dynakrag_with_each_run_by_question():
     em = t[(t.run == "fixed_k3") & (t.metric == "em")].iloc[0]
     assert em.verdict == "no measurable difference" and em.p_value == 1.0
     assert t[(t.run == "ircot")].n.tolist() == [4, 4, 4]
+
+
+# -- breakdowns per question type and hop count -------------------------------------------
+def test_question_group_maps_types_and_folds_musique_hop_shapes():
+    from dynakrag_lite.results import UNTYPED, question_group
+    assert question_group({"type": "bridge"}, "hotpotqa") == "bridge"
+    assert question_group({"type": None}, "hotpotqa") == UNTYPED  # records without a type
+    assert question_group({}, "hotpotqa") == UNTYPED
+    assert question_group({"type": "bridge_comparison"}, "2wikimultihopqa") == \
+        "bridge_comparison"
+    assert question_group({"type": "inference"}, "2wikimultihopqa") == "inference"
+    assert [question_group({"type": t}, "musique") for t in
+            ("2hop", "3hop1", "3hop2", "4hop1", "4hop3")] == \
+        ["2-hop", "3-hop", "3-hop", "4-hop", "4-hop"]
+
+
+def _musique_rows(f1_2hop, f1_3hop, n2=12, n3=4):
+    rows = [{"id": f"a{i}", "type": "2hop", "f1": f1_2hop, "em": float(f1_2hop == 1.0),
+             "support_recall": 0.5} for i in range(n2)]
+    rows += [{"id": f"b{i}", "type": f"3hop{1 + i % 2}", "f1": f1_3hop, "em": 0.0,
+              "support_recall": 1.0} for i in range(n3)]
+    return rows
+
+
+def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
+    from dynakrag_lite.results import breakdown_table
+
+    def write(run, rows):
+        d = tmp_path / "musique" / "g" / run
+        d.mkdir(parents=True)
+        (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("dynakrag", _musique_rows(1.0, 0.5))
+    # fixed_k3: .25 F1 below dynakrag on every 2-hop question, equal on 3-hop; one question
+    # failed (error row), so it is left out of its group and of the pairing
+    k3 = _musique_rows(0.75, 0.5)
+    k3[0] = {"id": "a0", "error": "timeout"}
+    write("fixed_k3", k3)
+    write("ircot", _musique_rows(0.5, 0.5, n2=5, n3=0))  # a run still going: 5 questions
+    t = breakdown_table("musique", "g", root=tmp_path)
+    assert list(t.run) == ["fixed_k3", "fixed_k3", "ircot", "dynakrag", "dynakrag"]
+    row = {(r.run, r.group): r for r in t.itertuples(index=False)}
+
+    base2 = row[("dynakrag", "2-hop")]
+    assert (base2.n, base2.f1, base2.em, base2.support_recall) == (12, 1.0, 1.0, 0.5)
+    assert pd.isna(base2.n_paired) and pd.isna(base2.diff)
+    assert not base2.too_few
+
+    k2 = row[("fixed_k3", "2-hop")]
+    assert k2.n == 11 and k2.n_paired == 11 and not k2.too_few
+    assert k2.f1 == pytest.approx(0.75)
+    assert k2.diff == pytest.approx(0.25)
+    assert (k2.lo, k2.hi) == (pytest.approx(0.25), pytest.approx(0.25))
+    assert k2.p_value < 0.05 and k2.verdict == "A better"
+
+    # four 3-hop questions: reported, flagged, not read
+    k3row = row[("fixed_k3", "3-hop")]
+    assert k3row.n == 4 and k3row.n_paired == 4 and k3row.diff == pytest.approx(0.0)
+    assert k3row.too_few and k3row.verdict == "too few to read"
+    assert row[("dynakrag", "3-hop")].too_few
+
+    # a partial run is compared on the questions it has
+    ir = row[("ircot", "2-hop")]
+    assert ir.n == 5 and ir.n_paired == 5 and ir.diff == pytest.approx(0.5)
+    assert ir.too_few and ir.verdict == "too few to read"
+    assert ("ircot", "3-hop") not in row
+
+    # dynakrag is the base even when not among the listed runs
+    only = breakdown_table("musique", "g", runs=["fixed_k3"], root=tmp_path)
+    assert list(only.run.unique()) == ["fixed_k3"] and only.n_paired.tolist() == [11, 4]
+    # without a dynakrag run: the per-group numbers, no paired columns filled
+    t2 = breakdown_table("musique", "g", runs=["fixed_k3"], root=tmp_path, base="absent")
+    assert list(t2.group) == ["2-hop", "3-hop"] and t2.n_paired.isna().all()

@@ -24,10 +24,8 @@ from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.experiments import check_workers, evaluate, read_predictions
 from dynakrag_lite.generators import make_generator
 
-from helpers import ScriptedGenerator, require_modules
+from helpers import ScriptedGenerator, assert_same_run, lines, require_modules, untimed
 
-TIMING = ("seconds",)  # the only row fields that depend on wall-clock time
-SUMMARY_TIMING = ("seconds_mean",)
 FAIL_MARK = "FAIL-THIS-QUESTION"
 
 
@@ -119,14 +117,6 @@ def run(qs, method, env, out, workers):
                     workers=workers)
 
 
-def untimed(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in TIMING}
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
-
-
 # -- same rows, same order, real overlap ---------------------------------------------------
 @pytest.mark.parametrize("method, n", [("fixed_k", 6), ("uniform", 4)])
 def test_two_workers_write_what_a_sequential_run_writes(server, library_questions,
@@ -140,21 +130,7 @@ def test_two_workers_write_what_a_sequential_run_writes(server, library_question
     par = run(qs, method, server_env(server, library_retriever, tmp_path / "b.sqlite"),
               tmp_path / "par", workers=2)
     assert server.max_in_flight == 2  # two questions really were at the server at once
-    a = read_predictions(tmp_path / "seq" / "predictions.jsonl")
-    b = read_predictions(tmp_path / "par" / "predictions.jsonl")
-    assert [r["id"] for r in b] == [r["id"] for r in a] == [q.id for q in qs]
-    assert [untimed(r) for r in b] == [untimed(r) for r in a]
-    assert not any("error" in r for r in b) and all(r["llm_calls"] > 0 for r in b)
-    # apart from timing fields the files are byte-identical
-    strip = [json.dumps(untimed(json.loads(x)), ensure_ascii=False)
-             for x in lines(tmp_path / "seq" / "predictions.jsonl")]
-    assert strip == [json.dumps(untimed(json.loads(x)), ensure_ascii=False)
-                     for x in lines(tmp_path / "par" / "predictions.jsonl")]
-    keep = [k for k in seq if k not in SUMMARY_TIMING + ("run",)]
-    assert {k: par[k] for k in keep} == {k: seq[k] for k in keep}
-    assert par["run"]["workers"] == 2 and par["run"]["complete"]
-    assert json.loads((tmp_path / "par" / "run.json").read_text())["fingerprint"] == \
-        json.loads((tmp_path / "seq" / "run.json").read_text())["fingerprint"]
+    assert_same_run(tmp_path / "seq", seq, tmp_path / "par", par, [q.id for q in qs], workers=2)
 
 
 def test_error_row_keeps_its_place_and_the_run_goes_on(server, library_questions,
