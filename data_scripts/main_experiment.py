@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.results import POLICY_VARIANT_SUFFIXES  # noqa: E402
 from dynakrag_lite.storage import relative_command  # noqa: E402
 
 RUNS = {
@@ -51,9 +52,10 @@ RUNS = {
     # actions alone, against uniform's random valid choice over the same horizon.
     "dynakrag-gain_lam0": ["--method", "dynakrag", "--lam", "0"],
 }
+GAIN_STOP, = POLICY_VARIANT_SUFFIXES  # find_policies leaves variants out unless asked
 # Runs whose policy is a variant, trained separately: results/policies/<dataset>-<generator>
 # <suffix>.joblib, made by the command shown when it is missing.
-POLICY_VARIANTS = {"dynakrag-gain_lam0": ("-gain_stop", ["--stop-rule", "gain"])}
+POLICY_VARIANTS = {"dynakrag-gain_lam0": (GAIN_STOP, ["--stop-rule", "gain"])}
 CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
 
 

@@ -207,13 +207,21 @@ def side_by_side(ours: pd.DataFrame, dataset: str, metrics=("em", "f1", "tokens_
         .reset_index(drop=True)
 
 
-def find_policies(dataset: str | None = None, root: str | Path = "results/policies"
-                  ) -> list[Path]:
-    """Saved policies ``<root>/<dataset>-<generator>.joblib`` (all datasets when None)."""
+# Policies trained with other settings than the main one, saved beside it as
+# <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
+POLICY_VARIANT_SUFFIXES = ("-gain_stop",)
+
+
+def find_policies(dataset: str | None = None, root: str | Path = "results/policies",
+                  variants: bool = False) -> list[Path]:
+    """Saved policies ``<root>/<dataset>-<generator>.joblib`` (all datasets when None); the
+    variants (:data:`POLICY_VARIANT_SUFFIXES`) only with ``variants=True``."""
     base = _find_root(root)
     if not base.is_dir():
         return []
-    return sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
+    found = sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
+    return found if variants else [p for p in found
+                                   if not p.stem.endswith(POLICY_VARIANT_SUFFIXES)]
 
 
 def transfer_runs(summaries: pd.DataFrame) -> pd.DataFrame:

@@ -102,3 +102,24 @@ def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, 
     assert again["prediction"] == second["prediction"]  # greedy decoding: same answer
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["n"] == 2 and summary["run"]["complete"]
+
+
+def test_selector_trained_on_an_evaluated_question_is_refused(capsys, tmp_path,
+                                                               library_retriever):
+    """The extractive compressor reads gold sentences through its selector: a selector fitted
+    on a question of the evaluation split would leak it, so evaluate refuses before any row."""
+    from dynakrag_lite.compression import train_sentence_selector
+    from dynakrag_lite.pipeline import build_setup
+    setup = build_setup("library", generator=None, show_progress=False)
+    leaked = setup.eval[0]
+    sel = train_sentence_selector([*setup.train[:4], leaked], library_retriever, k_docs=6,
+                                  model="logreg", use_embeddings=False)
+    path = sel.save(tmp_path / "sel.joblib")
+    code, out, err = run_cli(capsys, "evaluate", "--data", "library", "--method", "fixed_k",
+                             "--generator", "smollm2-135m", "--compressor", "extractive",
+                             "--selector", str(path), "--limit", "1",
+                             "--out", str(tmp_path / "o"))
+    assert code == 2 and out == ""
+    assert "1 evaluation question(s) were among its training questions" in err
+    assert repr(leaked.id) in err
+    assert not (tmp_path / "o").exists()

@@ -133,8 +133,12 @@ def test_find_policies_and_transfer_runs(tmp_path):
     pol.mkdir()
     (pol / "hotpotqa-qwen2.5-coder-0.5b.joblib").write_bytes(b"x")
     (pol / "musique-smollm2-135m.joblib").write_bytes(b"x")
+    # a variant sorts before its main policy ("-" < "."): it must not be taken for it
+    (pol / "hotpotqa-qwen2.5-coder-0.5b-gain_stop.joblib").write_bytes(b"x")
     assert [p.name for p in find_policies("hotpotqa", pol)] == [
         "hotpotqa-qwen2.5-coder-0.5b.joblib"]
+    assert [p.name for p in find_policies("hotpotqa", pol, variants=True)] == [
+        "hotpotqa-qwen2.5-coder-0.5b-gain_stop.joblib", "hotpotqa-qwen2.5-coder-0.5b.joblib"]
     assert len(find_policies(root=pol)) == 2
     assert find_policies(root=tmp_path / "none") == []
     _write_run(tmp_path / "exp", "hotpotqa", "qwen2.5-coder-0.5b", "dynakrag", 0.4, 900.0)
