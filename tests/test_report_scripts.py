@@ -87,3 +87,24 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
     mus = text[text.index("### musique"):]
     assert "No dynakrag run yet" in mus
     assert "| 2-hop | fixed_k3 | 1 |" in mus and "| 4-hop | fixed_k3 | 1 |" in mus
+
+
+def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments"
+    summary = {"n": 12, "f1": 0.5}
+    ids = [f"q{i}" for i in range(12)]
+    _run(exp / "hotpotqa" / "g" / "dynakrag", [_row(q, 1.0) for q in ids], summary)
+    _run(exp / "hotpotqa" / "g" / "fixed_k3", [_row(q, 0.5) for q in ids], summary)
+    _run(exp / "hotpotqa" / "g" / "ircot", [_row(q, 0.75) for q in ids], summary)
+    # the oracle and ablations are never "the best baseline", however high their F1
+    _run(exp / "hotpotqa" / "g" / "oracle", [_row(q, 1.0) for q in ids], summary)
+    _run(exp / "hotpotqa" / "g" / "dynakrag-cap1", [_row(q, 1.0) for q in ids], summary)
+    _run(exp / "musique" / "g" / "fixed_k3", [_row("m1", 0.0)], summary)
+    text = rr.headline_section(load_summaries(exp))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
+    assert "| 12 | `ircot` | 1.000 / 0.750 | +0.250 [+0.250, +0.250]" in row
+    assert row.endswith("| dynakrag better |")
+    mus = next(ln for ln in text.splitlines() if ln.startswith("| musique |"))
+    assert "not run yet: dynakrag" in mus
