@@ -17,6 +17,8 @@ llama.cpp keeps the KV cache of the previous prompt and only evaluates the part 
 after the longest common prefix. Prompts therefore put the (shared) documents first and the
 varying instruction last, and one ``Llama`` object is kept per model file for the life of the
 process, so repeated :func:`make_generator` calls neither reload the weights nor lose that cache.
+:class:`LlamaCppGenerator` counts what that reuse saves on its live calls (``prompt_tokens_sent``,
+``prompt_tokens_evaluated``, ``last_reused_tokens``...; benchmarks/bench_prefix_reuse.py).
 
 Every call has a time limit (``timeout`` argument, else ``$DYNAKRAG_GEN_TIMEOUT`` seconds,
 else a default):
@@ -195,8 +197,51 @@ def _load_llama(path: Path, n_ctx: int, n_threads: int, seed: int,
                         n_threads_batch=n_threads, seed=seed, verbose=verbose)
         except Exception as e:  # llama_cpp raises ValueError/RuntimeError on bad files
             raise GeneratorError(f"llama.cpp could not load {path}: {e}") from e
+        _EvalProbe.install(llm)
         _LLAMA_CACHE[key] = (llm, threading.Lock())
         return _LLAMA_CACHE[key]
+
+
+class _EvalProbe:
+    """Stands in for a ``Llama``'s ``eval`` to see how much of a prompt was really evaluated.
+
+    ``Llama.generate`` matches the new prompt's token ids against those of the previous
+    evaluation, keeps the KV cache of that prefix (less the last token when the whole prompt
+    matched: it is evaluated again for fresh logits; nothing when the identical prompt's
+    logits are still current), sets ``n_tokens`` to the kept length and then calls
+    ``self.eval(rest)``. Reading ``n_tokens`` and ``len(rest)`` at that first call, when armed,
+    gives exactly what llama.cpp kept and evaluated, without tokenizing the prompt again or
+    re-implementing its matching rule. Later calls (one per decoded token) and calls outside a
+    generation (sufficiency scoring) pass straight through.
+    """
+
+    warned = False  # the fallback in LlamaCppGenerator.generate warns once per process
+
+    def __init__(self, llm: Any) -> None:
+        import weakref
+        self._llm = weakref.ref(llm)  # no cycle: unload_models frees the model at once
+        self._eval = type(llm).eval
+        self.armed = False
+        self.kept: int | None = None
+        self.evaluated: int | None = None
+
+    @classmethod
+    def install(cls, llm: Any) -> "_EvalProbe":
+        probe = llm.__dict__.get("eval")
+        if not isinstance(probe, cls):
+            probe = cls(llm)
+            llm.eval = probe  # an instance attribute: generate's self.eval() finds it first
+        return probe
+
+    def arm(self) -> None:
+        self.armed, self.kept, self.evaluated = True, None, None
+
+    def __call__(self, tokens: Any, *args: Any, **kwargs: Any) -> Any:
+        llm = self._llm()
+        if self.armed:
+            self.armed = False
+            self.kept, self.evaluated = int(llm.n_tokens), len(tokens)
+        return self._eval(llm, tokens, *args, **kwargs)
 
 
 class _Deadline:
@@ -228,6 +273,22 @@ class LlamaCppGenerator(_DecodingMixin):
     ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer. ``timeout``
     (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) caps decoding wall-clock time: past it
     the model is made to emit end-of-generation, and the result is marked ``truncated``.
+
+    Prefix reuse, per live call of this generator (a :class:`CachedGenerator` hit never gets
+    here, so replays leave them alone; :class:`Generation` and cache keys are unchanged):
+
+    * ``last_reused_tokens``: prompt tokens whose KV cache llama.cpp kept from its previous
+      evaluation (the longest common prefix of token ids, less the one token it re-evaluates
+      when the whole prompt matched); ``last_evaluated_tokens``: prompt tokens it evaluated.
+      Their sum is the call's ``prompt_tokens``. None before the first call.
+    * running totals since construction or :meth:`reset_counters`: ``live_calls``,
+      ``prompt_tokens_sent``, ``prompt_tokens_evaluated`` (``prompt_tokens_reused`` = their
+      difference), ``completion_tokens_generated``, ``generation_seconds``; :meth:`counters`
+      returns them as a dict, so a caller can difference two snapshots.
+
+    The ``Llama`` object is shared by generators on the same file; each generator counts its
+    own calls. Option scoring (:func:`dynakrag_lite.sufficiency.score_options`) evaluates on
+    the ``Llama`` directly and is not counted.
     """
 
     backend = "llama.cpp"
@@ -254,6 +315,30 @@ class LlamaCppGenerator(_DecodingMixin):
         self.model_id = model_id
         self.llama, self._lock = _load_llama(self.model_path, n_ctx, self.n_threads, seed,
                                              verbose)
+        self.last_reused_tokens: int | None = None
+        self.last_evaluated_tokens: int | None = None
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        """Zero the running totals (the ``last_*`` figures stay)."""
+        self.live_calls = 0
+        self.prompt_tokens_sent = 0
+        self.prompt_tokens_evaluated = 0
+        self.completion_tokens_generated = 0
+        self.generation_seconds = 0.0
+
+    @property
+    def prompt_tokens_reused(self) -> int:
+        """Prompt tokens served from llama.cpp's KV cache over the counted calls."""
+        return self.prompt_tokens_sent - self.prompt_tokens_evaluated
+
+    def counters(self) -> dict:
+        """A snapshot of the running totals (see the class docstring)."""
+        return {"live_calls": self.live_calls, "prompt_tokens_sent": self.prompt_tokens_sent,
+                "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+                "prompt_tokens_reused": self.prompt_tokens_reused,
+                "completion_tokens_generated": self.completion_tokens_generated,
+                "generation_seconds": self.generation_seconds}
 
     def generate(self, messages: list[Message], max_tokens: int = 64,
                  stop: list[str] | None = None) -> Generation:
@@ -262,6 +347,9 @@ class LlamaCppGenerator(_DecodingMixin):
         with self._lock:
             t0 = time.perf_counter()  # the deadline counts from here, not from waiting
             deadline = _Deadline(self.timeout, int(self.llama.token_eos()))
+            # Armed under the lock: the shared Llama's first eval of this call is the prompt's.
+            probe = _EvalProbe.install(self.llama)
+            probe.arm()
             try:
                 # temperature 0 selects llama.cpp's greedy sampler; repeat_penalty 1 keeps it
                 # plain argmax.
@@ -271,19 +359,39 @@ class LlamaCppGenerator(_DecodingMixin):
                     logits_processor=[deadline])
             except Exception as e:
                 raise GeneratorError(f"llama.cpp generation failed ({self.spec}): {e}") from e
+            finally:
+                probe.armed = False
+            kept, evaluated = probe.kept, probe.evaluated
         seconds = time.perf_counter() - t0
         try:
             text = out["choices"][0]["message"]["content"] or ""
             usage = out["usage"]
-            if deadline.hit:
-                warnings.warn(f"{self.spec}: generation stopped at the {self.timeout:g} s time "
-                              f"limit (${TIMEOUT_ENV}); the text is truncated",
-                              RuntimeWarning, stacklevel=2)
-            return Generation(text=text, prompt_tokens=int(usage["prompt_tokens"]),
-                              completion_tokens=int(usage["completion_tokens"]),
-                              seconds=seconds, truncated=deadline.hit)
+            n_prompt = int(usage["prompt_tokens"])
+            n_completion = int(usage["completion_tokens"])
         except (KeyError, IndexError, TypeError) as e:
             raise GeneratorError(f"unexpected llama.cpp response ({self.spec}): {out!r}") from e
+        if evaluated is None or kept is None or kept + evaluated != n_prompt:
+            # The probe did not see the prompt's evaluation as expected (another
+            # llama-cpp-python version?): count the whole prompt as evaluated, never a saving
+            # that was not observed, and say so once.
+            if not _EvalProbe.warned:
+                _EvalProbe.warned = True
+                warnings.warn(f"{self.spec}: could not observe llama.cpp's prompt evaluation "
+                              f"(kept={kept}, evaluated={evaluated}, prompt={n_prompt}); "
+                              "prefix reuse is counted as 0", RuntimeWarning, stacklevel=2)
+            kept, evaluated = 0, n_prompt
+        self.last_reused_tokens, self.last_evaluated_tokens = kept, evaluated
+        self.live_calls += 1
+        self.prompt_tokens_sent += n_prompt
+        self.prompt_tokens_evaluated += evaluated
+        self.completion_tokens_generated += n_completion
+        self.generation_seconds += seconds
+        if deadline.hit:
+            warnings.warn(f"{self.spec}: generation stopped at the {self.timeout:g} s time "
+                          f"limit (${TIMEOUT_ENV}); the text is truncated",
+                          RuntimeWarning, stacklevel=2)
+        return Generation(text=text, prompt_tokens=n_prompt, completion_tokens=n_completion,
+                          seconds=seconds, truncated=deadline.hit)
 
     def __repr__(self) -> str:
         return f"LlamaCppGenerator({self.spec!r}, n_ctx={self.n_ctx}, n_threads={self.n_threads})"

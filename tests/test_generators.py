@@ -134,6 +134,51 @@ def test_prompt_longer_than_context_raises_generator_error(smollm2):
         small.generate(long, max_tokens=8)
 
 
+@pytest.mark.slow
+def test_llama_counts_prefix_reuse_and_cached_replays_leave_the_counters_alone(smollm2, tmp_path):
+    # A new generator on the same Llama (shared KV cache), with counters of its own.
+    gen = make_generator("smollm2-135m", cache=False)
+    assert gen.llama is smollm2.llama and gen.counters()["live_calls"] == 0
+    assert gen.last_reused_tokens is None
+    doc_a = "The Harbor Bridge is a steel arch bridge in Lakeport, opened in 1932. " * 20
+    doc_b = "Ashford is a market town on the upper Mill River, known for its museum. " * 20
+
+    def msgs(doc: str, instruction: str) -> list[dict]:  # documents first, as the prompts do
+        return [{"role": "user", "content": f"Document 1: {doc}\n\nQuestion: Who built it? "
+                                            f"{instruction}"}]
+    calls = []
+    for doc, instruction in ((doc_a, "Is this enough to answer?"),
+                             (doc_a, "Write one search query."),  # same documents
+                             (doc_b, "Write one search query.")):  # another first document
+        g = gen.generate(msgs(doc, instruction), max_tokens=1)
+        calls.append((g.prompt_tokens, gen.last_reused_tokens, gen.last_evaluated_tokens))
+    for sent, reused, evaluated in calls:
+        assert reused >= 0 and evaluated >= 1 and sent == reused + evaluated
+    _, (sent2, reused2, _), (sent3, reused3, _) = calls
+    assert reused2 > 0.8 * sent2  # all but the instruction came from the KV cache
+    assert reused3 < 0.1 * sent3 and reused3 < reused2 / 5  # only the chat header matches
+    c = gen.counters()
+    assert c["live_calls"] == 3
+    assert c["prompt_tokens_sent"] == sum(x[0] for x in calls)
+    assert c["prompt_tokens_evaluated"] == sum(x[2] for x in calls)
+    assert c["prompt_tokens_reused"] == sum(x[1] for x in calls) == gen.prompt_tokens_reused
+    assert c["completion_tokens_generated"] <= 3 and c["generation_seconds"] > 0
+
+    # Through the call cache: the live call counts, the replay does not, and replays carry
+    # the same fields as before (the counters are not part of Generation or the key).
+    from dynakrag_lite.cache import CallCache
+    cached = CachedGenerator(gen, CallCache(tmp_path / "calls.sqlite"))
+    cold = cached.generate(msgs(doc_b, "Name the town."), max_tokens=4)
+    after_cold = gen.counters()
+    warm = cached.generate(msgs(doc_b, "Name the town."), max_tokens=4)
+    assert not cold.cached and warm.cached and gen.counters() == after_cold
+    assert after_cold["live_calls"] == 4
+    assert (warm.text, warm.prompt_tokens, warm.completion_tokens) == \
+        (cold.text, cold.prompt_tokens, cold.completion_tokens)
+    gen.reset_counters()
+    assert gen.counters()["prompt_tokens_sent"] == 0 and gen.last_reused_tokens is not None
+
+
 # -- OpenAI-compatible servers on loopback ------------------------------------------------------
 
 class _ChatHandler(BaseHTTPRequestHandler):
