@@ -4,6 +4,7 @@
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N]
+                    [--save-data FILE.npz | --from-data FILE.npz]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -230,25 +231,198 @@ def training_setup(args):
     return setup, train_qs, signal
 
 
+# ControlConfig fields that shape collected trajectories (a --from-data run must match them).
+# The compression settings are not among them: compress_answer_evidence runs only after
+# stop_answer, which collection never executes.
+COLLECTION_CONFIG_FIELDS = ("per_action", "max_docs", "max_steps", "retrieval_cap",
+                            "ranking_depth", "doc_chars", "use_sufficiency", "max_bridges",
+                            "use_spacy")
+
+
+def _collection_run(args, dataset: str, config, generator_model_id: str | None) -> dict:
+    """What a train run collects its trajectories under (TrainingData.run, saved with
+    --save-data); :func:`_from_data_problems` compares a later run's settings with it."""
+    from .experiments import data_sha256
+    from .storage import sha256_file
+    return {
+        "dataset": dataset, "generator": args.generator,
+        "generator_model_id": redact(generator_model_id) if generator_model_id else None,
+        "embedder": args.embedder, "doc_chars": config.doc_chars,
+        "per_action": config.per_action,
+        "config": {f: getattr(config, f) for f in COLLECTION_CONFIG_FIELDS},
+        "index_factory": args.index_factory, "nprobe": args.nprobe,
+        "ef_search": args.ef_search,
+        "corpus_sha256": sha256_file(args.corpus) if args.corpus else None,
+        "data_sha256": data_sha256(args.data, args.data_dir),
+        "seed": args.seed, "continuation_target": args.continuation_target,
+        "continuation_questions": args.continuation_questions,
+        "sufficiency_signal": args.sufficiency_signal if config.use_sufficiency else None,
+        "sufficiency_rule": args.sufficiency_rule,
+        "calibration_questions": args.calibration_questions,
+        "split": {"split": args.split, "n_eval": args.n_eval, "split_seed": args.split_seed,
+                  "offset": args.offset, "limit": args.limit},
+        "command": relative_command(args.argv)}
+
+
+def _from_data_problems(saved: dict, now: dict) -> list[str]:
+    """Every setting of ``now`` (this run) that differs from ``saved`` (the file's run), as
+    "field: file X, this run Y". The split is not compared (serving another split is the
+    point), nor the continuation target (recomputed from stored components) or the command."""
+    from .policy import _embedder_key
+    keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
+            "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
+    if now["index_factory"]:  # search parameters matter for an approximate index only
+        keys += ["nprobe", "ef_search"]
+    if now["continuation_target"] == "f1":  # which questions carry answer F1s
+        keys.append("continuation_questions")
+    if now["sufficiency_signal"] not in (None, "text"):  # what the calibration used
+        keys += ["sufficiency_rule", "calibration_questions"]
+    out = []
+    for k in keys:
+        a, b = saved.get(k), now.get(k)
+        if k == "embedder" and a is not None:
+            a, b = _embedder_key(str(a)), _embedder_key(str(b))
+        if a != b:
+            out.append(f"{k}: file {saved.get(k)!r}, this run {now.get(k)!r}")
+    conf = saved.get("config") or {}
+    for k in COLLECTION_CONFIG_FIELDS:
+        if k not in ("doc_chars", "per_action") and conf.get(k) != now["config"][k]:
+            out.append(f"config.{k}: file {conf.get(k)!r}, this run {now['config'][k]!r}")
+    return out
+
+
+def _data_from_file(args):
+    """(training data, calibrated signal or None, dataset, policy-meta extras, summary) of
+    ``train --from-data``: the file checked against this run's settings and cut to this
+    split's training questions (after --offset/--limit). No index, no generator."""
+    import hashlib
+    from .data import load_dataset, split_questions
+    from .training_data import TrainingData
+    path = Path(args.from_data)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"--from-data {args.from_data}: cannot read it ({e})") from None
+    data = TrainingData.load_bytes(raw, path)  # hash exactly the bytes that are used
+    shown = relative_command([str(path)], prefix="")
+    if not data.run:
+        raise ValueError(f"{shown}: written before train --from-data existed, it lacks the "
+                         "'run' metadata (dataset, generator, embedder, doc_chars, "
+                         "per_action, seed, ...) needed to check it against this run; collect "
+                         "the trajectories again with train --save-data")
+    questions = load_dataset(args.data, data_root=args.data_dir)
+    dataset = questions[0].dataset
+    config = _config(args, dataset)
+    now = _collection_run(args, dataset, config, None)
+    problems = _from_data_problems(data.run, now)
+    if problems:
+        raise ValueError(f"{shown} was collected under other settings than this run: "
+                         + "; ".join(problems) + ". Run with the file's settings or collect "
+                         "again (without --from-data)")
+    # The split build_setup makes (pipeline.build_setup), then --offset/--limit as _setup.
+    train, evals = split_questions(questions, min(args.n_eval, len(questions) // 2),
+                                   args.split_seed)
+    qs = {"train": train, "eval": evals, "all": questions}[args.split]
+    offset = args.offset or 0
+    if offset < 0 or (offset and offset >= len(qs)):
+        raise ValueError(f"--offset {offset}: the {args.split} split has {len(qs)} questions")
+    qs = qs[offset:]
+    wanted = [q.id for q in (qs[: args.limit] if args.limit else qs)]
+    have = set(data.questions)
+    want = set(wanted)
+    eval_ids = {q.id for q in evals} if args.split == "train" else set()
+    kept = [q for q in data.questions if q in want]
+    if not kept:
+        raise ValueError(f"{shown}: none of its {len(have)} questions is among this run's "
+                         f"{len(wanted)} training questions")
+    counts = {"in_file": len(have), "kept": len(kept),
+              "moved_to_eval": len(have & eval_ids),  # dropped: now evaluation questions
+              "not_selected": len(have - want - eval_ids),  # dropped by --offset/--limit
+              "missing": len(want - have)}  # this run's questions the file never collected
+    data = data.subset(kept)
+    if args.continuation_target != data.continuation_target:
+        try:  # exact: the stored components give every target the file has answers for
+            data.set_continuation_target(args.continuation_target)
+        except ValueError as e:
+            raise ValueError(f"{shown}: field 'continuation_target' is "
+                             f"{data.run.get('continuation_target')!r} in the file; "
+                             f"{e}") from None
+    signal, recalibrated = None, False
+    if config.use_sufficiency and args.sufficiency_signal != "text":
+        table = data.calibration
+        if table is None:
+            raise ValueError(f"{shown}: --sufficiency-signal {args.sufficiency_signal} needs "
+                             "the calibration states, which this file lacks (written before "
+                             "train --save-data kept them); collect again with --save-data")
+        if table.reproduced is False:
+            raise ValueError(f"{shown}: its calibration table did not reproduce the run's "
+                             "sufficiency signal when it was written; collect again")
+        # On the kept questions only: calibrated on a question now in evaluation, the
+        # signal would have seen its gold support.
+        signal = table.signal()
+        recalibrated = len(kept) < len(have) or table.signal_info != (
+            signal.describe() if signal is not None else None)
+    extra = {"from_data": shown, "from_data_sha256": hashlib.sha256(raw).hexdigest(),
+             "from_data_questions": counts,
+             "collection": {k: data.run.get(k) for k in ("command", "split")},
+             "sufficiency_recalibrated": recalibrated}
+    return data, signal, dataset, extra, counts
+
+
 def cmd_train(args) -> int:
     """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
-    threshold by cross-validation (all on the training split), fit and save the policy."""
+    threshold by cross-validation (all on the training split), fit and save the policy.
+    With --from-data: the trajectories (and the calibration states) come from a file saved
+    by --save-data, cut to this split's training questions; no model call."""
     from .policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, \
         tune_continuation
-    from .trajectories import collect
     t0 = time.perf_counter()
-    setup, train_qs, signal = training_setup(args)
-    env = setup.env
-    data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
-                   answer_questions=args.continuation_questions or None)
-    if args.save_data:
-        data.save(args.save_data)
+    extra: dict = {}
+    if args.from_data:
+        _check_control_args(args)
+        data, signal, dataset, extra, counts = _data_from_file(args)
+        cfg = _config(args, dataset)
+        model_id = data.run.get("generator_model_id")
+        train_ids = list(data.questions)
+        if counts["moved_to_eval"] or counts["missing"]:
+            print(f"note: {counts['moved_to_eval']} question(s) of {extra['from_data']} are "
+                  f"evaluation questions of this split and were dropped; {counts['missing']} "
+                  "training question(s) of this split have no trajectories there",
+                  file=sys.stderr)
+        if extra["sufficiency_recalibrated"]:
+            print("note: the sufficiency signal was recalibrated on the kept questions; the "
+                  "trajectories were collected under the file's signal "
+                  f"({(data.calibration.signal_info or {}).get('kind')})", file=sys.stderr)
+    else:
+        from .training_data import build_calibration
+        from .trajectories import collect
+        setup, train_qs, signal = training_setup(args)
+        env, dataset = setup.env, setup.dataset
+        cfg = env.config
+        model_id = env.generator.model_id
+        train_ids = [q.id for q in train_qs]
+        calibration = None
+        if args.save_data and signal is not None:
+            # The calibration states, so that --from-data can recalibrate on any subset of
+            # these questions (retrieval only; the LLM signals' calls are cache hits).
+            calibration = build_calibration(
+                train_qs, env, args.sufficiency_signal, args.sufficiency_rule,
+                args.calibration_questions or None, seed=args.seed, live_signal=signal)
+            if not calibration.reproduced:
+                print("warning: the saved calibration states do not reproduce this run's "
+                      "sufficiency signal; --from-data will refuse them", file=sys.stderr)
+        data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
+                       answer_questions=args.continuation_questions or None)
+        data.run = _collection_run(args, dataset, env.config, model_id)
+        data.calibration = calibration
+        if args.save_data:
+            data.save(args.save_data)
     grid = GAIN_LAMBDA_GRID if args.stop_rule == "gain" else LAMBDA_GRID
     lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(grid))
     thrs = [args.veto_threshold] if args.veto_threshold is not None else \
         (_floats(args.veto_thresholds) or list(VETO_GRID))
     lam, thr, tuning = lams[0], (thrs[0] if len(thrs) == 1 else 0.05), None
-    if args.tune_folds >= 2 and len(train_qs) >= 2 and len(lams) * len(thrs) > 1:
+    if args.tune_folds >= 2 and len(train_ids) >= 2 and len(lams) * len(thrs) > 1:
         metric = args.tune_metric or ("f1" if args.continuation_target == "f1" else "sr")
         lam, thr, frame = tune_continuation(
             data, lams, thrs, folds=args.tune_folds, metric=metric, seed=args.seed,
@@ -259,24 +433,27 @@ def cmd_train(args) -> int:
     pol = train_policy(data, n_estimators=args.trees, min_samples_leaf=args.min_leaf,
                        seed=args.seed, lam=lam, veto_threshold=thr, sufficiency=signal,
                        stop_rule=args.stop_rule, meta={
-                           "dataset": setup.dataset, "generator": args.generator,
-                           "generator_model_id": env.generator.model_id,
-                           "embedder": args.embedder, "doc_chars": env.config.doc_chars,
-                           "per_action": env.config.per_action,
-                           "train_ids": [q.id for q in train_qs],
+                           "dataset": dataset, "generator": args.generator,
+                           "generator_model_id": model_id,
+                           "embedder": args.embedder, "doc_chars": cfg.doc_chars,
+                           "per_action": cfg.per_action,
+                           "train_ids": train_ids,
                            "action_gains": data.action_gains(),
-                           "tuning": tuning,
+                           "tuning": tuning, **extra,
                            "command": relative_command(args.argv)})
     path = pol.save(args.out)
     from .policy import register_policy
     register_policy(path)  # keep results/policies/MANIFEST.sha256 in step with the file
-    print(json.dumps({"policy": str(path), "questions": len(train_qs),
+    print(json.dumps({"policy": str(path), "questions": len(train_ids),
                       "samples": pol.meta["n_samples"], "prefixes": pol.meta["n_prefixes"],
                       "continuation_target": args.continuation_target,
                       "sufficiency": None if signal is None else
                       {"kind": signal.kind, "threshold": signal.threshold,
                        "gates": signal.gates},
                       "lam": lam, "veto_threshold": thr, "stop_rule": args.stop_rule,
+                      **({"from_data": extra["from_data"],
+                          "from_data_questions": extra["from_data_questions"]}
+                         if args.from_data else {}),
                       "seconds": round(time.perf_counter() - t0, 1)}))
     return 0
 
@@ -411,10 +588,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="what stop_answer is worth: level = the paper's v = SR(s); "
                            "gain = 0 SR gain, priced like the other actions (lambda then "
                            "trades support against tokens); see policy.select")
-            p.add_argument("--save-data", default=None,
-                           help="also write the collected trajectories here (.npz, no "
-                           "pickle): data_scripts/stop_rule.py re-tunes from it without "
-                           "model calls")
+            once = p.add_mutually_exclusive_group()  # collect (and save), or read a file
+            once.add_argument("--save-data", default=None,
+                              help="also write the collected trajectories here (.npz, no "
+                              "pickle), with the run's settings and the sufficiency "
+                              "calibration states: --from-data rebuilds a policy and "
+                              "data_scripts/stop_rule.py re-tunes from it, without model "
+                              "calls")
+            once.add_argument("--from-data", default=None, metavar="FILE.npz",
+                              help="collect nothing: build the policy from trajectories "
+                              "saved by --save-data (no model call, no index), cut to this "
+                              "split's training questions (--n-eval, --offset, --limit); "
+                              "refused when the file was collected under other settings")
             p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
             p.add_argument("--veto-threshold", type=float, default=None,
                            help="fix the veto threshold (no tuning)")
