@@ -108,3 +108,17 @@ def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monke
     assert row.endswith("| dynakrag better |")
     mus = next(ln for ln in text.splitlines() if ln.startswith("| musique |"))
     assert "not run yet: dynakrag" in mus
+
+
+def test_headline_ignores_a_baseline_run_on_fewer_questions(tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments"
+    summary = {"n": 12, "f1": 0.5}
+    ids = [f"q{i}" for i in range(12)]
+    _run(exp / "hotpotqa" / "g" / "dynakrag", [_row(q, 0.5) for q in ids], summary)
+    _run(exp / "hotpotqa" / "g" / "fixed_k3", [_row(q, 0.25) for q in ids], summary)
+    _run(exp / "hotpotqa" / "g" / "uniform", [_row(q, 1.0) for q in ids[:3]], summary)
+    row = next(ln for ln in rr.headline_section(load_summaries(exp)).splitlines()
+               if ln.startswith("| hotpotqa |"))
+    assert "| 12 | `fixed_k3` |" in row
