@@ -89,20 +89,23 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
     assert "| 2-hop | fixed_k3 | 1 |" in mus and "| 4-hop | fixed_k3 | 1 |" in mus
 
 
-def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monkeypatch):
+def _headline(tmp_path, monkeypatch, runs: dict) -> str:
+    """headline_section over hotpotqa runs {name: (f1, number of questions)} of one generator
+    (questions q0..q11), plus ``musique`` runs given under keys "musique/<run>"."""
     from dynakrag_lite.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments"
-    summary = {"n": 12, "f1": 0.5}
-    ids = [f"q{i}" for i in range(12)]
-    _run(exp / "hotpotqa" / "g" / "dynakrag", [_row(q, 1.0) for q in ids], summary)
-    _run(exp / "hotpotqa" / "g" / "fixed_k3", [_row(q, 0.5) for q in ids], summary)
-    _run(exp / "hotpotqa" / "g" / "ircot", [_row(q, 0.75) for q in ids], summary)
+    for key, (f1, n) in runs.items():
+        ds, run = key.split("/") if "/" in key else ("hotpotqa", key)
+        _run(exp / ds / "g" / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
+    return rr.headline_section(load_summaries(exp))
+
+
+def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monkeypatch):
     # the oracle and ablations are never "the best baseline", however high their F1
-    _run(exp / "hotpotqa" / "g" / "oracle", [_row(q, 1.0) for q in ids], summary)
-    _run(exp / "hotpotqa" / "g" / "dynakrag-cap1", [_row(q, 1.0) for q in ids], summary)
-    _run(exp / "musique" / "g" / "fixed_k3", [_row("m1", 0.0)], summary)
-    text = rr.headline_section(load_summaries(exp))
+    text = _headline(tmp_path, monkeypatch, {
+        "dynakrag": (1.0, 12), "fixed_k3": (0.5, 12), "ircot": (0.75, 12),
+        "oracle": (1.0, 12), "dynakrag-cap1": (1.0, 12), "musique/fixed_k3": (0.0, 1)})
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
     assert "| 12 | `ircot` | 1.000 / 0.750 | +0.250 [+0.250, +0.250]" in row
     assert row.endswith("| dynakrag better |")
@@ -111,14 +114,8 @@ def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monke
 
 
 def test_headline_ignores_a_baseline_run_on_fewer_questions(tmp_path, monkeypatch):
-    from dynakrag_lite.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
-    exp = tmp_path / "experiments"
-    summary = {"n": 12, "f1": 0.5}
-    ids = [f"q{i}" for i in range(12)]
-    _run(exp / "hotpotqa" / "g" / "dynakrag", [_row(q, 0.5) for q in ids], summary)
-    _run(exp / "hotpotqa" / "g" / "fixed_k3", [_row(q, 0.25) for q in ids], summary)
-    _run(exp / "hotpotqa" / "g" / "uniform", [_row(q, 1.0) for q in ids[:3]], summary)
-    row = next(ln for ln in rr.headline_section(load_summaries(exp)).splitlines()
+    text = _headline(tmp_path, monkeypatch, {"dynakrag": (0.5, 12), "fixed_k3": (0.25, 12),
+                                              "uniform": (1.0, 3)})
+    row = next(ln for ln in text.splitlines()
                if ln.startswith("| hotpotqa |"))
     assert "| 12 | `fixed_k3` |" in row
