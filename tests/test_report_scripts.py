@@ -1,6 +1,7 @@
 """The report scripts read what runs recorded: diagnostic_table.py finds a generator's own and
 policy-transfer run folders, pairs two generators' rows by question, and carries each run's
-cost; results_readme.py's rates leave out rows replayed from the LLM cache."""
+cost; results_readme.py's rates leave out rows replayed from the LLM cache, and its Speed
+section renders each benchmark file's figures from whatever keys the file has."""
 import json
 
 import pytest
@@ -119,3 +120,172 @@ def test_headline_ignores_a_baseline_run_on_fewer_questions(tmp_path, monkeypatc
     row = next(ln for ln in text.splitlines()
                if ln.startswith("| hotpotqa |"))
     assert "| 12 | `fixed_k3` |" in row
+
+
+# -- Speed section: one renderer per results/benchmarks/*.json --------------------------------
+def _rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of the markdown table rows whose first cell is ``first_cell``."""
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines()
+            if ln.startswith(f"| {first_cell} |")]
+
+
+def test_bench_header_names_date_cpu_load_averages_and_command():
+    line = rr.bench_header({"date": "2026-12-01T01:00:00+00:00", "cpu_model": "EPYC", "cpus": 2,
+                            "command": "python benchmarks/x.py --n 5",
+                            "machine": {"loadavg_start": [0.5, 1, 1.25],
+                                        "loadavg_end": [2, 2, 2]}})
+    assert "2026-12-01T01:00:00+00:00" in line and "EPYC (2 CPUs)" in line
+    assert "0.50/1.00/1.25 at start, 2.00/2.00/2.00 at end" in line
+    assert "`python benchmarks/x.py --n 5`" in line
+    # controller.json's names (machine.loadavg_before/after), llama_builds' top-level ones
+    assert "1.00/1.00/1.00 at start" in rr.bench_header(
+        {"machine": {"loadavg_before": [1, 1, 1]}})
+    assert "3.00/3.00/3.00 at end" in rr.bench_header({"loadavg_end": [3, 3, 3], "cpu": "X"})
+    bare = rr.bench_header({})
+    assert "load average not recorded" in bare and "command not recorded" in bare
+
+
+def _method(wall, llm, n=2):
+    return {"totals": {"questions": n, "errors": 0, "wall_seconds": wall, "llm_seconds": llm,
+                       "reused_fraction": 0.25,
+                       "per_question": {"live_calls": 2.0, "prompt_tokens_sent": 800.0,
+                                        "prompt_tokens_evaluated": 600.0,
+                                        "completion_tokens": 10.0, "llm_seconds": llm / n,
+                                        "wall_seconds": wall / n}}}
+
+
+def test_prefix_reuse_states_the_wall_over_llm_target_per_method():
+    text = rr.prefix_reuse_section({"methods": {"fast": _method(10.5, 10.0),
+                                                "slow": _method(12.0, 10.0)}})
+    (fast,), (slow,) = _rows(text, "`fast`"), _rows(text, "`slow`")
+    assert fast[1:11] == ["2", "0", "2.0", "800", "600", "0.250", "10.0", "5.00", "5.25",
+                          "1.050"] and fast[11] == "met"
+    assert slow[10:12] == ["1.200", "not met"]
+    assert "met by 1 of 2 methods" in text
+
+
+def test_prefix_reuse_micro_table_per_call_kind_and_savings_per_token():
+    text = rr.prefix_reuse_section({"micro": {
+        "docs_per_prompt": 6, "max_tokens": 1,
+        "kinds": {"rewrite_same_docs": {"n": 3, "seconds_median": 0.5727,
+                                        "prompt_tokens_median": 602, "reused_median": 562,
+                                        "evaluated_median": 40}},
+        "savings": {"seconds_saved_per_reused_token_pair": 0.0130485,
+                    "seconds_per_evaluated_token_fit": 0.0130363,
+                    "rewrite_same_over_other_seconds": 0.0554}}})
+    assert _rows(text, "`rewrite_same_docs`") == [["`rewrite_same_docs`", "3", "0.573", "602",
+                                                   "562", "40"]]
+    assert "0.0130 s per evaluated prompt token" in text and "0.055 of the time" in text
+    assert "Per method" not in text  # no methods part in the file: no table
+
+
+def test_index_section_one_row_per_factory_with_mib_recall_and_mmap_figures():
+    text = rr.index_section({"n": 1000, "dim": 8, "k": 10, "indexes": [
+        {"factory": "IVF4,SQ8", "build_seconds": 2.04, "index_bytes": 3 * 2**20,
+         "build_peak_rss_mb": 40.4, "search_rss_mb": 5.0, "query_ms": 0.2264,
+         "query_ms_single": 0.3367, "recall@10": 0.9754, "mmap_load_seconds": 0.005,
+         "mmap_load_rss_mb": 2.8, "mmap_search_rss_mb": 4.0, "mmap_query_ms": 0.238,
+         "mmap_query_ms_single": 0.3123, "mmap_same_results": True},
+        {"factory": "HNSW8", "build_seconds": 1.0}]})  # an older file's shorter row
+    assert _rows(text, "`IVF4,SQ8`") == [["`IVF4,SQ8`", "2.0", "3.0", "40", "5",
+                                          "0.226 / 0.337", "0.975", "0.005", "2.8 / 4",
+                                          "0.238 / 0.312", "yes"]]
+    hnsw = _rows(text, "`HNSW8`")[0]
+    assert hnsw[1] == "1.0" and set(hnsw[2:]) <= {"-", "- / -"}
+    assert "1,000 vectors" in text
+
+
+def _parallel_run(config, rnd, wall):
+    return {"config": config, "round": rnd, "processes": 2 if config == "2x1" else 1,
+            "threads_each": 1 if config == "2x1" else 2, "questions_x_methods": 6, "errors": 0,
+            "loop_wall_seconds": wall, "per_hour": 3600 * 6 / wall, "llm_seconds": wall - 1,
+            "spawn_to_exit_seconds": wall + 20}
+
+
+def test_parallel_section_not_measured_partial_and_with_verdict():
+    assert "Not measured yet" in rr.parallel_section(None)
+    partial = rr.parallel_section({"settings": {"rounds": 1}, "runs": [_parallel_run("1x2", 0,
+                                                                                      120.0)]})
+    assert _rows(partial, "0") == [["0", "`1x2`", "1 x 2", "6", "0", "120.0", "180.0", "119.0",
+                                    "140.0"]]
+    assert "No verdict yet" in partial
+    done = rr.parallel_section({
+        "runs": [_parallel_run("1x2", 0, 120.0), _parallel_run("2x1", 0, 80.0)],
+        "summary": {"faster": "2x1", "speedup_2x1_over_1x2": 1.5,
+                    "f1_agreement": {"pairs": 6, "same_f1": 5}}})
+    assert len(_rows(done, "0")) == 2
+    assert "Verdict: `2x1` is faster" in done and "1.500" in done and "5 of 6" in done
+
+
+def test_controller_section_compares_decision_ms_with_the_target():
+    text = rr.controller_section({"verdict": {"target_ms": 2.0, "by_predictor": {
+        "library (FlatForest)": {"median_ms_by_size": {"3": 0.306, "12": 0.3743}},
+        "sklearn n_jobs=1": {"median_ms_by_size": {"3": 46.4688, "12": 47.3772}}}}})
+    assert _rows(text, "`library (FlatForest)`") == [
+        ["`library (FlatForest)`", "0.306", "0.374", "0.374", "yes"]]
+    assert _rows(text, "`sklearn n_jobs=1`")[0][-1] == "no"
+    # a file without the verdict: the per-size "decision: ..." timings
+    old = rr.controller_section({"sizes": {"6": {"timings": {
+        "decision: valid_actions + choose [library (FlatForest)]": {"median_ms": 2.5},
+        "state_features": {"median_ms": 0.04}}}}})
+    assert _rows(old, "`library (FlatForest)`") == [
+        ["`library (FlatForest)`", "2.500", "2.500", "no"]]
+
+
+def test_generator_and_llama_build_tables_give_tokens_per_second():
+    gen = rr.generators_section({"results": [
+        {"backend": "llama.cpp", "model": "m", "prompt_tokens": 440, "prompt_tok_s": 23.56,
+         "decode_tok_s": 8.78, "load_s": 2.03}],
+        "skipped": [{"backend": "transformers", "model": "big", "reason": "RAM"}]})
+    assert _rows(gen, "llama.cpp") == [["llama.cpp", "`m`", "440", "23.6", "8.8", "2.0"]]
+    assert "skipped transformers `big`: RAM" in gen
+    builds = rr.llama_builds_section({"builds": {
+        "portable": {"results": {"m": {"prompt_tok_s": 41.6, "decode_tok_s": 16.5}}},
+        "native": {"runs": False, "error": "illegal instruction"}}})
+    assert "| model | portable | native |" in builds
+    assert _rows(builds, "`m`") == [["`m`", "41.6 / 16.5", "- / -"]]
+    assert "`native` did not run: illegal instruction" in builds
+
+
+@pytest.mark.parametrize("render", list(rr.BENCH_RENDERERS.values()))
+@pytest.mark.parametrize("d", [
+    {}, {"methods": {"x": {}}, "micro": {"kinds": {"k": {}}, "savings": {}}},
+    {"indexes": [{}, "not a row"], "runs": [{}], "summary": {"faster": "2x1"}},
+    {"verdict": {"by_predictor": {"p": {}}}, "sizes": {"3": {}}, "builds": {"b": {}},
+     "results": [{}], "settings": {}, "machine": {"loadavg_start": "busy"}}])
+def test_every_renderer_survives_files_with_missing_keys(render, d):
+    text = render(d)
+    assert text.startswith("### ") and "`benchmarks/" in text.splitlines()[0]
+
+
+def test_speed_section_notes_unreadable_missing_and_unknown_files(tmp_path):
+    (tmp_path / "index.json").write_text('{"indexes": [')  # cut short while being written
+    (tmp_path / "other.json").write_text("{}")
+    text = rr.speed_section(tmp_path)
+    assert text.startswith("## Speed\n")
+    assert "`benchmarks/index.json`: unreadable" in text
+    assert "parallel.json`)\n\nNot measured yet" in text
+    assert "- `benchmarks/other.json` (see the file" in text
+    assert "controller.json" not in text  # absent files other than parallel.json: omitted
+
+
+def test_speed_section_renders_the_committed_benchmark_files():
+    bench = rr.ROOT / "benchmarks"
+    present = [n for n in rr.BENCH_RENDERERS if (bench / n).exists()]
+    assert present, "no benchmark file under results/benchmarks"
+    text = rr.speed_section(bench)
+    assert "not rendered" not in text and "unreadable" not in text
+    for name in present:
+        assert f"(`benchmarks/{name}`)" in text
+        d = json.loads((bench / name).read_text())
+        if d.get("date"):
+            assert d["date"] in text
+    if "prefix_reuse.json" in present:
+        d = json.loads((bench / "prefix_reuse.json").read_text())
+        for m in d.get("methods", {}):
+            (row,) = _rows(text, f"`{m}`")
+            assert row[11] in ("met", "not met")
+    if "index.json" in present:
+        d = json.loads((bench / "index.json").read_text())
+        for r in d["indexes"]:
+            assert len(_rows(text, f"`{r['factory']}`")) == 1
