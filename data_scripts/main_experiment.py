@@ -51,11 +51,14 @@ RUNS = {
     # The gain stop rule at lambda 0 never stops before a cap: the value model's choice of
     # actions alone, against uniform's random valid choice over the same horizon.
     "dynakrag-gain_lam0": ["--method", "dynakrag", "--lam", "0"],
+    # The gain stop rule at the lambda and veto threshold its own cross-validation chose.
+    "dynakrag-gain": ["--method", "dynakrag"],
 }
 GAIN_STOP, = POLICY_VARIANT_SUFFIXES  # find_policies leaves variants out unless asked
 # Runs whose policy is a variant, trained separately: results/policies/<dataset>-<generator>
 # <suffix>.joblib, made by the command shown when it is missing.
-POLICY_VARIANTS = {"dynakrag-gain_lam0": (GAIN_STOP, ["--stop-rule", "gain"])}
+POLICY_VARIANTS = {"dynakrag-gain_lam0": (GAIN_STOP, ["--stop-rule", "gain"]),
+                   "dynakrag-gain": (GAIN_STOP, ["--stop-rule", "gain"])}
 CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
 
 

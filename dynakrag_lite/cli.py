@@ -4,7 +4,7 @@
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N]
-                    [--save-data FILE.npz | --from-data FILE.npz]
+                    [--save-data FILE.npz | --from-data FILE.npz [--signal-from POLICY]]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -264,13 +264,16 @@ def _collection_run(args, dataset: str, config, generator_model_id: str | None) 
         "command": relative_command(args.argv)}
 
 
-def _from_data_problems(saved: dict, now: dict) -> list[str]:
+def _from_data_problems(saved: dict, now: dict, source: str = "file",
+                        skip: tuple[str, ...] = ()) -> list[str]:
     """Every setting of ``now`` (this run) that differs from ``saved`` (the file's run), as
-    "field: file X, this run Y". The split is not compared (serving another split is the
-    point), nor the continuation target (recomputed from stored components) or the command."""
+    "field: file X, this run Y" (``source`` names where ``saved`` came from; ``skip``: fields
+    it cannot know). The split is not compared (serving another split is the point), nor the
+    continuation target (recomputed from stored components) or the command."""
     from .policy import _embedder_key
     keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
             "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
+    keys = [k for k in keys if k not in skip]
     if now["index_factory"]:  # search parameters matter for an approximate index only
         keys += ["nprobe", "ef_search"]
     if now["continuation_target"] == "f1":  # which questions carry answer F1s
@@ -283,12 +286,163 @@ def _from_data_problems(saved: dict, now: dict) -> list[str]:
         if k == "embedder" and a is not None:
             a, b = _embedder_key(str(a)), _embedder_key(str(b))
         if a != b:
-            out.append(f"{k}: file {saved.get(k)!r}, this run {now.get(k)!r}")
+            out.append(f"{k}: {source} {saved.get(k)!r}, this run {now.get(k)!r}")
     conf = saved.get("config") or {}
     for k in COLLECTION_CONFIG_FIELDS:
         if k not in ("doc_chars", "per_action") and conf.get(k) != now["config"][k]:
-            out.append(f"config.{k}: file {conf.get(k)!r}, this run {now['config'][k]!r}")
+            out.append(f"config.{k}: {source} {conf.get(k)!r}, this run {now['config'][k]!r}")
     return out
+
+
+def _split_ids(questions, split: str, n_eval: int, split_seed: int, offset: int | None,
+               limit: int | None) -> tuple[list[str], list[str]]:
+    """(ids of the questions a run with these split options takes, in order; ids of the
+    split's evaluation questions): the split build_setup makes (pipeline.build_setup), then
+    --offset/--limit as _setup does."""
+    from .data import split_questions
+    train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
+    qs = {"train": train, "eval": evals, "all": questions}[split]
+    offset = offset or 0
+    if offset < 0 or (offset and offset >= len(qs)):
+        raise ValueError(f"--offset {offset}: the {split} split has {len(qs)} questions")
+    qs = qs[offset:]
+    return [q.id for q in (qs[:limit] if limit else qs)], [q.id for q in evals]
+
+
+def _recorded_train_args(command: str, where: str) -> argparse.Namespace:
+    """The options of a recorded ``python -m dynakrag_lite train ...`` command (a policy's
+    meta "command", written by storage.relative_command), parsed by this version's parser
+    (defaults filled in). ValueError naming ``where`` when it is not one."""
+    import contextlib
+    import io
+    import shlex
+    try:
+        tokens = shlex.split(command or "")
+    except ValueError as e:
+        raise ValueError(f"{where}: its recorded command cannot be read ({e})") from None
+    at = next((i for i, t in enumerate(tokens) if t.endswith("dynakrag_lite")), None)
+    if at is None or tokens[at + 1: at + 2] != ["train"]:
+        raise ValueError(f"{where}: its recorded command is not a train command: {command!r}")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = build_parser().parse_args(tokens[at + 1:])
+    except SystemExit:
+        why = (err.getvalue().strip().splitlines() or ["?"])[-1]
+        raise ValueError(f"{where}: this version cannot parse its recorded command ({why}): "
+                         f"{command}") from None
+    return ns
+
+
+def _same_file(recorded: str, path: Path) -> bool:
+    """``recorded`` (a path as a recorded command holds it: relative to the directory that
+    run started in, normally the project root) names ``path``."""
+    import os
+    rec = Path(os.path.normpath(recorded))
+    where = [rec] if rec.is_absolute() else [Path.cwd() / rec, RESULTS.parent / rec]
+    target = path.resolve()
+    return any(w.resolve() == target for w in where)
+
+
+def _signal_source(args, data, path: Path, shown: str, questions, dataset: str, now: dict
+                   ) -> tuple[object, dict, dict]:
+    """``--signal-from POLICY`` for a format-1 ``--from-data`` file (no run metadata, no
+    calibration states): (the policy's calibrated sufficiency signal, the file's run settings
+    as the policy records them, policy-meta extras).
+
+    The policy must be the one trained by the run that wrote the file: its recorded command
+    saved this very file (--save-data), and its train_ids, data_hash (sample features and
+    targets), prefix count and continuation target are the file's. Its settings (meta first;
+    what the meta lacks from its recorded command, parsed by this version's parser) must be
+    this run's, listed as in :func:`_from_data_problems`. The dataset hash is recorded by
+    neither, so the policy's split is re-made on this run's data instead and must give its
+    train_ids. Raises ValueError naming the files and every mismatching field."""
+    import os
+    import sklearn
+    from .policy import Policy, data_hash
+    pol = Policy.load(args.signal_from)  # a committed one is checked against its manifest
+    prov = pol.provenance()
+    pshown = relative_command([str(args.signal_from)], prefix="")
+    where = f"--signal-from {pshown}"
+    meta = pol.meta
+    lacks = [k for k in ("command", "train_ids", "data_hash", "dataset", "generator",
+                         "embedder", "doc_chars", "per_action") if meta.get(k) is None]
+    if lacks:
+        raise ValueError(f"{where}: its metadata lacks {lacks}, so it cannot vouch for "
+                         f"{shown}; collect the trajectories again with train --save-data")
+    ns = _recorded_train_args(meta["command"], where)
+    # 1. provenance: this policy was fitted, in the same run, on exactly this file
+    prov_problems = []
+    if ns.save_data is None:
+        prov_problems.append("save_data: its recorded command has no --save-data"
+                             + (f" (it read --from-data {ns.from_data})" if ns.from_data
+                                else ""))
+    elif not _same_file(ns.save_data, path):
+        prov_problems.append(f"save_data: policy {ns.save_data!r}, file {shown!r}")
+    ids = [str(q) for q in meta["train_ids"]]
+    if ids != list(data.questions):
+        common = len(set(ids) & set(data.questions))
+        prov_problems.append(
+            f"train_ids: policy {len(ids)} questions, file {len(data.questions)} ("
+            + ("the same ones in another order" if common == len(ids) == len(data.questions)
+               else f"{common} in common") + ")")
+    file_hash = data_hash(data)
+    if meta["data_hash"] != file_hash:
+        prov_problems.append(f"data_hash: policy {meta['data_hash']!r}, file {file_hash!r}")
+    for k, theirs in (("n_prefixes", len(data.prefixes)),
+                      ("continuation_target", data.continuation_target)):
+        if k in meta and meta[k] != theirs:
+            prov_problems.append(f"{k}: policy {meta[k]!r}, file {theirs!r}")
+    if prov_problems:
+        raise ValueError(f"{where} is not the policy trained by the run that wrote {shown}: "
+                         + "; ".join(prov_problems) + ". Pass the policy of the train run "
+                         f"whose --save-data wrote {shown}")
+    # 2. the file's run settings, as the policy records them, against this run's
+    config = _config(ns, dataset)
+    rf = meta.get("rf") or {}
+    run = {
+        "dataset": meta["dataset"], "generator": meta["generator"],
+        "generator_model_id": meta.get("generator_model_id"), "embedder": meta["embedder"],
+        "doc_chars": meta["doc_chars"], "per_action": meta["per_action"],
+        "config": {f: getattr(config, f) for f in COLLECTION_CONFIG_FIELDS},
+        "index_factory": ns.index_factory, "nprobe": ns.nprobe, "ef_search": ns.ef_search,
+        "corpus": ns.corpus, "corpus_sha256": None, "data_sha256": None,
+        "seed": rf.get("random_state", ns.seed),
+        "continuation_target": meta.get("continuation_target", ns.continuation_target),
+        "continuation_questions": ns.continuation_questions,
+        "sufficiency_signal": ns.sufficiency_signal if config.use_sufficiency else None,
+        "sufficiency_rule": ns.sufficiency_rule,
+        "calibration_questions": ns.calibration_questions,
+        "split": {"split": ns.split, "n_eval": ns.n_eval, "split_seed": ns.split_seed,
+                  "offset": ns.offset, "limit": ns.limit},
+        "command": meta["command"]}
+    problems = _from_data_problems(run, now, source="policy",
+                                   skip=("corpus_sha256", "data_sha256"))
+    here = os.path.relpath(Path(args.corpus).resolve()) if args.corpus else None
+    there = os.path.normpath(ns.corpus) if ns.corpus else None
+    if here != there:
+        problems.append(f"corpus: policy {there!r}, this run {here!r}")
+    if meta.get("sklearn") != sklearn.__version__:  # the learned signal is a forest too
+        problems.append(f"sklearn: policy {meta.get('sklearn')!r}, this run "
+                        f"{sklearn.__version__!r}")
+    if not problems:  # no data hash anywhere: the policy's split of this data is its train_ids
+        try:
+            again, _ = _split_ids(questions, ns.split, ns.n_eval, ns.split_seed, ns.offset,
+                                  ns.limit)
+        except ValueError as e:
+            again = [f"({e})"]
+        if again != ids:
+            problems.append(f"split: the policy's split (--n-eval {ns.n_eval} --split-seed "
+                            f"{ns.split_seed} --offset {ns.offset} --limit {ns.limit}) of this "
+                            f"run's data gives {len(set(again) & set(ids))} of its "
+                            f"{len(ids)} train_ids (other data than the policy's?)")
+    if problems:
+        raise ValueError(f"{shown} (run settings from {where}) was collected under other "
+                         "settings than this run: " + "; ".join(problems) + ". Run with the "
+                         "policy's settings (its recorded command) or collect again")
+    extra = {"signal_from": pshown, "signal_from_sha256": prov["sha256"],
+             "run_metadata_from": "signal_from"}
+    return pol.sufficiency if config.use_sufficiency else None, run, extra
 
 
 def _data_from_file(args):
@@ -296,7 +450,7 @@ def _data_from_file(args):
     ``train --from-data``: the file checked against this run's settings and cut to this
     split's training questions (after --offset/--limit). No index, no generator."""
     import hashlib
-    from .data import load_dataset, split_questions
+    from .data import load_dataset
     from .training_data import TrainingData
     path = Path(args.from_data)
     try:
@@ -305,32 +459,38 @@ def _data_from_file(args):
         raise ValueError(f"--from-data {args.from_data}: cannot read it ({e})") from None
     data = TrainingData.load_bytes(raw, path)  # hash exactly the bytes that are used
     shown = relative_command([str(path)], prefix="")
-    if not data.run:
+    if data.run and args.signal_from:
+        raise ValueError(f"--signal-from {relative_command([args.signal_from], prefix='')}: "
+                         f"{shown} has its own run metadata "
+                         "and calibration states (the signal is recalibrated from them); "
+                         "--signal-from is only for files written before those existed "
+                         "(format 1): drop it")
+    if not data.run and not args.signal_from:
         raise ValueError(f"{shown}: written before train --from-data existed, it lacks the "
                          "'run' metadata (dataset, generator, embedder, doc_chars, "
-                         "per_action, seed, ...) needed to check it against this run; collect "
-                         "the trajectories again with train --save-data")
+                         "per_action, seed, ...) needed to check it against this run; pass "
+                         "--signal-from POLICY.joblib, the policy trained by the train run "
+                         "that wrote it (its settings and calibrated sufficiency signal are "
+                         "then used), or collect the trajectories again with train --save-data")
     questions = load_dataset(args.data, data_root=args.data_dir)
     dataset = questions[0].dataset
     config = _config(args, dataset)
     now = _collection_run(args, dataset, config, None)
-    problems = _from_data_problems(data.run, now)
-    if problems:
-        raise ValueError(f"{shown} was collected under other settings than this run: "
-                         + "; ".join(problems) + ". Run with the file's settings or collect "
-                         "again (without --from-data)")
-    # The split build_setup makes (pipeline.build_setup), then --offset/--limit as _setup.
-    train, evals = split_questions(questions, min(args.n_eval, len(questions) // 2),
-                                   args.split_seed)
-    qs = {"train": train, "eval": evals, "all": questions}[args.split]
-    offset = args.offset or 0
-    if offset < 0 or (offset and offset >= len(qs)):
-        raise ValueError(f"--offset {offset}: the {args.split} split has {len(qs)} questions")
-    qs = qs[offset:]
-    wanted = [q.id for q in (qs[: args.limit] if args.limit else qs)]
+    source = None
+    if args.signal_from:
+        source = _signal_source(args, data, path, shown, questions, dataset, now)
+        data.run = source[1]
+    else:
+        problems = _from_data_problems(data.run, now)
+        if problems:
+            raise ValueError(f"{shown} was collected under other settings than this run: "
+                             + "; ".join(problems) + ". Run with the file's settings or "
+                             "collect again (without --from-data)")
+    wanted, eval_list = _split_ids(questions, args.split, args.n_eval, args.split_seed,
+                                   args.offset, args.limit)
     have = set(data.questions)
     want = set(wanted)
-    eval_ids = {q.id for q in evals} if args.split == "train" else set()
+    eval_ids = set(eval_list) if args.split == "train" else set()
     kept = [q for q in data.questions if q in want]
     if not kept:
         raise ValueError(f"{shown}: none of its {len(have)} questions is among this run's "
@@ -339,6 +499,7 @@ def _data_from_file(args):
               "moved_to_eval": len(have & eval_ids),  # dropped: now evaluation questions
               "not_selected": len(have - want - eval_ids),  # dropped by --offset/--limit
               "missing": len(want - have)}  # this run's questions the file never collected
+    file_ids = list(data.questions)
     data = data.subset(kept)
     if args.continuation_target != data.continuation_target:
         try:  # exact: the stored components give every target the file has answers for
@@ -347,6 +508,26 @@ def _data_from_file(args):
             raise ValueError(f"{shown}: field 'continuation_target' is "
                              f"{data.run.get('continuation_target')!r} in the file; "
                              f"{e}") from None
+    if source is not None:
+        # Not recalibrated (a format-1 file has no calibration states): the signal was
+        # calibrated on all the file's questions, so a dropped one may not be evaluated now.
+        signal, _, sig_extra = source
+        outside = [q for q in file_ids if q not in set(kept)]
+        leaked = [q for q in outside if q in set(eval_list) - want]
+        if leaked:
+            raise ValueError(f"--signal-from {sig_extra['signal_from']}: its sufficiency signal "
+                             f"was calibrated on all {len(have)} questions of {shown}, "
+                             f"{len(leaked)} of which are evaluation questions of this split "
+                             f"(e.g. {leaked[0]!r}); it cannot be recalibrated on the kept "
+                             "questions (a format-1 file has no calibration states). Train on "
+                             "the policy's split (its recorded command) or collect again with "
+                             "--save-data")
+        extra = {"from_data": shown, "from_data_sha256": hashlib.sha256(raw).hexdigest(),
+                 "from_data_questions": counts,
+                 "collection": {k: data.run.get(k) for k in ("command", "split")},
+                 "sufficiency_recalibrated": False, **sig_extra,
+                 "signal_train_ids_outside_training": outside}
+        return data, signal, dataset, extra, counts
     signal, recalibrated = None, False
     if config.use_sufficiency and args.sufficiency_signal != "text":
         table = data.calibration
@@ -365,7 +546,7 @@ def _data_from_file(args):
     extra = {"from_data": shown, "from_data_sha256": hashlib.sha256(raw).hexdigest(),
              "from_data_questions": counts,
              "collection": {k: data.run.get(k) for k in ("command", "split")},
-             "sufficiency_recalibrated": recalibrated}
+             "sufficiency_recalibrated": recalibrated, "run_metadata_from": "from_data"}
     return data, signal, dataset, extra, counts
 
 
@@ -373,11 +554,17 @@ def cmd_train(args) -> int:
     """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
     threshold by cross-validation (all on the training split), fit and save the policy.
     With --from-data: the trajectories (and the calibration states) come from a file saved
-    by --save-data, cut to this split's training questions; no model call."""
+    by --save-data, cut to this split's training questions; no model call. A format-1 file
+    (no run settings, no calibration states) needs --signal-from, the policy its run trained:
+    that policy's recorded settings stand for the file's and its signal is reused."""
     from .policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, \
         tune_continuation
     t0 = time.perf_counter()
     extra: dict = {}
+    if args.signal_from and not args.from_data:
+        raise ValueError("--signal-from POLICY.joblib only goes with --from-data FILE.npz (a "
+                         "file written before the run settings were saved); a collecting run "
+                         "calibrates its own sufficiency signal")
     if args.from_data:
         _check_control_args(args)
         data, signal, dataset, extra, counts = _data_from_file(args)
@@ -388,6 +575,13 @@ def cmd_train(args) -> int:
             print(f"note: {counts['moved_to_eval']} question(s) of {extra['from_data']} are "
                   f"evaluation questions of this split and were dropped; {counts['missing']} "
                   "training question(s) of this split have no trajectories there",
+                  file=sys.stderr)
+        outside = extra.get("signal_train_ids_outside_training")
+        if outside:
+            print(f"note: the sufficiency signal of {extra['signal_from']} was calibrated on "
+                  f"{len(outside)} question(s) outside this run's training questions (none "
+                  "of them an evaluation question of this split); the policy's meta lists "
+                  "them (signal_train_ids_outside_training): do not evaluate it on them",
                   file=sys.stderr)
         if extra["sufficiency_recalibrated"]:
             print("note: the sufficiency signal was recalibrated on the kept questions; the "
@@ -454,6 +648,9 @@ def cmd_train(args) -> int:
                       **({"from_data": extra["from_data"],
                           "from_data_questions": extra["from_data_questions"]}
                          if args.from_data else {}),
+                      **({"signal_from": extra["signal_from"],
+                          "signal_from_sha256": extra["signal_from_sha256"]}
+                         if args.signal_from else {}),
                       "seconds": round(time.perf_counter() - t0, 1)}))
     return 0
 
@@ -600,6 +797,12 @@ def build_parser() -> argparse.ArgumentParser:
                               "saved by --save-data (no model call, no index), cut to this "
                               "split's training questions (--n-eval, --offset, --limit); "
                               "refused when the file was collected under other settings")
+            p.add_argument("--signal-from", default=None, metavar="POLICY.joblib",
+                           help="with --from-data and a file written before it kept run "
+                           "settings and calibration states (format 1): the policy trained "
+                           "by the train run that wrote the file (its --save-data); its "
+                           "recorded settings are checked against this run and its calibrated "
+                           "sufficiency signal is reused as is (not recalibrated)")
             p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
             p.add_argument("--veto-threshold", type=float, default=None,
                            help="fix the veto threshold (no tuning)")

@@ -16,7 +16,10 @@
   features, SR and LLM-signal scores). With both, ``train --from-data FILE`` rebuilds a whole
   policy, calibrated signal included, without a model call, on any subset of the questions
   (another split's training part). Files written before these existed (format 1) still load,
-  with ``run == {}`` and no table; ``--from-data`` refuses them, naming what is missing.
+  with ``run == {}`` and no table; ``--from-data`` refuses them, naming what is missing,
+  unless ``--signal-from POLICY`` names the policy trained by the run that wrote the file
+  (checked: its --save-data, train_ids and data hash): its recorded settings then stand in
+  for ``run`` and its calibrated signal is reused as is (``cli._signal_source``).
 
 Continuation targets (the paper: "a random forest on trajectory prefixes estimating the answer
 utility of continuing"; the exact target is not stated):

@@ -273,3 +273,174 @@ def test_from_data_and_save_data_are_mutually_exclusive(collected, tmp_path, cap
               "--save-data", str(tmp_path / "t.npz")])
     assert e.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+# -- train --from-data FILE --signal-from POLICY: format-1 files -----------------------------
+def as_format_1(path: Path) -> Path:
+    """Rewrite a saved .npz in place as format 1 (what the committed trajectories are): no
+    'run' settings, no calibration table."""
+    with np.load(path) as z:
+        a = {k: z[k] for k in z.files if not k.startswith("c_")}
+    meta = json.loads(str(a["meta"]))
+    del meta["run"], meta["calibration"]
+    meta["format"] = 1
+    a["meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(path, **a)
+    return path
+
+
+@pytest.fixture(scope="module")
+def collected_v1(tmp_path_factory):
+    """Another real train run with --save-data, its file then made format 1: (policy, file),
+    the policy being the one trained by the run that wrote the file."""
+    folder = tmp_path_factory.mktemp("collected_v1")
+    pol, traj = folder / "orig.joblib", folder / "traj.npz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(generators_mod, "make_generator",
+                   lambda spec, cache=True, **kw: ScriptedGenerator())
+        assert main([*BASE, *SPLIT, "--out", str(pol), "--save-data", str(traj)]) == 0
+    as_format_1(traj)
+    return pol, traj
+
+
+def doctored(pol_path: Path, folder: Path, **meta) -> Path:
+    """A copy of a policy with some metadata changed (a policy of another run, as far as the
+    provenance checks can tell)."""
+    pol = Policy.load(pol_path)
+    pol.meta.update(meta)
+    return pol.save(folder / "doctored.joblib")
+
+
+def test_committed_style_format_1_file_has_no_run_or_calibration(collected_v1):
+    data = TrainingData.load(collected_v1[1])
+    assert data.run == {} and data.calibration is None and len(data.questions) == 8
+
+
+def test_format_1_file_with_its_own_policy_builds_a_gain_policy_with_that_signal(
+        collected, collected_v1, tmp_path, capsys, no_model):
+    import hashlib
+    src_path, traj = collected_v1
+    out = tmp_path / "gain.joblib"
+    code, res, err = run(capsys, [*BASE, *SPLIT, "--stop-rule", "gain", "--out", str(out),
+                                  "--from-data", str(traj), "--signal-from", str(src_path)])
+    assert code == 0, err
+    gen, setup = no_model
+    assert gen.calls == 0 and setup.calls == 0
+    src, new = Policy.load(src_path), Policy.load(out)
+    assert new.stop_rule == "gain" == res["stop_rule"] and src.stop_rule == "level"
+    # the signal is the source policy's, not recalibrated
+    X = TrainingData.load(collected[1]).calibration.features  # learned-signal features
+    assert new.sufficiency.describe() == src.sufficiency.describe()
+    assert same_signal(new.sufficiency, src.sufficiency, X)
+    # the same trajectories and seed: the same value model
+    data = TrainingData.load(traj)
+    Xs, _, _ = data.matrix()
+    np.testing.assert_array_equal(src.value_model.predict(Xs), new.value_model.predict(Xs))
+    m = new.meta
+    assert m["train_ids"] == src.meta["train_ids"] == data.questions
+    assert m["signal_from"].endswith("orig.joblib") and res["signal_from"] == m["signal_from"]
+    assert m["signal_from_sha256"] == hashlib.sha256(src_path.read_bytes()).hexdigest()
+    assert m["run_metadata_from"] == "signal_from" and not m["sufficiency_recalibrated"]
+    assert m["signal_train_ids_outside_training"] == []
+    assert m["from_data_sha256"] == hashlib.sha256(traj.read_bytes()).hexdigest()
+    assert m["collection"]["command"] == src.meta["command"]
+    assert m["collection"]["split"]["limit"] == 8
+    assert m["generator_model_id"] == src.meta["generator_model_id"]
+    assert m["tuning"]["grid"][0]["stop_rule"] == "gain"
+
+
+def test_format_1_file_without_signal_from_is_refused_naming_the_option(
+        collected_v1, tmp_path, capsys, no_model):
+    out = tmp_path / "p.joblib"
+    code, res, err = run(capsys, [*BASE, *SPLIT, "--out", str(out),
+                                  "--from-data", str(collected_v1[1])])
+    assert code == 2 and res is None and not out.exists()
+    assert "traj.npz" in err and "'run' metadata" in err and "--signal-from" in err
+
+
+def test_signal_from_is_refused_with_a_format_2_file_or_without_from_data(
+        collected, tmp_path, capsys, no_model):
+    pol, traj = collected
+    out = tmp_path / "p.joblib"
+    code, _, err = run(capsys, [*BASE, *SPLIT, "--out", str(out), "--from-data", str(traj),
+                                "--signal-from", str(pol)])
+    assert code == 2 and not out.exists()
+    assert "--signal-from" in err and "own run metadata" in err and "format 1" in err
+    code, _, err = run(capsys, [*BASE, *SPLIT, "--out", str(out), "--signal-from", str(pol)])
+    assert code == 2 and not out.exists() and "only goes with --from-data" in err
+
+
+@pytest.mark.parametrize("meta, field", [
+    ({"dataset": "musique"}, "dataset: policy 'musique', this run 'library'"),
+    ({"train_ids": None}, "train_ids: policy 7 questions, file 8"),  # None: drop the last
+    ({"data_hash": "0" * 16}, "data_hash: policy '0000000000000000'"),
+    ({"embedder": "all-mpnet-base-v2"}, "embedder: policy 'all-mpnet-base-v2'"),
+    ({"rf": {"n_estimators": 10, "min_samples_leaf": 2, "random_state": 7}},
+     "seed: policy 7, this run 13"),
+])
+def test_a_policy_of_another_run_is_refused_naming_the_field(
+        collected_v1, tmp_path, capsys, no_model, meta, field):
+    src_path, traj = collected_v1
+    if "train_ids" in meta:
+        meta = {"train_ids": Policy.load(src_path).meta["train_ids"][:-1]}
+    other = doctored(src_path, tmp_path, **meta)
+    out = tmp_path / "p.joblib"
+    code, res, err = run(capsys, [*BASE, *SPLIT, "--out", str(out), "--from-data", str(traj),
+                                  "--signal-from", str(other)])
+    assert code == 2 and res is None and not out.exists()
+    assert "traj.npz" in err and "doctored.joblib" in err and field in err
+
+
+def test_the_policy_of_another_save_data_file_is_refused(collected, collected_v1, tmp_path,
+                                                         capsys, no_model):
+    """The other fixture's run collected the very same trajectories (same questions, same
+    data hash) but saved them elsewhere: only its --save-data path tells them apart."""
+    out = tmp_path / "p.joblib"
+    code, _, err = run(capsys, [*BASE, *SPLIT, "--out", str(out), "--from-data",
+                                str(collected_v1[1]), "--signal-from", str(collected[0])])
+    assert code == 2 and not out.exists()
+    assert "save_data: policy '" in err and "collected0/traj.npz" in err
+    assert "train_ids" not in err and "data_hash" not in err
+
+
+@pytest.mark.parametrize("change, field", [
+    (["--doc-chars", "300"], "doc_chars: policy 600, this run 300"),
+    (["--continuation-questions", "5"], "continuation_questions: policy 6, this run 5"),
+    (["--calibration-questions", "5"], "calibration_questions: policy 4, this run 5"),
+    (["--max-steps", "3"], "config.max_steps: policy 4, this run 3"),
+])
+def test_this_runs_settings_are_checked_against_the_policys_record(
+        collected_v1, tmp_path, capsys, no_model, change, field):
+    """Fields the policy's meta lacks come from its recorded command."""
+    src_path, traj = collected_v1
+    out = tmp_path / "p.joblib"
+    code, _, err = run(capsys, [*BASE, *SPLIT, *change, "--out", str(out), "--from-data",
+                                str(traj), "--signal-from", str(src_path)])
+    assert code == 2 and not out.exists() and field in err and "orig.joblib" in err
+
+
+def test_signal_from_refuses_a_split_that_evaluates_its_calibration_questions(
+        collected_v1, tmp_path, capsys, no_model):
+    """--n-eval 20 moves 2 of the file's questions into evaluation: the signal (calibrated on
+    them, not recalibratable) would have seen their gold support."""
+    src_path, traj = collected_v1
+    out = tmp_path / "p.joblib"
+    code, _, err = run(capsys, [*BASE, "--n-eval", "20", "--limit", "8", "--out", str(out),
+                                "--from-data", str(traj), "--signal-from", str(src_path)])
+    assert code == 2 and not out.exists()
+    assert "2 of which are evaluation questions" in err and "orig.joblib" in err
+
+
+def test_signal_from_allows_fewer_training_questions_and_records_the_others(
+        collected_v1, tmp_path, capsys, no_model):
+    src_path, traj = collected_v1
+    out = tmp_path / "p6.joblib"
+    code, res, err = run(capsys, [*BASE, "--n-eval", "10", "--limit", "6", "--out", str(out),
+                                  "--from-data", str(traj), "--signal-from", str(src_path)])
+    assert code == 0, err
+    src, new = Policy.load(src_path), Policy.load(out)
+    file_ids = TrainingData.load(traj).questions
+    assert new.meta["train_ids"] == file_ids[:6]
+    assert new.meta["signal_train_ids_outside_training"] == file_ids[6:]
+    assert new.sufficiency.describe() == src.sufficiency.describe()
+    assert "2 question(s) outside this run's training questions" in err
