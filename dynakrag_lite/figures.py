@@ -19,7 +19,10 @@ hand-built states of :func:`validity_cases`).
   tokens against F1, and SR), one annotated point per lambda, the Pareto front connected,
   baselines as separate markers (:func:`pareto_front` picks the front);
   :func:`annotate_lambdas` labels the points of any such curve on an axes of one's own, with
-  labels of nearby points staggered apart (:func:`place_labels`).
+  labels of nearby points staggered apart (:func:`place_labels`);
+* :func:`stop_rule_sweeps_figure`: the λ sweeps of ``data_scripts/stop_rule.py`` reports, one
+  panel per dataset, F1 against tokens, one line per stop rule, the chosen λ ringed and the
+  Pareto front of both rules marked (tidy rows from :func:`~.results.stop_rule_table`).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
@@ -515,7 +519,9 @@ LABEL_COLOR = "#08306b"
 
 def annotate_lambdas(ax: Axes, points: Iterable[tuple[float, float]], lams: Iterable[float],
                      *, color: str = LABEL_COLOR, fontsize: float = 7.5, below: bool = False,
-                     clearance: float = 3.0, gid: str | None = None) -> list[Annotation]:
+                     clearance: float = 3.0, gid: str | None = None,
+                     avoid: Iterable[tuple[float, ...]] = (),
+                     inside: bool = False, nearest: bool = False) -> list[Annotation]:
     """Label each sweep point with its lambda, without labels overlapping.
 
     Lambdas on the same point share one :func:`lambda_label`; points that are close on screen
@@ -524,8 +530,13 @@ def annotate_lambdas(ax: Axes, points: Iterable[tuple[float, float]], lams: Iter
     for the second to put its labels under its points first). Placement is measured in
     display space: call it once the axes limits and the layout are final (after
     ``fig.tight_layout()``). ``clearance``: the half-width in points, around every labelled
-    point, that labels keep free (the marker's radius; raise it for big markers). Non-finite
-    points are skipped. Returns the annotations."""
+    point, that labels keep free (the marker's radius; raise it for big markers; below
+    ``LABEL_GAP - LABEL_PAD`` a label can sit at the nearest spot); ``avoid``: further points
+    in data coordinates kept free too (another curve's points, a ring around a point), as
+    ``(x, y)`` with the same half-width or ``(x, y, half-width in points)``; ``inside``:
+    keep the labels within the axes (at the price of moving them further out); ``nearest``:
+    keep each label no nearer to another point than to its own (see :func:`place_labels`).
+    Non-finite points are skipped. Returns the annotations."""
     at: dict[tuple[float, float], list[float]] = {}
     for (x, y), lam in zip(points, lams):
         if _finite(x, y):
@@ -533,7 +544,8 @@ def annotate_lambdas(ax: Axes, points: Iterable[tuple[float, float]], lams: Iter
     anns = [ax.annotate(lambda_label(*ls), (x, y), xytext=(4, 4), textcoords="offset points",
                         fontsize=fontsize, color=color, gid=gid)
             for (x, y), ls in at.items()]
-    place_labels(anns, below=below, clearance=clearance)
+    place_labels(anns, below=below, clearance=clearance, avoid=avoid, inside=inside,
+                 nearest=nearest)
     return anns
 
 
@@ -543,16 +555,23 @@ LABEL_GAP, LABEL_PAD, LABEL_LEVELS = 4.0, 1.0, 10
 
 
 def place_labels(annotations: Sequence[Annotation], below: bool = False,
-                 clearance: float = 3.0) -> None:
+                 clearance: float = 3.0, avoid: Iterable[tuple[float, ...]] = (),
+                 inside: bool = False, nearest: bool = False) -> None:
     """Move each annotation (text offset in points from its point) to the first free spot.
 
     Spots are tried nearest first: right of the point above (``below``: under) it, then on
     the other vertical side, then left of the point, then one label height further out, and
     so on. A spot is free when its box, padded by ``LABEL_PAD`` points, overlaps no label
-    placed before it, no other text on the same axes and no annotated point (a square of
-    half-width ``clearance`` points around it). Annotations are placed left to right; one
-    with no free spot keeps the spot of least overlap. Call again after the axes are resized
-    (the offsets are in points, the distances between points are not)."""
+    placed before it, no other text on the same axes and no annotated point, nor any point of
+    ``avoid`` (a square of half-width ``clearance`` points around each; an ``avoid`` point
+    given as ``(x, y, half-width)`` in data coordinates and points brings its own),
+    and (``inside``) lies within the axes, and (``nearest``) lies no nearer to another point,
+    annotated or avoided, than to its own (so that a label under a neighbour is not read as
+    the neighbour's). Annotations are placed left to right; one with no free spot keeps the
+    spot of least overlap (a spot outside the axes or nearer to another point counted as
+    overlapping by the label's area outside, or by its whole area).
+    Call again after the axes are resized (the offsets are in points, the distances between
+    points are not)."""
     anns = [a for a in annotations if a.get_text()]
     if not anns:
         return
@@ -565,7 +584,13 @@ def place_labels(annotations: Sequence[Annotation], below: bool = False,
                  if id(t) not in mine and t.get_visible() and t.get_text()]
     dots = [ax.transData.transform(a.xy) for a in anns]
     r = clearance * to_px
-    obstacles += [Bbox.from_extents(x - r, y - r, x + r, y + r) for x, y in dots]
+    squares = [(x, y, r) for x, y in dots]
+    for p in avoid:
+        if _finite(*p):
+            x, y = ax.transData.transform(p[:2])
+            squares.append((x, y, float(p[2]) * to_px if len(p) > 2 else r))
+    obstacles += [Bbox.from_extents(x - h, y - h, x + h, y + h) for x, y, h in squares]
+    frame = ax.get_window_extent() if inside else None
     vertical = (-1, 1) if below else (1, -1)
     order = sorted(range(len(anns)), key=lambda i: (dots[i][0], dots[i][1]))
     for i in order:
@@ -576,13 +601,25 @@ def place_labels(annotations: Sequence[Annotation], below: bool = False,
         step = ann.get_window_extent().height / to_px + LABEL_PAD
         best, best_cost = None, math.inf
         for spot in _spots(step, vertical):
-            box = _set_spot(ann, spot).padded(to_px * LABEL_PAD)
+            drawn = _set_spot(ann, spot)
+            box = drawn.padded(to_px * LABEL_PAD)
             cost = sum(_overlap_area(box, o) for o in obstacles)
+            if frame is not None:  # the part of the label outside the axes
+                cost += drawn.width * drawn.height - _overlap_area(drawn, frame)
+            if nearest:
+                own = _box_distance(drawn, *dots[i])
+                if any(_box_distance(drawn, x, y) < own - 0.5 for x, y, _ in squares):
+                    cost += drawn.width * drawn.height
             if cost < best_cost:
                 best, best_cost = spot, cost
                 if cost == 0:
                     break
         obstacles.append(_set_spot(ann, best))
+
+
+def _box_distance(box: Bbox, x: float, y: float) -> float:
+    """Distance from the point (x, y) to the box, 0 inside it (display units)."""
+    return math.hypot(max(box.x0 - x, 0.0, x - box.x1), max(box.y0 - y, 0.0, y - box.y1))
 
 
 def _spots(step: float, vertical: tuple[int, int]):
@@ -717,8 +754,193 @@ def lambda_sweep_figure(frame: Any,
     return fig
 
 
+# One style per stop rule (policy.STOP_RULES): the paper's level rule as hollow squares, the
+# gain rule as dots; another rule gets the fallback.
+RULE_STYLES = {"level": {"color": "#e6550d", "marker": "s", "ms": 8.0, "mfc": "none",
+                         "mew": 1.5},
+               "gain": {"color": "#3182bd", "marker": "o", "ms": 5.0, "mew": 0.5}}
+_RULE_FALLBACK = {"color": "#636363", "marker": "^", "ms": 6.0, "mew": 0.5}
+RING_GROW, RING_WIDTH = 5.0, 1.8  # the ring around a chosen point: marker size + this, in pt
+# a grey band with a halo on each front point (a front of one point still shows)
+PARETO_STYLE = {"color": "#bdbdbd", "lw": 6.0, "alpha": 0.6, "solid_capstyle": "round",
+                "marker": "o", "ms": 19.0, "mec": "none"}
+
+
+def _stop_rule_rows(report: Any, dataset: str | None) -> tuple[list[dict], int | None]:
+    """Tidy rows (results.stop_rule_table's columns) of a report or of a table given as is,
+    and the number of training questions (the report's ``questions``; None if unknown)."""
+    n_train = (report.get("questions") if isinstance(report, Mapping)
+               else getattr(report, "attrs", {}).get("questions"))
+    if isinstance(report, Mapping) and "rules" in report:
+        from .results import stop_rule_table  # pandas and the results reader: only here
+        rows = stop_rule_table(report, dataset=dataset).to_dict("records")
+    else:
+        rows = report.to_dict("records") if hasattr(report, "to_dict") else \
+            [dict(r) for r in report]
+        if dataset is not None:
+            rows = [{**r, "dataset": dataset} for r in rows]
+    if not rows:
+        raise ValueError("a stop-rule table without rows")
+    if len({r.get("dataset") for r in rows}) > 1:
+        raise ValueError("a stop-rule table of several datasets: pass one per panel")
+    missing = {"rule", "lam", "tokens", "f1", "chosen"} - set(rows[0])
+    if missing:
+        raise ValueError(f"stop-rule table lacks column(s) {sorted(missing)}")
+    for rule in dict.fromkeys(r["rule"] for r in rows):
+        taus = {float(r["veto_threshold"]) for r in rows
+                if r["rule"] == rule and "veto_threshold" in r}
+        if len(taus) > 1:  # one lambda would be drawn once per threshold
+            raise ValueError(f"rule {rule!r} has rows at {len(taus)} veto thresholds; pass "
+                             "the chosen threshold's rows (stop_rule_table's default)")
+    return rows, (int(n_train) if n_train is not None else None)
+
+
+def _leader_lines(anns: Sequence[Annotation], color: str, gid: str | None,
+                  shrink: float) -> list[Annotation]:
+    """A thin line from each label placed beyond the nearest spot (``place_labels`` moved it
+    at least one label height away) to its point: an empty annotation, offset in points like
+    the label, so it follows the label through any later resize. Its end is the label's
+    anchored corner, the corner facing the point."""
+    out = []
+    for a in anns:
+        dx, dy = a.xyann
+        if abs(dy) <= LABEL_GAP + 0.5:  # the nearest spot: the label touches its point
+            continue
+        out.append(a.axes.annotate(
+            "", a.xy, xytext=(dx, dy), textcoords="offset points", gid=gid,
+            zorder=6, arrowprops={"arrowstyle": "-", "color": color, "lw": 0.7,
+                                  "alpha": 0.9, "shrinkA": 0.5, "shrinkB": shrink}))
+    return out
+
+
+def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | None = None,
+                            title: str | None = None, ncols: int | None = None,
+                            panel_size: tuple[float, float] = (4.8, 3.9)) -> Figure:
+    """The λ sweeps of several datasets' stop-rule reports, one panel per dataset.
+
+    ``reports``: per dataset, a ``data_scripts/stop_rule.py`` report (the JSON, read) or its
+    :func:`~.results.stop_rule_table`. Each panel plots the cross-validated F1 against mean
+    tokens per question: one line per stop rule through its λ values in increasing order (at
+    the veto threshold τ the rule chose, given in the panel title), every λ labelled by
+    :func:`annotate_lambdas` (λ values on one point share the label; labels of both rules
+    kept apart, inside the panel, off every marker and nearer to their own point than to
+    any other, with a leader line when set apart), the chosen (λ, τ) of each rule ringed in
+    its colour, and the :func:`pareto_front` of all of the panel's points, both rules
+    together, drawn as a grey band with a halo on each front point. ``datasets`` overrides
+    the panel names (default: each report's dataset). Panels fill ``ncols`` columns
+    (default: two, one for a single report), row by row; the one legend of the figure takes a
+    free panel slot if there is one (three datasets in a 2 x 2 grid), else a line under the
+    panels; ``panel_size``: (width, height) of one panel in inches.
+
+    Artists carry gids: ``sweep:<dataset>:<rule>`` (a rule's line and points),
+    ``chosen:<dataset>:<rule>``, ``pareto:<dataset>``, ``lambda:<dataset>:<rule>`` (the
+    labels), ``leader:<dataset>:<rule>`` (the lines to labels set apart from their points)."""
+    if not reports:
+        raise ValueError("no stop-rule reports to draw")
+    if datasets is not None and len(datasets) != len(reports):
+        raise ValueError(f"{len(datasets)} dataset names for {len(reports)} reports")
+    tables = [_stop_rule_rows(rep, None if datasets is None else datasets[i])
+              for i, rep in enumerate(reports)]
+    ncols = max(1, min(ncols or 2, len(tables)))
+    nrows = math.ceil(len(tables) / ncols)
+    fig = Figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows + 0.5))
+    grid = fig.subplots(nrows, ncols, squeeze=False)
+    slots = [ax for row in grid for ax in row]
+    axes, spare = slots[:len(tables)], slots[len(tables):]
+    for ax in spare:
+        ax.set_axis_off()
+    labelled = []  # per axes: [(points, lambdas, options)], labelled once the layout is known
+    for ax, (rows, n_train) in zip(axes, tables):
+        name = str(rows[0].get("dataset") or "?")
+        curves = {}
+        for r in rows:
+            if _finite(r["tokens"], r["f1"]):
+                curves.setdefault(r["rule"], []).append(r)
+        every = [(float(r["tokens"]), float(r["f1"])) for c in curves.values() for r in c]
+        front = pareto_front(every)
+        ax.plot([every[i][0] for i in front], [every[i][1] for i in front], "-", zorder=1,
+                gid=f"pareto:{name}", label="Pareto front (both rules)", **PARETO_STYLE)
+        mine, taus, rings = [], [], []
+        for k, (rule, c) in enumerate(curves.items()):
+            c = sorted(c, key=lambda r: float(r["lam"]))
+            st = RULE_STYLES.get(rule, _RULE_FALLBACK)
+            xs, ys = [float(r["tokens"]) for r in c], [float(r["f1"]) for r in c]
+            ax.plot(xs, ys, "-", lw=1.2, zorder=3 + k, gid=f"sweep:{name}:{rule}",
+                    label=f"{rule} rule, one point per λ", **st)
+            for r, x, y in zip(c, xs, ys):
+                if r["chosen"]:
+                    ax.plot([x], [y], linestyle="none", marker=st["marker"],
+                            ms=st["ms"] + RING_GROW, mfc="none", mec=st["color"],
+                            mew=RING_WIDTH, zorder=5, gid=f"chosen:{name}:{rule}",
+                            label=f"{rule} rule: λ chosen by cross-validation")
+                    rings.append((x, y, (st["ms"] + RING_GROW + RING_WIDTH) / 2))
+            if "veto_threshold" in c[0]:
+                taus.append(f"{rule} τ={float(c[0]['veto_threshold']):g}")
+            half = (st["ms"] + st["mew"]) / 2  # the marker's half-width in points
+            mine.append((list(zip(xs, ys)), [float(r["lam"]) for r in c], rule, st["color"],
+                         half))
+        scored = max((int(r.get("n_questions") or 0) for r in rows), default=0)
+        ax.set_title(name + (f": F1 on {scored}" + (f" of {n_train}" if n_train else "")
+                             + " training questions" if scored else "")
+                     + ("\n" + ", ".join(taus) if taus else ""), fontsize=9)
+        ax.set_xlabel("mean tokens per question (cost)")
+        ax.set_ylabel("F1 (cross-validated)")
+        ax.margins(x=0.12, y=0.28)
+        ax.grid(alpha=0.3)
+        jobs = []
+        for j, (points, lams, rule, color, half) in enumerate(mine):
+            # labels keep off every marker and ring of the panel, each by its own size
+            others = [(x, y, m[4] + 0.2) for i, m in enumerate(mine) if i != j
+                      for x, y in m[0]] + rings
+            jobs.append((points, lams, {"color": color, "fontsize": 7.0, "below": j % 2 == 1,
+                                        "clearance": half + 0.2, "avoid": others,
+                                        "inside": True, "nearest": True,
+                                        "gid": f"lambda:{name}:{rule}"}))
+        labelled.append((ax, jobs))
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    order = sorted(seen, key=lambda lab: (not lab.startswith("Pareto"), lab))  # rule by rule
+    # the front's halo is drawn big to show behind the rings; its legend entry needs less
+    handles = [Line2D([], [], **{**PARETO_STYLE, "ms": 10.0}) if k.startswith("Pareto")
+               else seen[k] for k in order]
+    if spare:
+        spare[0].legend(handles, order, loc="center", fontsize=8, frameon=False,
+                        borderaxespad=0)
+        rect = (0, 0, 1, 0.97)
+    else:
+        fig.legend(handles, order, loc="lower center", ncol=min(len(order), 3), fontsize=7.5,
+                   frameon=False)
+        rect = (0, 0.3 / fig.get_figheight() * (1 + (len(order) > 3)), 1, 0.97)
+    fig.suptitle(title or "λ sweep per dataset: F1 against tokens (cross-validated replays)",
+                 fontsize=10)
+    # As in lambda_sweep_figure: place the labels once the axes have their final size, then
+    # redo the placement until a layout leaves every panel's labels apart.
+    fig.tight_layout(rect=rect)
+    anns = [[annotate_lambdas(ax, points, lams, **opts) for points, lams, opts in jobs]
+            for ax, jobs in labelled]
+    for a in (a for panel in anns for per in panel for a in per):
+        # over the lines, on a faint white ground: a line through a label leaves it readable
+        a.set_zorder(7)
+        a.set_bbox({"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.75})
+    for _ in range(3):
+        fig.tight_layout(rect=rect)
+        if not any(overlapping_labels([a for per in panel for a in per]) for panel in anns):
+            break
+        for (ax, jobs), panel in zip(labelled, anns):
+            for (_, _, opts), per in zip(jobs, panel):
+                place_labels(per, below=opts["below"], clearance=opts["clearance"],
+                             avoid=opts["avoid"], inside=True, nearest=True)
+    for (ax, jobs), panel in zip(labelled, anns):
+        for (_, _, opts), per in zip(jobs, panel):
+            _leader_lines(per, opts["color"], opts["gid"].replace("lambda:", "leader:", 1),
+                          shrink=opts["clearance"])
+    return fig
+
+
 __all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "action_kind", "annotate_lambdas",
            "branching_tree_figure", "control_loop_figure", "evidence_state_figure",
            "lambda_label", "lambda_sweep_figure", "overlapping_labels", "pareto_front",
-           "place_labels", "summarize_field", "validity_cases", "validity_grid_figure",
-           "validity_matrix"]
+           "place_labels", "stop_rule_sweeps_figure", "summarize_field", "validity_cases",
+           "validity_grid_figure", "validity_matrix"]

@@ -20,6 +20,11 @@ when it resumes).
 arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),
 the ablation F1s, the retrieval-cap sweep and the GPT-4o-mini transfer F1. They are facts
 quoted from the paper, kept here so the book can put them next to ours.
+
+:func:`stop_rule_table` turns the cross-validated stop-rule report of
+``data_scripts/stop_rule.py`` (``results/diagnostics/<dataset>-<generator>-stop-rule.json``)
+into one tidy row per (stop rule, λ); :func:`~dynakrag_lite.figures.stop_rule_sweeps_figure`
+draws it.
 """
 from __future__ import annotations
 
@@ -222,6 +227,61 @@ def find_policies(dataset: str | None = None, root: str | Path = "results/polici
     found = sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
     return found if variants else [p for p in found
                                    if not p.stem.endswith(POLICY_VARIANT_SUFFIXES)]
+
+
+# -- stop-rule reports (data_scripts/stop_rule.py) ------------------------------------------
+STOP_RULE_COLUMNS = ("dataset", "generator", "rule", "lam", "veto_threshold", "f1", "sr",
+                     "tokens", "early", "vetoes", "n_questions", "chosen")
+
+
+def stop_rule_table(report: Mapping, dataset: str | None = None,
+                    all_thresholds: bool = False) -> pd.DataFrame:
+    """A stop-rule report (the JSON of ``data_scripts/stop_rule.py``, read with ``json``) as
+    one tidy row per (stop rule, λ), at the veto threshold τ that rule's cross-validation chose
+    (``all_thresholds=True``: every (λ, τ) of both grids). Columns
+    :data:`STOP_RULE_COLUMNS`: the cross-validated answer F1, support recall ``sr``, mean
+    tokens per question, ``early`` (the fraction of questions stopped before the step cap),
+    mean ``vetoes``, ``n_questions`` (the held-out questions scored: those collected with
+    answer calls) and ``chosen`` (the (λ, τ) the rule picked: one row per rule).
+
+    ``dataset`` and ``generator`` come from the report's trajectories file,
+    ``<dataset>-<generator>.npz`` (``dataset`` overrides; a dataset name has no hyphen).
+    ``attrs`` keeps the report's ``questions`` (training questions), ``folds``, ``metric``
+    and ``trajectories``. Pure: reads nothing but ``report``."""
+    rules = report.get("rules")
+    if not isinstance(rules, Mapping) or not rules:
+        raise ValueError("not a stop-rule report: no 'rules' (data_scripts/stop_rule.py "
+                         "writes one)")
+    stem = Path(str(report.get("trajectories") or "")).stem
+    if dataset is None:
+        dataset = stem.split("-", 1)[0] or None
+    generator = stem[len(dataset) + 1:] if dataset and stem.startswith(f"{dataset}-") else None
+    if not generator and "-" in stem:
+        generator = stem.split("-", 1)[1]
+    out = []
+    for rule, r in rules.items():
+        lam, tau = float(r["lam"]), float(r["veto_threshold"])
+        rows = [g for g in r["grid"]
+                if all_thresholds or math.isclose(float(g["veto_threshold"]), tau)]
+        chosen = [math.isclose(float(g["lam"]), lam) and
+                  math.isclose(float(g["veto_threshold"]), tau) for g in rows]
+        if sum(chosen) != 1:
+            raise ValueError(f"rule {rule!r}: its chosen pair λ={lam:g}, τ={tau:g} is "
+                             f"{'missing from' if not any(chosen) else 'repeated in'} its grid")
+        for g, c in zip(rows, chosen):
+            out.append({"dataset": dataset, "generator": generator, "rule": rule,
+                        "lam": float(g["lam"]), "veto_threshold": float(g["veto_threshold"]),
+                        **{k: float(g.get(k, math.nan)) for k in
+                           ("f1", "sr", "tokens", "early", "vetoes")},
+                        "n_questions": int(g.get("n_questions", 0)), "chosen": c})
+    df = pd.DataFrame(out, columns=list(STOP_RULE_COLUMNS))
+    order = {rule: i for i, rule in enumerate(rules)}
+    df = df.sort_values(["rule", "veto_threshold", "lam"],
+                        key=lambda c: c.map(order) if c.name == "rule" else c,
+                        kind="stable").reset_index(drop=True)
+    df.attrs.update({k: report[k] for k in ("questions", "folds", "metric", "trajectories")
+                     if k in report})
+    return df
 
 
 def transfer_runs(summaries: pd.DataFrame) -> pd.DataFrame:

@@ -1,11 +1,13 @@
 """The book's concept figures (dynakrag_lite.figures): each returns a Figure holding the labelled
 elements it promises, computed from the library's definitions (no model, no retriever)."""
 from dataclasses import fields, replace
+from pathlib import Path
 
 import matplotlib
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from dynakrag_lite import figures as F
 from dynakrag_lite.config import ControlConfig
@@ -333,3 +335,210 @@ def test_annotate_lambdas_keeps_two_curves_on_one_axes_apart():
     _assert_labels_apart(first + second)
     assert F.overlapping_labels(first + second) == []
     assert second[0].get_position()[1] < 0  # below its point, as asked
+
+
+# -- the lambda sweeps of data_scripts/stop_rule.py reports, one panel per dataset ----------
+REPO = Path(__file__).resolve().parents[1]
+STOP_RULE_DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
+    """A report shaped like data_scripts/stop_rule.py's: each rule's grid at two veto
+    thresholds, the chosen pair marked ``best``. The level rule stops at one point for every
+    lambda; the gain rule walks from the costly to the cheap end."""
+    def row(rule, lam, tau, f1, tokens, best=False):
+        return {"lam": lam, "veto_threshold": tau, "f1": f1 + shift, "sr": 0.6 + f1,
+                "tokens": tokens, "early": 0.5, "vetoes": 0.1, "n_questions": 20,
+                "best": best, "metric": "f1", "stop_rule": rule}
+    level = [row("level", lam, tau, 0.30 if tau == 0.05 else 0.25, 600.0,
+                 best=(lam, tau) == (0.0, 0.05))
+             for tau in (0.0, 0.05) for lam in (0.0, 1e-5, 1e-4, 1e-3)]
+    gain_curve = [(0.0, 0.22, 1900.0), (1e-4, 0.24, 1800.0), (1e-3, 0.33, 1100.0),
+                  (5e-3, 0.30, 600.0)]
+    gain = [row("gain", lam, tau, f1 - (0.05 if tau == 0.0 else 0.0), tok,
+                best=(lam, tau) == (1e-3, 0.05))
+            for tau in (0.0, 0.05) for lam, f1, tok in gain_curve]
+    return {"trajectories": f"results/trajectories/{dataset}-qwen2.5-coder-0.5b.npz",
+            "questions": 50, "samples": 900, "metric": "f1", "folds": 5,
+            "rules": {"level": {"lam": 0.0, "veto_threshold": 0.05, "grid": level},
+                      "gain": {"lam": 1e-3, "veto_threshold": 0.05, "grid": gain}}}
+
+
+def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold():
+    from dynakrag_lite.results import STOP_RULE_COLUMNS, stop_rule_table
+    t = stop_rule_table(_stop_rule_report())
+    assert tuple(t.columns) == STOP_RULE_COLUMNS
+    assert set(t.dataset) == {"toyqa"} and set(t.generator) == {"qwen2.5-coder-0.5b"}
+    assert list(t.rule) == ["level"] * 4 + ["gain"] * 4  # the report's rule order
+    assert (t.veto_threshold == 0.05).all()  # only the threshold each rule chose
+    assert list(t[t.rule == "gain"].lam) == [0.0, 1e-4, 1e-3, 5e-3]  # sorted by lambda
+    chosen = t[t.chosen]
+    assert list(zip(chosen.rule, chosen.lam)) == [("level", 0.0), ("gain", 1e-3)]
+    assert chosen.set_index("rule").loc["gain", ["f1", "tokens"]].tolist() == [0.33, 1100.0]
+    assert t.attrs["questions"] == 50 and t.attrs["folds"] == 5
+    every = stop_rule_table(_stop_rule_report(), dataset="renamed", all_thresholds=True)
+    assert len(every) == 16 and set(every.dataset) == {"renamed"}
+    assert every.chosen.sum() == 2  # still one chosen pair per rule
+
+
+def test_stop_rule_table_refuses_a_report_whose_choice_is_not_in_its_grid():
+    from dynakrag_lite.results import stop_rule_table
+    report = _stop_rule_report()
+    report["rules"]["gain"]["lam"] = 0.02
+    with pytest.raises(ValueError, match="missing from"):
+        stop_rule_table(report)
+    with pytest.raises(ValueError, match="not a stop-rule report"):
+        stop_rule_table({"questions": 3})
+
+
+def test_stop_rule_sweeps_draw_one_panel_per_dataset_with_each_rules_line_choice_and_front():
+    reports = [_stop_rule_report("aqa"), _stop_rule_report("bqa", shift=0.1)]
+    fig = F.stop_rule_sweeps_figure(reports)
+    render(fig)
+    assert len(fig.axes) == 2  # side by side, the legend under them
+    for ds, ax, shift in (("aqa", fig.axes[0], 0.0), ("bqa", fig.axes[1], 0.1)):
+        assert ax.get_title().startswith(f"{ds}: F1 on 20 of 50 training questions")
+        assert "level τ=0.05, gain τ=0.05" in ax.get_title()
+        (gain,) = _by_gid(fig, f"sweep:{ds}:gain")
+        assert list(gain.get_xdata()) == [1900.0, 1800.0, 1100.0, 600.0]  # by lambda
+        assert list(gain.get_ydata()) == pytest.approx([0.22 + shift, 0.24 + shift,
+                                                        0.33 + shift, 0.30 + shift])
+        (level,) = _by_gid(fig, f"sweep:{ds}:level")
+        assert list(level.get_xdata()) == [600.0] * 4
+        (ring,) = _by_gid(fig, f"chosen:{ds}:gain")
+        assert (ring.get_xdata()[0], ring.get_ydata()[0]) == pytest.approx((1100.0,
+                                                                           0.33 + shift))
+        (ring,) = _by_gid(fig, f"chosen:{ds}:level")
+        assert (ring.get_xdata()[0], ring.get_ydata()[0]) == pytest.approx((600.0,
+                                                                           0.30 + shift))
+        # both rules' points make one front: the level point (it ties gain's cheapest
+        # point) and the gain rule's best F1
+        (front,) = _by_gid(fig, f"pareto:{ds}")
+        assert list(front.get_xdata()) == [600.0] * 5 + [1100.0]
+        labels = _by_gid(fig, f"lambda:{ds}:level")
+        assert [a.get_text() for a in labels] == ["λ=0, 1e-05, 0.0001, 0.001"]
+        assert sorted(_lambdas_in([a.get_text() for a in _by_gid(fig, f"lambda:{ds}:gain")])) \
+            == [0.0, 1e-4, 1e-3, 5e-3]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[0] == "Pareto front (both rules)" and len(legend) == 5
+
+
+def _panel_labels(fig: Figure, ax) -> list:
+    return [t for t in ax.texts if t.get_text().startswith("λ=")]
+
+
+def _panels(fig: Figure) -> list:
+    """The axes that draw a dataset (a spare grid slot is switched off, holding the legend)."""
+    return [ax for ax in fig.axes if ax.axison]
+
+
+def _assert_labels_readable(fig: Figure) -> None:
+    """In every panel: labels apart, inside the axes, clear of every point's centre, and no
+    nearer to another point than to their own (a label is read as its nearest point's)."""
+    for ax in _panels(fig):
+        anns = _panel_labels(fig, ax)
+        _assert_labels_apart(anns)
+        frame = ax.get_window_extent()
+        dots = [ax.transData.transform(p) for line in ax.get_lines()
+                if str(line.get_gid()).startswith("sweep:")
+                for p in zip(line.get_xdata(), line.get_ydata())]
+        for a in anns:
+            box = a.get_window_extent()
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1, a.get_text()
+            assert frame.y0 <= box.y0 and box.y1 <= frame.y1, a.get_text()
+            assert not any(box.contains(x, y) for x, y in dots), a.get_text()
+            own = F._box_distance(box, *ax.transData.transform(a.xy))
+            assert all(F._box_distance(box, x, y) >= own - 0.5 for x, y in dots), a.get_text()
+
+
+def test_stop_rule_sweeps_keep_crowded_labels_apart_inside_their_panel():
+    report = _stop_rule_report()
+    # four more lambdas a few dozen tokens from the gain rule's 1800-token point, at its F1
+    crowded = [(2e-4, 1792.8), (3e-4, 1773.5), (5e-4, 1739.2), (7e-4, 1715.0)]
+    report["rules"]["gain"]["grid"] += [
+        {**report["rules"]["gain"]["grid"][0], "lam": lam, "tokens": tok, "f1": 0.24,
+         "veto_threshold": 0.05} for lam, tok in crowded]
+    fig = F.stop_rule_sweeps_figure([report], datasets=["crowded"])
+    render(fig)
+    _assert_labels_readable(fig)
+    # labels moved away from their point get a leader line back to it
+    far = [a for a in _by_gid(fig, "lambda:crowded:gain") if abs(a.xyann[1]) > F.LABEL_GAP + 1]
+    assert far and len(_by_gid(fig, "leader:crowded:gain")) == len(far)
+
+
+def test_stop_rule_sweeps_refuse_mismatched_or_ambiguous_input():
+    from dynakrag_lite.results import stop_rule_table
+    with pytest.raises(ValueError, match="no stop-rule reports"):
+        F.stop_rule_sweeps_figure([])
+    with pytest.raises(ValueError, match="2 dataset names for 1 reports"):
+        F.stop_rule_sweeps_figure([_stop_rule_report()], datasets=["a", "b"])
+    every = stop_rule_table(_stop_rule_report(), all_thresholds=True)
+    with pytest.raises(ValueError, match="veto thresholds"):
+        F.stop_rule_sweeps_figure([every])
+    import pandas as pd
+    two = pd.concat([stop_rule_table(_stop_rule_report("aqa")),
+                     stop_rule_table(_stop_rule_report("bqa"))])
+    with pytest.raises(ValueError, match="several datasets"):
+        F.stop_rule_sweeps_figure([two])
+    # a tidy table draws like its report
+    fig = F.stop_rule_sweeps_figure([stop_rule_table(_stop_rule_report())])
+    assert fig.axes[0].get_title().startswith("toyqa: F1 on 20 of 50")
+
+
+def test_place_labels_keeps_off_avoided_points_inside_the_axes_and_nearest_its_own():
+    fig = Figure(figsize=(3, 2))
+    ax = fig.add_subplot()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    (a,) = F.annotate_lambdas(ax, [(0.99, 0.99)], [0.001], inside=True)
+    box, frame = a.get_window_extent(), ax.get_window_extent()
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1
+    (b,) = F.annotate_lambdas(ax, [(0.3, 0.5)], [0.002])
+    assert b.xyann == (F.LABEL_GAP, F.LABEL_GAP)  # the nearest spot, right above
+    x, y = b.get_window_extent().x0 + 6, b.get_window_extent().y0 + 3  # under that label
+    other = ax.transData.inverted().transform((x, y))
+    half = 4.0 * fig.dpi / 72
+    square = Bbox.from_extents(x - half, y - half, x + half, y + half)
+    assert b.get_window_extent().overlaps(square)
+    F.place_labels([b], avoid=[(*other, 4.0)])  # another point, 4 pt wide each way
+    assert not b.get_window_extent().overlaps(square)
+    # nearest: a label right under a neighbour is moved to its own point's side
+    (c,) = F.annotate_lambdas(ax, [(0.5, 0.2)], [0.003], below=True)
+    assert c.xyann == (F.LABEL_GAP, -F.LABEL_GAP)  # right of its point, under it
+    neighbour = ax.transData.inverted().transform(
+        ax.transData.transform((0.5, 0.2)) + (25 * fig.dpi / 72, 0))
+    assert F._box_distance(c.get_window_extent(), *ax.transData.transform(neighbour)) < \
+        F._box_distance(c.get_window_extent(), *ax.transData.transform((0.5, 0.2)))
+    F.place_labels([c], below=True, avoid=[tuple(neighbour)], nearest=True)
+    box = c.get_window_extent()
+    assert F._box_distance(box, *ax.transData.transform(neighbour)) >= \
+        F._box_distance(box, *ax.transData.transform((0.5, 0.2)))
+
+
+def test_stop_rule_sweeps_of_the_committed_reports():
+    """The figure of chapter 13 on results/diagnostics/<dataset>-qwen2.5-coder-0.5b-stop-rule
+    .json: three panels, at least four lambdas per rule and dataset, each rule's chosen point
+    ringed where the report puts it, labels readable."""
+    import json
+    reports = [json.loads((REPO / "results" / "diagnostics" /
+                           f"{ds}-qwen2.5-coder-0.5b-stop-rule.json").read_text("utf-8"))
+               for ds in STOP_RULE_DATASETS]
+    fig = F.stop_rule_sweeps_figure(reports)
+    render(fig)
+    assert len(_panels(fig)) == 3
+    (spare,) = [ax for ax in fig.axes if not ax.axison]  # the fourth slot of the 2 x 2 grid
+    assert len(spare.get_legend().get_texts()) == 5  # front, and line and ring per rule
+    for ds, ax, report in zip(STOP_RULE_DATASETS, _panels(fig), reports):
+        assert ax.get_title().startswith(f"{ds}: ")
+        for rule, r in report["rules"].items():
+            (line,) = _by_gid(fig, f"sweep:{ds}:{rule}")
+            assert len(line.get_xdata()) >= 4
+            labels = [a.get_text() for a in _by_gid(fig, f"lambda:{ds}:{rule}")]
+            assert len(set(_lambdas_in(labels))) >= 4  # every lambda of the grid is named
+            (ring,) = _by_gid(fig, f"chosen:{ds}:{rule}")
+            best = r["best"]
+            assert (ring.get_xdata()[0], ring.get_ydata()[0]) == pytest.approx(
+                (best["tokens"], best["f1"]))
+        assert _by_gid(fig, f"pareto:{ds}")
+    _assert_labels_readable(fig)
