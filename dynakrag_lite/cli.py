@@ -239,9 +239,12 @@ COLLECTION_CONFIG_FIELDS = ("per_action", "max_docs", "max_steps", "retrieval_ca
                             "use_spacy")
 
 
-def _collection_run(args, dataset: str, config, generator_model_id: str | None) -> dict:
+def _collection_run(args, dataset: str, config, generator_model_id: str | None,
+                    hashes: bool = True) -> dict:
     """What a train run collects its trajectories under (TrainingData.run, saved with
-    --save-data); :func:`_from_data_problems` compares a later run's settings with it."""
+    --save-data); :func:`_from_data_problems` compares a later run's settings with it.
+    ``hashes=False``: leave the corpus and data hashes out (None), for settings parsed from
+    a recorded command, whose files this run cannot vouch for."""
     from .experiments import data_sha256
     from .storage import sha256_file
     return {
@@ -252,8 +255,8 @@ def _collection_run(args, dataset: str, config, generator_model_id: str | None) 
         "config": {f: getattr(config, f) for f in COLLECTION_CONFIG_FIELDS},
         "index_factory": args.index_factory, "nprobe": args.nprobe,
         "ef_search": args.ef_search,
-        "corpus_sha256": sha256_file(args.corpus) if args.corpus else None,
-        "data_sha256": data_sha256(args.data, args.data_dir),
+        "corpus_sha256": sha256_file(args.corpus) if args.corpus and hashes else None,
+        "data_sha256": data_sha256(args.data, args.data_dir) if hashes else None,
         "seed": args.seed, "continuation_target": args.continuation_target,
         "continuation_questions": args.continuation_questions,
         "sufficiency_signal": args.sufficiency_signal if config.use_sufficiency else None,
@@ -261,7 +264,7 @@ def _collection_run(args, dataset: str, config, generator_model_id: str | None) 
         "calibration_questions": args.calibration_questions,
         "split": {"split": args.split, "n_eval": args.n_eval, "split_seed": args.split_seed,
                   "offset": args.offset, "limit": args.limit},
-        "command": relative_command(args.argv)}
+        "command": relative_command(getattr(args, "argv", None) or [])}
 
 
 def _from_data_problems(saved: dict, now: dict, source: str = "file",
@@ -400,22 +403,14 @@ def _signal_source(args, data, path: Path, shown: str, questions, dataset: str, 
     # 2. the file's run settings, as the policy records them, against this run's
     config = _config(ns, dataset)
     rf = meta.get("rf") or {}
-    run = {
-        "dataset": meta["dataset"], "generator": meta["generator"],
-        "generator_model_id": meta.get("generator_model_id"), "embedder": meta["embedder"],
-        "doc_chars": meta["doc_chars"], "per_action": meta["per_action"],
-        "config": {f: getattr(config, f) for f in COLLECTION_CONFIG_FIELDS},
-        "index_factory": ns.index_factory, "nprobe": ns.nprobe, "ef_search": ns.ef_search,
-        "corpus": ns.corpus, "corpus_sha256": None, "data_sha256": None,
-        "seed": rf.get("random_state", ns.seed),
-        "continuation_target": meta.get("continuation_target", ns.continuation_target),
-        "continuation_questions": ns.continuation_questions,
-        "sufficiency_signal": ns.sufficiency_signal if config.use_sufficiency else None,
-        "sufficiency_rule": ns.sufficiency_rule,
-        "calibration_questions": ns.calibration_questions,
-        "split": {"split": ns.split, "n_eval": ns.n_eval, "split_seed": ns.split_seed,
-                  "offset": ns.offset, "limit": ns.limit},
-        "command": meta["command"]}
+    # the recorded command's settings, overridden by what the policy's meta states
+    run = {**_collection_run(ns, meta["dataset"], config, meta.get("generator_model_id"),
+                             hashes=False),
+           "generator": meta["generator"], "embedder": meta["embedder"],
+           "doc_chars": meta["doc_chars"], "per_action": meta["per_action"],
+           "corpus": ns.corpus, "seed": rf.get("random_state", ns.seed),
+           "continuation_target": meta.get("continuation_target", ns.continuation_target),
+           "command": meta["command"]}
     problems = _from_data_problems(run, now, source="policy",
                                    skip=("corpus_sha256", "data_sha256"))
     here = os.path.relpath(Path(args.corpus).resolve()) if args.corpus else None
