@@ -108,7 +108,7 @@ def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monke
         "dynakrag": (1.0, 12), "fixed_k3": (0.5, 12), "ircot": (0.75, 12),
         "oracle": (1.0, 12), "dynakrag-cap1": (1.0, 12), "musique/fixed_k3": (0.0, 1)})
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
-    assert "| 12 | `ircot` | 1.000 / 0.750 | +0.250 [+0.250, +0.250]" in row
+    assert "| `dynakrag` | 12 | `ircot` | 1.000 / 0.750 | +0.250 [+0.250, +0.250]" in row
     assert row.endswith("| dynakrag better |")
     mus = next(ln for ln in text.splitlines() if ln.startswith("| musique |"))
     assert "not run yet: dynakrag" in mus
@@ -120,6 +120,20 @@ def test_headline_ignores_a_baseline_run_on_fewer_questions(tmp_path, monkeypatc
     row = next(ln for ln in text.splitlines()
                if ln.startswith("| hotpotqa |"))
     assert "| 12 | `fixed_k3` |" in row
+
+
+def test_headline_adds_a_row_for_the_gain_rule_run_where_it_exists(tmp_path, monkeypatch):
+    text = _headline(tmp_path, monkeypatch, {
+        "dynakrag": (0.5, 12), "dynakrag-gain": (1.0, 12), "fixed_k6": (0.75, 12),
+        "musique/dynakrag": (0.5, 4), "musique/fixed_k3": (0.5, 4)})
+    rows = [ln for ln in text.splitlines() if ln.startswith("| hotpotqa |")]
+    assert len(rows) == 2
+    assert "| `dynakrag` | 12 | `fixed_k6` | 0.500 / 0.750 | -0.250" in rows[0]
+    assert rows[0].endswith("| dynakrag worse |")
+    assert "| `dynakrag-gain` | 12 | `fixed_k6` | 1.000 / 0.750 | +0.250" in rows[1]
+    assert rows[1].endswith("| dynakrag-gain better |")
+    # no gain run on musique: one row only
+    assert sum(ln.startswith("| musique |") for ln in text.splitlines()) == 1
 
 
 # -- Speed section: one renderer per results/benchmarks/*.json --------------------------------
