@@ -59,15 +59,18 @@ import platform
 import sys
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(p))
+
+from benchlib import (loadavg, recorded_command, shown_path, usable_cpus,  # noqa: E402
+                      utc_date, versions)
 
 TARGET_MS = 2.0
 SIZES = (3, 6, 9, 12)
@@ -326,14 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--min-reps", type=int, default=15)
     ap.add_argument("--max-reps", type=int, default=1500)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
 
-    load_before = os.getloadavg()
+    load_before = loadavg(None)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import joblib
-    import sklearn
     from dynakrag_lite import policy as policy_mod
     from dynakrag_lite.features import (STATE_FEATURE_NAMES, heuristic_cost, phi,
                                         state_features)
@@ -421,17 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows[str(n)] = r
         print(f"{n} docs: done ({k} states)", flush=True)
 
-    load_after = os.getloadavg()
+    load_after = loadavg()
     labels = list(variants)
     verdicts = {}
     for label in labels:
         key = f"decision: valid_actions + choose [{label}]"
         verdicts[label] = verdict({n: r["timings"][key]["median_ms"] for n, r in rows.items()})
     niceness = os.nice(0)
-    cmd = "python benchmarks/bench_controller.py" + (" " + " ".join(sys.argv[1:])
-                                                      if sys.argv[1:] else "")
-    if niceness:
-        cmd = f"nice -n {niceness} {cmd}"
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -440,20 +439,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = {
         "benchmark": "controller decision overhead (no LLM call)",
         "target": f"a controller decision (valid_actions + Policy.choose) under {TARGET_MS} ms",
-        "command": cmd,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "sklearn": sklearn.__version__,
-        "numpy": np.__version__, "joblib": joblib.__version__,
+        "command": recorded_command(argv, __file__, env_keys=(), niceness=niceness),
+        "date": utc_date(), **versions(("sklearn", "numpy", "joblib")),
         "platform": platform.platform(),
-        "cpu_model": cpu_model(cpuinfo), "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-        else None,
+        "cpu_model": cpu_model(cpuinfo), "cpus": os.cpu_count(), "cpus_usable": usable_cpus(),
         "joblib_cpu_count": joblib.cpu_count(),
         "machine": {
             "loaded": True if load_before[0] >= 1.0 else False,
             "niceness": niceness,
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in load_after],
+            "loadavg_before": loadavg(values=load_before),
+            "loadavg_after": load_after,
             "note": "measured while other jobs (experiment runs) kept the CPU cores busy and "
                     "this process ran niced: wall-clock times include waiting for a core; "
                     "cpu_median_ms is CPU time of this process (all its threads)"
@@ -492,11 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print_table(out)
-    try:
-        shown = args.out.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        shown = str(args.out)
-    print(f"wrote {shown}")
+    print(f"wrote {shown_path(args.out)}")
     return 0
 
 

@@ -33,8 +33,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(p))
 
+from benchlib import cpu_model, loadavg, versions  # noqa: E402
 from dynakrag_lite import models  # noqa: E402
 from dynakrag_lite.cache import CallCache  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
@@ -42,6 +45,7 @@ from dynakrag_lite.generators import (CachedGenerator, LlamaCppGenerator,  # noq
                                       TransformersGenerator, unload_models)
 
 NEW_TOKENS = 48
+VERSIONS = ("llama_cpp", "transformers", "torch", "gguf", "openai")  # the backends' stacks
 
 PASSAGES = [
     ("Harbor Bridge (Lakeport)",
@@ -78,23 +82,6 @@ def rag_messages(tag: str) -> list[dict]:
         {"role": "system", "content": f"[{tag}] You answer questions from retrieved documents."},
         {"role": "user", "content": f"{docs}\n\nQuestion: {QUESTION}\n\n{INSTRUCTION}"},
     ]
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for mod in ("llama_cpp", "transformers", "torch", "gguf", "openai"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # not installed or no __version__
-            out[mod] = None
-    return out
-
-
-def cpu_name() -> str:
-    """The processor name, as data_scripts/install_llama.py reads it."""
-    sys.path.insert(0, str(ROOT / "data_scripts"))
-    from install_llama import cpu_model
-    return cpu_model()
 
 
 def build(backend: str, name: str, threads: int):
@@ -175,18 +162,18 @@ def main(argv: list[str] | None = None) -> int:
                     for b, m in grid if (b, m) not in chosen]
         grid = chosen
 
-    load_start = list(os.getloadavg())
+    load_start = loadavg(None)
     results: list[dict] = []
 
     def write_report() -> None:
         # Rewritten after every model so an interrupted run keeps what it measured.
         report = {
             "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "machine": {"cpu_count": os.cpu_count(), "cpu": cpu_name(),
+            "machine": {"cpu_count": os.cpu_count(), "cpu": cpu_model(),
                         "platform": platform.platform(),
                         # other jobs share the CPU: the load says how far to trust the speeds
-                        "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())},
-            "versions": versions(),
+                        "loadavg_start": load_start, "loadavg_end": loadavg(None)},
+            "versions": versions(VERSIONS),
             "settings": {"new_tokens": NEW_TOKENS, "repeats": args.repeats, "greedy": True,
                          "threads": args.threads, "llama_n_ctx": 4096,
                          "transformers_dtype": "float32 (dequantised GGUF)"},

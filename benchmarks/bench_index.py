@@ -44,20 +44,21 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:  # run as a script from anywhere, without installing
+        sys.path.insert(0, str(p))
+
+from benchlib import cpu_model, utc_date, versions  # noqa: E402
 
 GEN_CHUNK = 65_536  # rows generated per step (and per seed), whatever --n
 
@@ -196,14 +197,6 @@ def _in_fresh_process(fn, *args):
 
 
 # -- report --------------------------------------------------------------------------------
-def cpu_model() -> str:
-    """The processor name, as data_scripts/install_llama.py reads it (one reader for every
-    benchmark record)."""
-    sys.path.insert(0, str(ROOT / "data_scripts"))
-    from install_llama import cpu_model as read_cpu_model
-    return read_cpu_model()
-
-
 def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(a[:k]) & set(b[:k]) - {-1}) / k
                           for a, b in zip(ids, truth)]))
@@ -312,12 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-           "python": platform.python_version(), "faiss": faiss.__version__,
-           "numpy": np.__version__, "n": args.n, "dim": args.dim, "queries": args.queries,
-           "single_queries": args.single_queries, "k": args.k, "threads": args.threads,
-           "build_threads": args.build_threads, "nprobe": args.nprobe,
+    out = {"date": utc_date(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+           **versions(("faiss", "numpy")), "n": args.n, "dim": args.dim,
+           "queries": args.queries, "single_queries": args.single_queries, "k": args.k,
+           "threads": args.threads, "build_threads": args.build_threads, "nprobe": args.nprobe,
            "ef_search": args.ef_search, "train_size": args.train_size, "seed": args.seed,
            "data": {"clusters": args.clusters, "subclusters": args.subclusters,
                     "sub_sigma": args.sub_sigma, "point_sigma": args.point_sigma,

@@ -18,7 +18,6 @@ measured alternately per model so that a change in machine load hits both alike.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -27,10 +26,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "data_scripts"))
+for p in (ROOT, ROOT / "benchmarks", ROOT / "data_scripts"):
+    if str(p) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(p))
 
-from install_llama import cpu_flags, cpu_model, probe  # noqa: E402
+from benchlib import cpu_model, loadavg, utc_date  # noqa: E402
+from install_llama import cpu_flags, probe  # noqa: E402
 from dynakrag_lite import models  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
@@ -76,11 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             builds[name] = {"wheel": Path(path).name, "scratch": scratch,
                             "system_info": info.get("system_info"), "runs": info.get("ok"),
                             "results": {}}
-        report = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        report = {"date": utc_date(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
                   "cpu_has_avx512f": "avx512f" in cpu_flags(),
                   "cpu_lists_amx": any(f.startswith("amx") for f in cpu_flags()),
-                  "loadavg_start": list(os.getloadavg()), "threads": args.threads,
+                  "loadavg_start": loadavg(None), "threads": args.threads,
                   "repeats": args.repeats, "command": "python benchmarks/bench_llama_builds.py "
                   + " ".join(f"--wheel {s.split('=', 1)[0]}=..." for s in args.wheel),
                   "builds": {}}
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 b["results"][model] = r = bench(b["scratch"], model, args.repeats, args.threads)
                 print(f"{model:22s} {name:10s} prompt {r.get('prompt_tok_s')} tok/s, "
                       f"decode {r.get('decode_tok_s')} tok/s", flush=True)
-        report["loadavg_end"] = list(os.getloadavg())
+        report["loadavg_end"] = loadavg(None)
         report["builds"] = {n: {k: v for k, v in b.items() if k != "scratch"}
                             for n, b in builds.items()}
         atomic_write_json(args.out, report)

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Sequence
@@ -41,7 +40,8 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(p))
 
-from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
+from benchlib import cpu_model, loadavg, recorded_command, utc_date, versions  # noqa: E402
+from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
 DEFAULT_OUT = ROOT / "results" / "benchmarks" / "parallel.json"
 CONFIGS = {"1x2": (1, 2), "2x1": (2, 1)}  # name -> (processes, llama.cpp threads each)
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    from bench_prefix_reuse import cpu_model, default_dataset, versions
+    from bench_prefix_reuse import VERSIONS, default_dataset  # the same code is measured
     args.dataset = args.dataset or default_dataset(args.data_dir)
     from dynakrag_lite.pipeline import build_setup
     setup = build_setup(args.dataset, generator=None, data_dir=args.data_dir,
@@ -200,11 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report: dict[str, Any] = {
         "benchmark": "2 processes x 1 llama.cpp thread vs 1 process x 2 threads",
-        "command": relative_command(argv, prefix="python benchmarks/bench_parallel.py",
-                                    cwd=ROOT),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_model": cpu_model(), "cpus": os.cpu_count(), "versions": versions(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        # no DYNAKRAG_N_THREADS: each configuration sets its workers' own
+        "command": recorded_command(argv, __file__, env_keys=()),
+        "date": utc_date(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+        "versions": versions(VERSIONS),
+        "loadavg_start": loadavg(),
         "sched_autogroup_enabled": autogroup(),
         "settings": {"generator": args.generator, "dataset": args.dataset,
                      "question_ids": ids, "methods": args.methods.split(","),
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"round {r}: {name}", flush=True)
                 report["runs"].append({"config": name,
                                        **run_config(name, ids, args, Path(tmp), r)})
-                report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+                report["loadavg_end"] = loadavg()
                 report["total_wall_seconds"] = round(time.perf_counter() - t_start, 1)
                 atomic_write_json(args.out, report)  # a kill keeps the finished rounds
     summary = {}

@@ -43,16 +43,18 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(p))
 
-from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
+from benchlib import (cpu_model, loadavg, recorded_command, shown_path,  # noqa: E402
+                      usable_cpus, utc_date, versions)
+from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
 DEFAULT_OUT = ROOT / "results" / "benchmarks" / "prefix_reuse.json"
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"
@@ -62,17 +64,10 @@ QUICK = {"generator": "smollm2-135m", "dataset": "library", "n": 1, "repeats": 2
 KINDS = ("probe_D", "rewrite_same_docs", "rewrite_other_docs")
 COUNTER_KEYS = ("live_calls", "prompt_tokens_sent", "prompt_tokens_evaluated",
                 "prompt_tokens_reused", "completion_tokens_generated", "generation_seconds")
+VERSIONS = ("llama_cpp", "numpy", "sklearn")  # modules whose __version__ the record states
 
 
 # -- pure helpers (tests/test_bench_prefix_reuse.py) ---------------------------------------
-def cpu_model() -> str:
-    """The processor name, as data_scripts/install_llama.py reads it (one reader for every
-    benchmark record)."""
-    sys.path.insert(0, str(ROOT / "data_scripts"))
-    from install_llama import cpu_model as read_cpu_model
-    return read_cpu_model()
-
-
 def default_dataset(data_root: str | None = None) -> str:
     """hotpotqa when its file is in the data folder (``data_root``, else $DYNAKRAG_DATA_DIR,
     else ../shared/data), else the embedded library dataset."""
@@ -280,27 +275,6 @@ def run_method_rows(method: str, env, raw, policy, demos, questions: Sequence) -
 
 
 # -- main -----------------------------------------------------------------------------------
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for mod in ("llama_cpp", "numpy", "sklearn"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # not installed or no __version__
-            out[mod] = None
-    return out
-
-
-def recorded_command(argv: Sequence[str]) -> str:
-    """The command as run, with the thread setting and niceness that shape its timings."""
-    cmd = relative_command(list(argv), prefix="python benchmarks/bench_prefix_reuse.py",
-                           cwd=ROOT)
-    nice = os.nice(0)
-    if nice:
-        cmd = f"nice -n {nice} {cmd}"
-    threads = os.environ.get("DYNAKRAG_N_THREADS")
-    return f"DYNAKRAG_N_THREADS={threads} {cmd}" if threads else cmd
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--generator", default=None,
@@ -331,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
 
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = loadavg()
     t_start = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -348,12 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     eval_qs = setup.eval[:args.n]
     report: dict[str, Any] = {
         "benchmark": "llama.cpp prefix reuse: prompt tokens sent vs evaluated, seconds",
-        "command": recorded_command(argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-        else None,
-        "platform": platform.platform(), "versions": versions(),
+        # the command with the thread setting and niceness that shape its timings
+        "command": recorded_command(argv, __file__),
+        "date": utc_date(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+        "cpus_usable": usable_cpus(), "platform": platform.platform(),
+        "versions": versions(VERSIONS),
         "machine": {"loadavg_start": load_start, "loadavg_end": None,
                     "niceness": os.nice(0),
                     "note": "load averages over 1/5/15 min; a load near or above the usable "
@@ -377,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
 
     def write() -> None:
-        report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        report["machine"]["loadavg_end"] = loadavg()
         report["total_wall_seconds"] = round(time.perf_counter() - t_start, 1)
         atomic_write_json(args.out, report)  # after every part: a kill keeps what was measured
 
@@ -385,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_micro:
         print(f"micro: {args.repeats} repeats on {setup.dataset} {eval_qs[0].id}", flush=True)
         report["micro"] = run_micro(raw, setup, eval_qs[0], args.docs, args.repeats)
-        report["machine"]["loadavg_after_micro"] = [round(x, 2) for x in os.getloadavg()]
+        report["machine"]["loadavg_after_micro"] = loadavg()
         sv = report["micro"]["savings"]
         seconds_per_token = sv["seconds_per_evaluated_token_fit"] or \
             sv["seconds_saved_per_reused_token_pair"]
@@ -408,11 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write()
     write()
     print_table(report)
-    try:
-        shown = args.out.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        shown = str(args.out)
-    print(f"wrote {shown}")
+    print(f"wrote {shown_path(args.out)}")
     return 0
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:  # run as a script from anywhere
+        sys.path.insert(0, str(p))
+
+from benchlib import utc_date, versions  # noqa: E402
 
 
 def main() -> int:
@@ -26,16 +30,13 @@ def main() -> int:
     ap.add_argument("--embedder", default="all-MiniLM-L6-v2")
     ap.add_argument("--ks", default="3,6,12")
     args = ap.parse_args()
-    import faiss
-    import sentence_transformers
     from dynakrag_lite.corpus import Corpus, gold_titles
     from dynakrag_lite.data import load_dataset
     from dynakrag_lite.metrics import support_recall
     from dynakrag_lite.retriever import DenseRetriever
     ks = [int(k) for k in args.ks.split(",")]
-    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "cpus": os.cpu_count(), "python": platform.python_version(),
-           "faiss": faiss.__version__, "sentence_transformers": sentence_transformers.__version__,
+    out = {"date": utc_date(), "cpus": os.cpu_count(),
+           **versions(("faiss", "sentence_transformers")),
            "embedder": args.embedder, "command": "python benchmarks/bench_retrieval.py",
            "datasets": {}}
     for name in args.datasets.split(","):

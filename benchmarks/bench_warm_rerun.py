@@ -55,7 +55,6 @@ import sys
 import tempfile
 import time
 from contextlib import closing
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -64,6 +63,8 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(p))
 
+from benchlib import (cpu_model, loadavg, recorded_command, shown_path,  # noqa: E402
+                      usable_cpus, utc_date, versions)
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
 
 DEFAULT_OUT = ROOT / "results" / "benchmarks" / "warm_rerun.json"
@@ -74,6 +75,9 @@ CLI_PREFIX = ("python", "-m", "dynakrag_lite")
 COMPARED = ("prediction", "em", "f1", "support_recall")  # named in the report per question
 TIMING = ("seconds",)  # the only row field that depends on wall-clock time
 COUNTERS = ("hits", "misses", "writes", "corrupt")
+# installed distributions whose versions the record states (the re-run's whole stack)
+VERSIONS = ("llama-cpp-python", "numpy", "scikit-learn", "faiss-cpu", "sentence-transformers",
+            "torch", "spacy")
 
 
 # -- pure helpers (tests/test_bench_warm_rerun.py) -------------------------------------------
@@ -462,25 +466,6 @@ def bench_run(run_dir: Path, args: argparse.Namespace, work: Path, cache_src: Pa
 
 
 # -- main -------------------------------------------------------------------------------------
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-    out = {"python": platform.python_version()}
-    for pkg in ("llama-cpp-python", "numpy", "scikit-learn", "faiss-cpu",
-                "sentence-transformers", "torch", "spacy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def recorded_command(argv: Sequence[str]) -> str:
-    cmd = relative_command(list(argv), prefix="python benchmarks/bench_warm_rerun.py",
-                           cwd=ROOT)
-    nice = os.nice(0)
-    return f"nice -n {nice} {cmd}" if nice else cmd
-
-
 def print_table(report: dict) -> None:
     hdr = (f"{'run':<58}{'q':>4}{'cold s':>9}{'warm s':>8}{'setup':>7}{'loop':>7}"
            f"{'x whole':>8}{'x loop':>8}{'live':>6}{'same':>6}")
@@ -532,18 +517,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in runs:
         if not (r / "summary.json").is_file() or not (r / "predictions.jsonl").is_file():
             ap.error(f"{r}: not a run folder (summary.json and predictions.jsonl)")
-    from bench_prefix_reuse import cpu_model
     from dynakrag_lite.cache import default_cache_path
     cache_src = (args.cache or default_cache_path()).expanduser()
     report: dict[str, Any] = {
         "benchmark": "warm-cache re-run of a committed experiment vs its cold run",
-        "command": recorded_command(argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-        else None,
-        "platform": platform.platform(), "versions": versions(),
-        "machine": {"loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        # the thread settings are in "settings", not in the command
+        "command": recorded_command(argv, __file__, env_keys=()),
+        "date": utc_date(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+        "cpus_usable": usable_cpus(), "platform": platform.platform(),
+        "versions": versions(VERSIONS, metadata=True),
+        "machine": {"loadavg_start": loadavg(),
                     "loadavg_end": None, "niceness": os.nice(0),
                     "note": "load averages over 1/5/15 min; a load near or above the usable "
                             "cores means the warm seconds include waiting for a core"},
@@ -568,18 +551,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for r in runs:
             report["runs"].append(bench_run(r, args, work, cache_src))
-            report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+            report["machine"]["loadavg_end"] = loadavg()
             report["total_wall_seconds"] = round(time.perf_counter() - t0, 1)
             atomic_write_json(args.out, report)  # a kill keeps the finished runs
     finally:
         if tmp is not None:
             tmp.cleanup()
     print_table(report)
-    try:
-        shown = args.out.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        shown = str(args.out)
-    print(f"wrote {shown}")
+    print(f"wrote {shown_path(args.out)}")
     bad = [r["run"] for r in report["runs"]
            if r["calls"]["live"] or not r["predictions"]["equal"] or not r["target_met_whole"]
            or r["warm"]["exit_code"] != 0]
