@@ -229,7 +229,10 @@ def extractive_compressor(env: Environment) -> ExtractiveCompressor:
         raise ValueError("ControlConfig(compressor='extractive') needs selector_path (a sentence "
                          "selector saved by compression.train_sentence_selector)")
     sel = load_selector(cfg.selector_path)
-    encode = getattr(env.retriever, "encode", None)
+    # Through the persistent embedding cache when the retriever has one (a re-run reads the
+    # vectors its first run computed, bit for bit, instead of re-encoding every sentence).
+    encode = getattr(env.retriever, "encode_cached", None) or getattr(env.retriever, "encode",
+                                                                      None)
     want, have = sel.meta.get("embedder"), getattr(env.retriever, "embedder_name", None)
     if sel.meta.get("use_embeddings") and want and have and want != have:
         raise ValueError(f"the sentence selector was trained with embedder {want!r}, the "

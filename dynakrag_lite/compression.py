@@ -502,7 +502,9 @@ class SentenceSelector:
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         if len(X) == 0:
             return np.zeros(0)
-        return self.model.predict_proba(X)[:, 1]
+        from .threads import openmp_limit
+        with openmp_limit():  # $DYNAKRAG_N_THREADS: OpenMP's spinning threads, see threads.py
+            return self.model.predict_proba(X)[:, 1]
 
     def save(self, path: str | Path) -> Path:
         import io

@@ -92,6 +92,7 @@ from .actions import Environment
 from .controller import MethodResult, UniformChooser, run_controller
 from .corpus import gold_titles, normalize_title
 from .data import Question
+from .generators import ReplayMissError
 from .metrics import em_f1, support_recall
 from .storage import FolderLock, atomic_write_json, redact, sha256_file
 from .trajectories import OracleChooser
@@ -581,6 +582,8 @@ def _run_question(q: Question, method: str, env: Environment, policy, fixed_k: i
         row = score(q, run_method(method, q, env, policy, fixed_k, seed, demos=demos))
         json.dumps(row, ensure_ascii=False)  # unserializable extra = an error too
         return row, False
+    except ReplayMissError as e:  # replay-only: the run stops here, no error row is written
+        raise ReplayMissError(f"question {q.id} ({q.question!r}): {e}") from e
     except Exception as e:  # one question's failure must not end the run
         return error_row(q, method, e, time.perf_counter() - t0), True
 

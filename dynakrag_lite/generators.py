@@ -94,6 +94,36 @@ class GeneratorError(RuntimeError):
     """A backend failed to load or to generate (missing package, bad file, server error)."""
 
 
+REPLAY_ONLY_ENV = "DYNAKRAG_REPLAY_ONLY"
+
+
+def replay_only() -> bool:
+    """Whether $DYNAKRAG_REPLAY_ONLY asks for replay-only runs (1/true/yes/on)."""
+    return os.environ.get(REPLAY_ONLY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class ReplayMissError(GeneratorError):
+    """A call missed the LLM call cache while $DYNAKRAG_REPLAY_ONLY (or ``evaluate
+    --replay-only``) forbids generating: the run stops instead of calling the model."""
+
+
+def _prompt_excerpt(messages: list[Message], limit: int = 300) -> str:
+    """The question line of the last user message when it has one, else its start."""
+    text = next((str(m.get("content", "")) for m in reversed(messages)
+                 if m.get("role") == "user"), "")
+    for line in reversed(text.splitlines()):
+        if line.strip().lower().startswith("question:"):
+            return line.strip()[:limit]
+    text = " ".join(text.split())
+    return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def replay_miss(spec: str, messages: list[Message], what: str = "call") -> ReplayMissError:
+    return ReplayMissError(
+        f"replay-only (${REPLAY_ONLY_ENV}): an LLM {what} of {spec} is not in the call cache; "
+        f"prompt: {_prompt_excerpt(messages)!r}")
+
+
 TIMEOUT_ENV = "DYNAKRAG_GEN_TIMEOUT"
 DEFAULT_SERVER_TIMEOUT = 120.0  # seconds per request to an OpenAI-compatible server
 DEFAULT_LOCAL_TIMEOUT = 600.0  # seconds per in-process call: generous, only stops runaways
@@ -274,6 +304,10 @@ class LlamaCppGenerator(_DecodingMixin):
     (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) caps decoding wall-clock time: past it
     the model is made to emit end-of-generation, and the result is marked ``truncated``.
 
+    ``lazy=True`` (what :func:`make_generator` passes when the generator is wrapped in the
+    call cache) loads the model on its first live use (:attr:`llama`), not in the constructor:
+    a re-run whose calls all hit the cache never loads it. The file must exist either way.
+
     Prefix reuse, per live call of this generator (a :class:`CachedGenerator` hit never gets
     here, so replays leave them alone; :class:`Generation` and cache keys are unchanged):
 
@@ -296,7 +330,7 @@ class LlamaCppGenerator(_DecodingMixin):
     def __init__(self, model_path: str | Path, *, spec: str | None = None,
                  model_id: str | None = None, n_ctx: int = 4096, n_threads: int | None = None,
                  seed: int = 0, temperature: float = 0.0, verbose: bool = False,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, lazy: bool = False) -> None:
         self.model_path = Path(model_path).expanduser()
         self.timeout = resolve_timeout(timeout, DEFAULT_LOCAL_TIMEOUT)
         self.spec = spec or f"gguf:{self.model_path}"
@@ -313,11 +347,38 @@ class LlamaCppGenerator(_DecodingMixin):
             from .models import file_sha256, models_dir
             model_id = file_sha256(self.model_path, sidecar_dir=models_dir())
         self.model_id = model_id
-        self.llama, self._lock = _load_llama(self.model_path, n_ctx, self.n_threads, seed,
-                                             verbose)
+        self.verbose = verbose
+        self._llama: Any = None
+        self._llama_lock: threading.Lock | None = None
+        if lazy:
+            if not self.model_path.is_file():  # fail now, as an eager load would
+                raise GeneratorError(f"GGUF file not found: {self.model_path}")
+        else:
+            self._load()
         self.last_reused_tokens: int | None = None
         self.last_evaluated_tokens: int | None = None
         self.reset_counters()
+
+    def _load(self) -> None:
+        if self._llama is None:
+            self._llama, self._llama_lock = _load_llama(self.model_path, self.n_ctx,
+                                                        self.n_threads, self.seed, self.verbose)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether this generator holds its ``Llama`` yet (``lazy=True`` defers it)."""
+        return self._llama is not None
+
+    @property
+    def llama(self) -> Any:
+        """The shared ``Llama`` object, loaded on first use when the generator is lazy."""
+        self._load()
+        return self._llama
+
+    @property
+    def _lock(self) -> threading.Lock:
+        self._load()
+        return self._llama_lock
 
     def reset_counters(self) -> None:
         """Zero the running totals (the ``last_*`` figures stay)."""
@@ -647,8 +708,10 @@ class CachedGenerator:
 
     The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
     inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
-    with ``cached=True`` and ``seconds`` = the time the lookup took. A generation cut by the
-    time limit (``truncated``) is returned but not stored: it reflects machine speed.
+    with ``cached=True`` and ``seconds`` = the time the lookup took. A miss while
+    $DYNAKRAG_REPLAY_ONLY is set raises :class:`ReplayMissError` instead of generating. A
+    generation cut by the time limit (``truncated``) is returned but not stored: it reflects
+    machine speed.
     """
 
     def __init__(self, inner: Generator, cache: "CallCache") -> None:
@@ -674,6 +737,8 @@ class CachedGenerator:
             return Generation(text=hit["text"], prompt_tokens=hit["prompt_tokens"],
                               completion_tokens=hit["completion_tokens"],
                               seconds=time.perf_counter() - t0, cached=True)
+        if replay_only():
+            raise replay_miss(self.spec, messages)
         g = self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
         if not getattr(g, "truncated", False):
             self.cache.put(k, g.text, g.prompt_tokens, g.completion_tokens, g.seconds)
@@ -728,6 +793,10 @@ def make_generator(spec: str, cache: "str | Path | None | bool | CallCache" = Tr
 
     kind, args = parse_spec(spec)
     gen: Generator
+    if kind in ("bundled", "gguf") and cache is not False and cache is not None:
+        # Behind the call cache the model is loaded on the first miss, not here: a re-run
+        # whose calls are all cached never loads it.
+        kwargs.setdefault("lazy", True)
     if kind == "bundled":
         from .models import REGISTRY, ModelError, gguf_path
         try:

@@ -27,6 +27,13 @@ Corpora past the pooled dev paragraphs (Wikipedia-sized):
   file (:meth:`DenseRetriever.encode_to_disk`) and the index is filled from that file in
   chunks, so a corpus whose vectors do not fit in memory can be indexed (with a compressed
   factory such as IVF-PQ). The file is reused by a later build with another factory.
+
+Re-runs. The embedder is loaded on first use, not when the retriever is made; query encodes
+(and the extractive compressor's sentence encodes, :meth:`DenseRetriever.encode_cached`) go
+through the persistent embedding cache (:mod:`dynakrag_lite.embed_cache`, beside the LLM call
+cache; ``DYNAKRAG_EMBED_CACHE=off`` disables it), so a re-run whose index is on disk neither
+encodes nor loads the model. ``$DYNAKRAG_N_THREADS``, when set, limits torch's threads as it
+does llama.cpp's (:func:`limit_torch_threads`).
 """
 from __future__ import annotations
 
@@ -48,8 +55,10 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 
 from .corpus import Corpus, Document
+from .embed_cache import EmbeddingCache, default_embed_cache_path, encode_key
 from .models import cache_root
 from .storage import FolderLock, LockedError, atomic_write_json, atomic_writer, sha256_file
+from .threads import env_threads
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _OFFLINE_ALIASES = {
@@ -131,15 +140,67 @@ def resolve_embedder(name: str = DEFAULT_EMBEDDER) -> str:
 _MODELS: dict[str, object] = {}
 
 
+def limit_torch_threads(torch=None) -> int | None:
+    """Set torch's intra-op thread count from $DYNAKRAG_N_THREADS (the variable that sets
+    llama.cpp's threads) when it is set; unset, torch keeps its default (one per core).
+    torch's default spins one thread per core: with another process on the cores a query
+    encode took 0.5-0.8 s with 2 threads and 0.07 s with 1 (measured on 2 busy cores). The
+    vectors do not depend on it (bit-identical with 1 and 2 threads). Process-wide, as torch's
+    setting is. Returns the count set, or None."""
+    n = env_threads()
+    if n is None:
+        return None
+    if torch is None:
+        import torch
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
 def load_embedder(name: str = DEFAULT_EMBEDDER):
-    """Load (once per process) a SentenceTransformer on CPU unless CUDA is present."""
+    """Load (once per process) a SentenceTransformer on CPU unless CUDA is present, with
+    torch's threads limited by $DYNAKRAG_N_THREADS when it is set
+    (:func:`limit_torch_threads`)."""
     path = resolve_embedder(name)
     if path not in _MODELS:
         from sentence_transformers import SentenceTransformer
         import torch
+        limit_torch_threads(torch)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         _MODELS[path] = SentenceTransformer(path, device=device)
+    else:
+        limit_torch_threads()  # the variable may have been set since the first load
     return _MODELS[path]
+
+
+def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
+    """What decides an embedder's vectors, found without loading it (the embedding cache's
+    key, :mod:`dynakrag_lite.embed_cache`): the name, the folder it resolves to with its
+    files' sizes and modification times (a reinstalled or changed model is another model),
+    the versions of torch / transformers / sentence-transformers, the device kind, and the
+    function that loads it (a test's stand-in embedder never shares the real one's rows)."""
+    from importlib.metadata import PackageNotFoundError, version
+    path = resolve_embedder(name)
+    files: list = []
+    folder = Path(path)
+    if folder.is_dir():
+        for f in sorted(folder.rglob("*")):
+            if f.is_file():
+                st = f.stat()
+                files.append([f.relative_to(folder).as_posix(), st.st_size, st.st_mtime_ns])
+    versions = {}
+    for pkg in ("torch", "transformers", "sentence-transformers"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    loader = loader or load_embedder
+    # CUDA vectors differ from CPU ones; torch itself is not imported just to ask.
+    cuda = Path("/proc/driver/nvidia/version").exists()
+    return {"name": name, "path": path, "files": files, "versions": versions,
+            "device": "cuda?" if cuda else "cpu",
+            "loader": f"{getattr(loader, '__module__', '?')}."
+                      f"{getattr(loader, '__qualname__', type(loader).__name__)}"}
 
 
 # -- FAISS index kinds: building, search knobs, files --------------------------------------
@@ -404,7 +465,10 @@ class DenseRetriever:
         import faiss
         self.corpus = corpus
         self.embedder_name = embedder
-        self.model = load_embedder(embedder)
+        self._model = None  # loaded on first use (:attr:`model`): a warm re-run may never
+        self.embed_cache_path = default_embed_cache_path()  # None: disabled
+        self._embed_cache: EmbeddingCache | None = None
+        self._identity: dict | None = None
         self.index_factory = normalize_factory(index_factory)
         self.nprobe, self.ef_search = nprobe, ef_search
         self.train_size, self.seed = train_size, seed
@@ -579,12 +643,52 @@ class DenseRetriever:
             "ntotal": int(self.index.ntotal), "dim": int(self.index.d)})
 
     # -- encoding and search -----------------------------------------------------------
+    @property
+    def model(self):
+        """The SentenceTransformer, loaded on first use: a run whose encodes all hit the
+        embedding cache (and whose index is on disk) never loads it."""
+        if self._model is None:
+            self._model = load_embedder(self.embedder_name)
+        return self._model
+
+    @model.setter
+    def model(self, value) -> None:
+        self._model = value
+
+    @property
+    def embed_cache(self) -> EmbeddingCache | None:
+        """The embedding cache (opened on first use), or None when it is disabled."""
+        if self._embed_cache is None and self.embed_cache_path is not None:
+            self._embed_cache = EmbeddingCache(self.embed_cache_path)
+        return self._embed_cache
+
     def encode(self, texts: Sequence[str], batch_size: int = 64,
                show_progress: bool = False) -> np.ndarray:
         vecs = self.model.encode(list(texts), batch_size=batch_size,
                                  show_progress_bar=show_progress, convert_to_numpy=True,
                                  normalize_embeddings=True)
         return np.ascontiguousarray(vecs, dtype="float32")
+
+    def encode_cached(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """:meth:`encode` of ``texts`` through the persistent embedding cache
+        (:mod:`dynakrag_lite.embed_cache`): the same call made before returns the array it
+        returned then, bit for bit, without loading the model; a new call is encoded as one
+        :meth:`encode` call and stored. Query and sentence encodes go through here; the corpus
+        (index build) does not."""
+        texts = list(texts)
+        cache = self.embed_cache
+        if cache is None or not texts:
+            return self.encode(texts, batch_size=batch_size)
+        if self._identity is None:
+            self._identity = embedder_identity(self.embedder_name, load_embedder)
+        key = encode_key(self._identity, {"batch_size": batch_size, "normalize": True,
+                                          "dtype": "float32"}, texts)
+        vecs = cache.get(key)
+        if vecs is not None and vecs.shape[0] == len(texts):
+            return vecs
+        vecs = self.encode(texts, batch_size=batch_size)
+        cache.put(key, vecs)
+        return vecs
 
     def encode_to_disk(self, texts: Sequence[str], path: str | Path, batch_size: int = 64,
                        chunk_size: int = ENCODE_CHUNK, show_progress: bool = False) -> np.memmap:
@@ -649,7 +753,7 @@ class DenseRetriever:
     def _query_vecs(self, queries: Sequence[str]) -> np.ndarray:
         missing = [q for q in dict.fromkeys(queries) if q not in self._qcache]
         if missing:
-            for q, v in zip(missing, self.encode(missing)):
+            for q, v in zip(missing, self.encode_cached(missing)):
                 self._qcache[q] = v
                 if len(self._qcache) > 4096:
                     self._qcache.popitem(last=False)

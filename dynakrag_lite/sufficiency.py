@@ -118,7 +118,10 @@ def _unwrap(generator: Any) -> tuple[Any, Any]:
 def _backend_kind(backend: Any) -> str:
     if callable(getattr(backend, "option_logprobs", None)):
         return "custom"
-    if hasattr(backend, "llama") and hasattr(backend, "_lock"):
+    from .generators import LlamaCppGenerator
+    # isinstance first: hasattr would load a lazy generator's model just to ask.
+    if isinstance(backend, LlamaCppGenerator) or (hasattr(backend, "llama")
+                                                  and hasattr(backend, "_lock")):
         return "llama"
     if hasattr(backend, "tokenizer") and hasattr(backend, "model_obj"):
         return "transformers"
@@ -325,6 +328,10 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
                                 hit["prompt_tokens"], time.perf_counter() - t0, True,
                                 v["method"], {o: int(n) for o, n in v["n_tokens"].items()},
                                 hit["completion_tokens"])
+        from .generators import replay_miss, replay_only
+        if replay_only():
+            raise replay_miss(getattr(generator, "spec", type(backend).__name__), msgs,
+                              "option scoring")
     if kind == "custom":
         lp = backend.option_logprobs(msgs, options, mode)
         from .generators import approx_token_count

@@ -57,6 +57,8 @@ def make_private_cache(root: Path) -> Path:
 def _isolate(mp: pytest.MonkeyPatch, root: Path, mpl_dir: Path) -> None:
     mp.setenv("DYNAKRAG_CACHE_DIR", str(root))
     mp.delenv("DYNAKRAG_LLM_CACHE", raising=False)
+    mp.delenv("DYNAKRAG_EMBED_CACHE", raising=False)  # embeddings.sqlite in the private root
+    mp.delenv("DYNAKRAG_ENTITY_CACHE", raising=False)  # entities.sqlite likewise
     mp.setenv("MPLCONFIGDIR", str(mpl_dir))  # matplotlib's font cache, else under $HOME
 
 
