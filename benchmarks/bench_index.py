@@ -58,7 +58,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:  # run as a script from anywhere, without installing
         sys.path.insert(0, str(p))
 
-from benchlib import cpu_model, utc_date, versions  # noqa: E402
+from benchlib import cpu_model, portable, utc_date, versions  # noqa: E402
 
 GEN_CHUNK = 65_536  # rows generated per step (and per seed), whatever --n
 
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
            "indexes": rows}
     dest = Path(args.out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=2) + "\n")
+    dest.write_text(json.dumps(portable(out), indent=2) + "\n")
     print()
     print(f"{args.n:,} x {args.dim} vectors, {args.queries} queries, {args.threads} search "
           f"thread(s), faiss {faiss.__version__}, {cpu_model()}")

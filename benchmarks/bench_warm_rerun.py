@@ -63,7 +63,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(p))
 
-from benchlib import (cpu_model, loadavg, recorded_command, shown_path,  # noqa: E402
+from benchlib import (cpu_model, loadavg, portable, recorded_command, shown_path,  # noqa: E402
                       usable_cpus, utc_date, versions)
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
 
@@ -553,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["runs"].append(bench_run(r, args, work, cache_src))
             report["machine"]["loadavg_end"] = loadavg()
             report["total_wall_seconds"] = round(time.perf_counter() - t0, 1)
-            atomic_write_json(args.out, report)  # a kill keeps the finished runs
+            atomic_write_json(args.out, portable(report))  # a kill keeps the finished runs
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -94,3 +94,31 @@ def shown_path(path: str | Path, root: Path = ROOT) -> str:
         return Path(path).resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+def _machine_prefixes(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(prefix, stand-in) pairs, longest first: this checkout, the folder beside it (as
+    ``../``, where the data folder lives), the temp folder (absolute and as seen from the
+    checkout), the home folder."""
+    import os
+    import tempfile
+    root_s = str(root.resolve())
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    pairs = [(root_s + "/", ""), (str(Path(root_s).parent) + "/", "../"), (tmp, "$TMPDIR"), (os.path.relpath(tmp, root_s), "$TMPDIR"),
+             (str(Path.home()), "~")]
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def portable(value, root: Path = ROOT):
+    """``value`` (a report: dicts, lists, strings...) with this machine's absolute paths
+    replaced in every string, so a committed record carries none: paths in the checkout become
+    relative, the temp folder ``$TMPDIR``, the home folder ``~``."""
+    if isinstance(value, dict):
+        return {k: portable(v, root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(portable(v, root) for v in value)
+    if isinstance(value, str):
+        for prefix, stand_in in _machine_prefixes(root):
+            value = value.replace(prefix, stand_in)
+    return value
+

@@ -114,3 +114,20 @@ def test_benchmark_scripts_take_the_record_helpers_from_benchlib(name):
         if fn is None or (name, helper) == ("bench_controller", "cpu_model"):
             continue
         assert fn.__module__ == "benchlib", f"{name}.{helper} is a local copy"
+
+
+def test_portable_replaces_machine_paths_in_every_string_of_a_report(tmp_path):
+    import tempfile
+    from pathlib import Path
+    bl = load_script("benchlib", folder="benchmarks")
+    root = tmp_path / "work" / "main"
+    root.mkdir(parents=True)
+    tmp = Path(tempfile.gettempdir()).resolve()
+    home = str(Path.home())
+    report = {"command": f"python x.py --out {tmp}/run --data {root}/results/a.json",
+              "runs": [{"dir": f"{home}/.cache/x", "data": f"{root.parent}/shared/data"}],
+              "n": 3}
+    out = bl.portable(report, root=root)
+    assert out["command"] == "python x.py --out $TMPDIR/run --data results/a.json"
+    assert out["runs"][0] == {"dir": "~/.cache/x", "data": "../shared/data"}
+    assert out["n"] == 3 and report["runs"][0]["dir"].startswith(home)  # input untouched
