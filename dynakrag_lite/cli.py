@@ -5,6 +5,8 @@
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N]
                     [--save-data FILE.npz | --from-data FILE.npz [--signal-from POLICY]]
+    upgrade-data    FILE.npz --signal-from POLICY --out NEW.npz [train's options, the run's]
+                    (a format-1 --save-data file made format 2: run settings, calibration)
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -651,6 +653,106 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_upgrade_data(args) -> int:
+    """Write a format-2 copy of a format-1 ``--save-data`` file (no run settings, no
+    calibration states), so that ``train --from-data`` can recalibrate the sufficiency signal
+    on any subset of its questions (a split that moves some of them into evaluation).
+
+    ``--signal-from POLICY``, the policy trained by the run that wrote the file, is checked and
+    gives the run settings exactly as ``train --from-data --signal-from`` does
+    (:func:`_signal_source`; this command takes train's options, which must be that run's).
+    The data and corpus hashes, which a policy does not record, are this command's files
+    (whose split :func:`_signal_source` checked gives the policy's train_ids); ``run`` also
+    says where it was upgraded from. The calibration table is rebuilt with
+    ``training_data.build_calibration`` on the file's questions, with the recorded run's
+    signal settings; the learned signal needs retrieval only (no generator is built), the LLM
+    signals replay their calls from the call cache ($DYNAKRAG_REPLAY_ONLY: a miss is an
+    error). A table that does not reproduce the policy's signal is refused and nothing is
+    written. The input is never overwritten (nor is any existing --out); the write is atomic."""
+    from .generators import REPLAY_ONLY_ENV
+    before = os.environ.get(REPLAY_ONLY_ENV)
+    os.environ[REPLAY_ONLY_ENV] = "1"  # never generate: a cache miss stops with an error
+    try:
+        return _upgrade_data(args)
+    finally:  # this process only (a caller of main() keeps its own setting)
+        if before is None:
+            os.environ.pop(REPLAY_ONLY_ENV, None)
+        else:
+            os.environ[REPLAY_ONLY_ENV] = before
+
+
+def _upgrade_data(args) -> int:
+    """:func:`cmd_upgrade_data`, replay-only mode set."""
+    import hashlib
+    from .data import load_dataset
+    from .experiments import data_sha256
+    from .storage import sha256_file
+    from .training_data import TrainingData, build_calibration
+    t0 = time.perf_counter()
+    _check_control_args(args)
+    path, out = Path(args.from_data), Path(args.out)
+    shown = relative_command([str(path)], prefix="")
+    oshown = relative_command([str(out)], prefix="")
+    if out.resolve() == path.resolve():
+        raise ValueError(f"--out {oshown}: that is the input file {shown}; the upgrade never "
+                         "overwrites it, name another file")
+    if out.exists():
+        raise ValueError(f"--out {oshown}: the file exists; remove it or name another one")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{shown}: cannot read it ({e})") from None
+    data = TrainingData.load_bytes(raw, path)
+    if data.run or data.calibration is not None:
+        field = "run" if data.run else "calibration"
+        raise ValueError(f"{shown}: already format 2 (it has its own {field!r} field); "
+                         "nothing to upgrade, use it with train --from-data as it is")
+    questions = load_dataset(args.data, data_root=args.data_dir)
+    dataset = questions[0].dataset
+    config = _config(args, dataset)
+    now = _collection_run(args, dataset, config, None)
+    signal, run, sig_extra = _signal_source(args, data, path, shown, questions, dataset, now)
+    run = dict(run)
+    run["data_sha256"] = data_sha256(args.data, args.data_dir)
+    run["corpus_sha256"] = sha256_file(args.corpus) if args.corpus else None
+    run["upgraded_from"] = {"file": shown, "sha256": hashlib.sha256(raw).hexdigest(),
+                            "signal_from": sig_extra["signal_from"],
+                            "signal_from_sha256": sig_extra["signal_from_sha256"],
+                            "command": relative_command(args.argv)}
+    kind = run.get("sufficiency_signal")
+    table = None
+    if signal is not None and kind not in (None, "text"):
+        by_id = {str(q.id): q for q in questions}
+        absent = [q for q in data.questions if q not in by_id]
+        if absent:
+            raise ValueError(f"{shown}: field 'questions' holds {len(absent)} id(s) not in "
+                             f"--data {args.data} (e.g. {absent[0]!r})")
+        qs = [by_id[q] for q in data.questions]  # the run's training order
+        # learned: calibration states are retrieval only, so no generator at all
+        setup, _ = _setup(args, None if kind == "learned" else args.generator)
+        signal.configure(setup.env)  # as training_setup does before build_calibration
+        table = build_calibration(qs, setup.env, kind, run["sufficiency_rule"],
+                                  run["calibration_questions"] or None, seed=run["seed"],
+                                  live_signal=signal, generator=run["generator"])
+        if not table.reproduced:
+            raise ValueError(f"{shown}: the calibration states rebuilt on its "
+                             f"{len(data.questions)} questions do not reproduce the sufficiency "
+                             f"signal of --signal-from {sig_extra['signal_from']} (its meta "
+                             f"field 'sufficiency': {signal.describe()}); nothing written")
+    data.run, data.calibration = run, table
+    written = data.save(out)
+    print(json.dumps({"upgraded": shown, "out": relative_command([str(written)], prefix=""),
+                      "questions": len(data.questions), "samples": len(data.samples),
+                      "prefixes": len(data.prefixes),
+                      "calibration_states": None if table is None else len(table),
+                      "reproduced": None if table is None else table.reproduced,
+                      "sufficiency": None if signal is None else
+                      {"kind": signal.kind, "threshold": signal.threshold},
+                      "signal_from": sig_extra["signal_from"],
+                      "seconds": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     from .experiments import check_workers, data_sha256, evaluate
     from .policy import Policy, check_policy
@@ -724,6 +826,28 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
+    """train's --save-data | --from-data [--signal-from]."""
+    once = p.add_mutually_exclusive_group()  # collect (and save), or read a file
+    once.add_argument("--save-data", default=None,
+                      help="also write the collected trajectories here (.npz, no "
+                      "pickle), with the run's settings and the sufficiency "
+                      "calibration states: --from-data rebuilds a policy and "
+                      "data_scripts/stop_rule.py re-tunes from it, without model "
+                      "calls")
+    once.add_argument("--from-data", default=None, metavar="FILE.npz",
+                      help="collect nothing: build the policy from trajectories "
+                      "saved by --save-data (no model call, no index), cut to this "
+                      "split's training questions (--n-eval, --offset, --limit); "
+                      "refused when the file was collected under other settings")
+    p.add_argument("--signal-from", default=None, metavar="POLICY.joblib",
+                   help="with --from-data and a file written before it kept run "
+                   "settings and calibration states (format 1): the policy trained "
+                   "by the train run that wrote the file (its --save-data); its "
+                   "recorded settings are checked against this run and its calibrated "
+                   "sufficiency signal is reused as is (not recalibrated)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dynakrag_lite", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -745,15 +869,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--no-cache", action="store_true")
     p.set_defaults(func=cmd_generate)
-    for name, fn, split in (("train", cmd_train, "train"), ("evaluate", cmd_evaluate, "eval")):
-        p = sub.add_parser(name)
+    for name, fn, split in (("train", cmd_train, "train"), ("evaluate", cmd_evaluate, "eval"),
+                            ("upgrade-data", cmd_upgrade_data, "train")):
+        p = sub.add_parser(name, help="format-1 --save-data file -> format 2 (run settings "
+                           "and calibration states, from the policy its run trained); takes "
+                           "train's options, which must be that run's"
+                           if name == "upgrade-data" else None)
         _add_data(p)
         _add_split(p, split)
         _add_control(p)
         p.add_argument("--generator", required=True)
         p.add_argument("--seed", type=int, default=13)
-        if name == "train":
-            p.add_argument("--out", required=True)
+        if name in ("train", "upgrade-data"):
+            p.add_argument("--out", required=True,
+                           help="the format-2 copy (.npz)" if name != "train" else None)
             p.add_argument("--trees", type=int, default=300)
             p.add_argument("--min-leaf", type=int, default=8)
             p.add_argument("--continuation-target", choices=("f1", "sr", "onestep"),
@@ -781,24 +910,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="what stop_answer is worth: level = the paper's v = SR(s); "
                            "gain = 0 SR gain, priced like the other actions (lambda then "
                            "trades support against tokens); see policy.select")
-            once = p.add_mutually_exclusive_group()  # collect (and save), or read a file
-            once.add_argument("--save-data", default=None,
-                              help="also write the collected trajectories here (.npz, no "
-                              "pickle), with the run's settings and the sufficiency "
-                              "calibration states: --from-data rebuilds a policy and "
-                              "data_scripts/stop_rule.py re-tunes from it, without model "
-                              "calls")
-            once.add_argument("--from-data", default=None, metavar="FILE.npz",
-                              help="collect nothing: build the policy from trajectories "
-                              "saved by --save-data (no model call, no index), cut to this "
-                              "split's training questions (--n-eval, --offset, --limit); "
-                              "refused when the file was collected under other settings")
-            p.add_argument("--signal-from", default=None, metavar="POLICY.joblib",
-                           help="with --from-data and a file written before it kept run "
-                           "settings and calibration states (format 1): the policy trained "
-                           "by the train run that wrote the file (its --save-data); its "
-                           "recorded settings are checked against this run and its calibrated "
-                           "sufficiency signal is reused as is (not recalibrated)")
+            if name == "upgrade-data":
+                p.add_argument("from_data", metavar="FILE.npz",
+                               help="a format-1 file written by train --save-data")
+                p.add_argument("--signal-from", required=True, metavar="POLICY.joblib",
+                               help="the policy trained by the train run that wrote FILE.npz")
+                p.set_defaults(save_data=None)
+            else:
+                _add_save_or_from_data(p)
             p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
             p.add_argument("--veto-threshold", type=float, default=None,
                            help="fix the veto threshold (no tuning)")

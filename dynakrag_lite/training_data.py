@@ -213,7 +213,8 @@ class CalibrationTable:
 
 def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
-                      live_signal=None, check: bool = True) -> CalibrationTable | None:
+                      live_signal=None, check: bool = True,
+                      generator: str | None = None) -> CalibrationTable | None:
     """The :class:`CalibrationTable` of a training run: the calibration states of
     ``sufficiency.calibrate_for`` (retrieval only) with the LLM signals' scores on the scored
     subset (the calls ``train_signal`` just made, so they come from the call cache), for
@@ -222,7 +223,11 @@ def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
     ``live_signal``: the signal ``train_signal`` returned with the same arguments; with
     ``check`` the table's own :meth:`~CalibrationTable.signal` is compared with it (summary
     and estimator predictions) and ``reproduced`` records the outcome, so a table that would
-    rebuild another signal is never used silently."""
+    rebuild another signal is never used silently.
+
+    ``generator``: the generator spec the signal is calibrated for, when ``env`` has none (a
+    retrieval-only environment suffices for the learned signal: its states need no LLM call;
+    ``cli.cmd_upgrade_data``); default: ``env.generator.spec``."""
     from .sufficiency import LEARNED_FEATURE_NAMES, calibration_states, learned_features, \
         signal_scores
     if kind == "text":
@@ -252,7 +257,8 @@ def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
         np.array([c.kind for c in states], dtype=object),
         np.array([c.sr for c in states], dtype=np.float64), X, llm, scores, text_extra,
         {"kind": kind, "rule": rule, "llm_questions": llm_questions, "seed": seed,
-         "min_gain": min_gain, "generator": getattr(env.generator, "spec", None)},
+         "min_gain": min_gain,
+         "generator": generator or getattr(env.generator, "spec", None)},
         live_signal.describe() if live_signal is not None else None)
     if check:
         table.reproduced = same_signal(table.signal(), live_signal, X)

@@ -444,3 +444,124 @@ def test_signal_from_allows_fewer_training_questions_and_records_the_others(
     assert new.meta["signal_train_ids_outside_training"] == file_ids[6:]
     assert new.sufficiency.describe() == src.sufficiency.describe()
     assert "2 question(s) outside this run's training questions" in err
+
+
+# -- upgrade-data FILE --signal-from POLICY --out NEW: a format-1 file made format 2 ---------
+UPGRADE = ["upgrade-data", *BASE[1:]]  # train's options: the run's own
+
+
+def upgraded(capsys, collected_v1, folder: Path, *extra) -> tuple[int, dict | None, str, Path]:
+    src_path, traj = collected_v1
+    new = folder / "traj-v2.npz"
+    code, res, err = run(capsys, [*UPGRADE, *SPLIT, *extra, str(traj), "--signal-from",
+                                  str(src_path), "--out", str(new)])
+    return code, res, err, new
+
+
+def test_upgraded_file_equals_the_format_2_file_of_the_same_run(
+        collected, collected_v1, tmp_path, capsys, monkeypatch):
+    """Both fixtures are the same train run (same settings, same trajectories); one saved
+    format 2, the other's file made format 1. Upgraded, the latter is the former: every array
+    (samples, prefixes, calibration states) and the run settings, apart from the paths in the
+    recorded command; the learned signal's states need no generator."""
+    import os
+    gen = Forbidden("make_generator")
+    monkeypatch.setattr(generators_mod, "make_generator", gen)
+    monkeypatch.delenv(generators_mod.REPLAY_ONLY_ENV, raising=False)
+    before = collected_v1[1].read_bytes()
+    code, res, err, new = upgraded(capsys, collected_v1, tmp_path)
+    assert code == 0, err
+    # replay-only during the upgrade, not after it (main() may be called again in-process)
+    assert generators_mod.REPLAY_ONLY_ENV not in os.environ
+    assert gen.calls == 0 and collected_v1[1].read_bytes() == before  # input untouched
+    assert res["reproduced"] is True and res["questions"] == 8
+    with np.load(collected[1]) as a, np.load(new) as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert any(k.startswith("c_") for k in b.files)
+        for k in a.files:
+            if k != "meta":
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        ma, mb = json.loads(str(a["meta"])), json.loads(str(b["meta"]))
+    ra, rb = ma.pop("run"), mb.pop("run")
+    assert ma == mb  # format, questions, feature names, calibration settings and signal
+    assert mb["calibration"]["reproduced"] is True
+    for k in ra:
+        if k != "command":
+            assert rb[k] == ra[k], k
+    assert rb["command"] == Policy.load(collected_v1[0]).meta["command"]
+    up = rb["upgraded_from"]
+    assert up["file"].endswith("traj.npz") and up["signal_from"].endswith("orig.joblib")
+    assert "upgrade-data" in up["command"]
+    data = TrainingData.load(new)
+    assert data.calibration.signal().describe() == \
+        Policy.load(collected_v1[0]).sufficiency.describe()
+
+
+def test_upgraded_file_recalibrates_on_a_bigger_eval_split_where_signal_from_is_refused(
+        collected, collected_v1, tmp_path, capsys):
+    """--n-eval 20 moves 2 of the file's questions into evaluation: refused with the format-1
+    file and --signal-from (the signal cannot be recalibrated), built from the upgraded file
+    (recalibrated on the 6 kept questions), as from the run's own format-2 file."""
+    code, _, err, new = upgraded(capsys, collected_v1, tmp_path)
+    assert code == 0, err
+    src_path, traj = collected_v1
+    bigger = ["--n-eval", "20", "--limit", "8"]
+    gen, setup = Forbidden("make_generator"), Forbidden("build_setup")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(generators_mod, "make_generator", gen)
+        mp.setattr(pipeline_mod, "build_setup", setup)
+        code, _, err = run(capsys, [*BASE, *bigger, "--out", str(tmp_path / "refused.joblib"),
+                                    "--from-data", str(traj), "--signal-from", str(src_path)])
+        assert code == 2 and "2 of which are evaluation questions" in err
+        outs = {}
+        for name, f in (("upgraded", new), ("format2", collected[1])):
+            outs[name] = tmp_path / f"{name}.joblib"
+            code, res, err = run(capsys, [*BASE, *bigger, "--out", str(outs[name]),
+                                          "--from-data", str(f)])
+            assert code == 0, err
+            assert res["from_data_questions"]["moved_to_eval"] == 2
+            assert "recalibrated on the kept questions" in err
+    assert gen.calls == 0 and setup.calls == 0
+    a, b = Policy.load(outs["upgraded"]), Policy.load(outs["format2"])
+    assert a.meta["sufficiency_recalibrated"] is True
+    assert a.meta["train_ids"] == b.meta["train_ids"] and len(a.meta["train_ids"]) == 6
+    X = TrainingData.load(new).calibration.features
+    assert same_signal(a.sufficiency, b.sufficiency, X)
+    # measured on the LLM-scored subset (--calibration-questions 4), 2 of which moved
+    assert a.sufficiency.n_questions == 2 < Policy.load(src_path).sufficiency.n_questions
+    Xs, _, _ = TrainingData.load(new).matrix()
+    np.testing.assert_array_equal(a.value_model.predict(Xs), b.value_model.predict(Xs))
+
+
+def test_upgrade_refuses_the_input_as_out_a_format_2_file_and_another_runs_policy(
+        collected, collected_v1, tmp_path, capsys):
+    src_path, traj = collected_v1
+    before = traj.read_bytes()
+    code, _, err = run(capsys, [*UPGRADE, *SPLIT, str(traj), "--signal-from", str(src_path),
+                                "--out", str(traj)])
+    assert code == 2 and "input file" in err and traj.read_bytes() == before
+    new = tmp_path / "v2.npz"
+    code, _, err = run(capsys, [*UPGRADE, *SPLIT, str(collected[1]), "--signal-from",
+                                str(collected[0]), "--out", str(new)])
+    assert code == 2 and "already format 2" in err and "'run'" in err and not new.exists()
+    other = doctored(src_path, tmp_path, data_hash="0" * 16)
+    code, _, err = run(capsys, [*UPGRADE, *SPLIT, str(traj), "--signal-from", str(other),
+                                "--out", str(new)])
+    assert code == 2 and "data_hash: policy '0000000000000000'" in err and not new.exists()
+    code, _, err = run(capsys, [*UPGRADE, *SPLIT, "--doc-chars", "300", str(traj),
+                                "--signal-from", str(src_path), "--out", str(new)])
+    assert code == 2 and "doc_chars: policy 600, this run 300" in err and not new.exists()
+
+
+def test_upgrade_refuses_a_table_that_does_not_reproduce_the_policys_signal(
+        collected_v1, tmp_path, capsys):
+    """A policy whose signal the file's questions do not give (its threshold moved): the
+    rebuilt calibration states do not reproduce it, and nothing is written."""
+    from dataclasses import replace
+    src_path, _ = collected_v1
+    pol = Policy.load(src_path)
+    pol.sufficiency = replace(pol.sufficiency, threshold=pol.sufficiency.threshold + 0.1)
+    moved = pol.save(tmp_path / "moved.joblib")
+    code, _, err, new = upgraded(capsys, (moved, collected_v1[1]), tmp_path)
+    assert code == 2 and not new.exists()
+    assert "do not reproduce" in err and "traj.npz" in err and "moved.joblib" in err
