@@ -46,6 +46,9 @@ from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 DEFAULT_OUT = ROOT / "results" / "benchmarks" / "parallel.json"
 CONFIGS = {"1x2": (1, 2), "2x1": (2, 1)}  # name -> (processes, llama.cpp threads each)
 QUICK = {"generator": "smollm2-135m", "dataset": "library", "n": 2, "methods": "fixed_k"}
+# The split the workers' build_setup makes (its defaults, as `evaluate` without --n-eval or
+# --split-seed); the parent lists the same questions from the data alone (evaluation_ids).
+N_EVAL, SPLIT_SEED = 100, 0
 
 
 def autogroup() -> int | None:
@@ -66,6 +69,20 @@ def shares(ids: Sequence[str], processes: int) -> list[list[str]]:
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
     return [list(ids[i::processes]) for i in range(processes)]
+
+
+def evaluation_ids(dataset: str, data_dir: str | None, n: int) -> list[str]:
+    """The ids of the first ``n`` evaluation questions of ``dataset``: ``setup.eval[:n]`` of
+    the workers' ``build_setup(..., n_eval=N_EVAL, split_seed=SPLIT_SEED)``, taken from the
+    data file alone through the CLI's split (``--n-eval``/``--split-seed``/``--limit``), so the
+    parent loads no embedder, index or model."""
+    from dynakrag_lite.cli import _split_ids
+    from dynakrag_lite.data import load_dataset
+    if n < 1:
+        raise ValueError(f"--n must be >= 1, got {n}")
+    questions = load_dataset(dataset, data_root=data_dir)
+    ids, _ = _split_ids(questions, "eval", N_EVAL, SPLIT_SEED, None, n)
+    return ids
 
 
 def combine(workers: Sequence[dict], spawn_wall: float) -> dict:
@@ -113,7 +130,7 @@ def worker(args: argparse.Namespace) -> int:
     from dynakrag_lite.pipeline import build_setup
 
     setup = build_setup(args.dataset, generator=None, data_dir=args.data_dir,
-                        show_progress=False)
+                        n_eval=N_EVAL, split_seed=SPLIT_SEED, show_progress=False)
     raw = make_generator(args.generator, cache=False)
     by_id = {q.id: q for q in setup.eval}
     ids = [i for i in args.ids.split(",") if i]
@@ -192,11 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, k, v)
     from bench_prefix_reuse import VERSIONS, default_dataset  # the same code is measured
     args.dataset = args.dataset or default_dataset(args.data_dir)
-    from dynakrag_lite.pipeline import build_setup
-    setup = build_setup(args.dataset, generator=None, data_dir=args.data_dir,
-                        show_progress=False)
-    ids = [q.id for q in setup.eval[:args.n]]
-    del setup
+    try:
+        ids = evaluation_ids(args.dataset, args.data_dir, args.n)
+    except ValueError as e:  # DataError too: a missing or unreadable data file
+        ap.error(str(e))
 
     report: dict[str, Any] = {
         "benchmark": "2 processes x 1 llama.cpp thread vs 1 process x 2 threads",

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import sys
 import threading
 import time
 from contextlib import closing
@@ -258,6 +257,25 @@ def _has_calls_table(conn: sqlite3.Connection, db: str, path: Path) -> bool:
     return True
 
 
+def _is_corruption(e: sqlite3.DatabaseError) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB (the error code from Python 3.11, else the message)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (11, 26)
+    return any(m in str(e) for m in ("malformed", "not a database"))
+
+
+def _damaged(conn: sqlite3.Connection, dbs) -> Path | None:
+    """The first (schema name, path) of ``dbs`` whose database fails SQLite's quick_check."""
+    for db, path in dbs:
+        try:
+            if conn.execute(f"PRAGMA {db}.quick_check(1)").fetchone()[0] != "ok":
+                return path
+        except sqlite3.DatabaseError:
+            return path
+    return None
+
+
 def _uri(path: Path, mode: str) -> str:
     return f"{path.resolve().as_uri()}?mode={mode}"
 
@@ -302,9 +320,14 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
                          f"SELECT {cols} FROM src.calls")
             added = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0] - before
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.DatabaseError) and _is_corruption(e):
+                # a damaged page past the header, met only when the rows are read
+                bad = _damaged(conn, (("src", src), ("main", dst))) or f"{src} or {dst}"
+                raise CacheError(f"{bad} is not a usable SQLite database ({e}); nothing was "
+                                 "merged") from e
             raise
         conn.execute("DETACH DATABASE src")
         if added and vacuum:
@@ -315,7 +338,9 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dynakrag_lite.cache merge SRC DST``: see :func:`merge_cache`."""
+    """``python -m dynakrag_lite.cache merge SRC DST``: see :func:`merge_cache`. A bad file
+    (missing, not a call cache, damaged) is reported as one line ``error: ...`` naming it, exit
+    code 2, as by ``python -m dynakrag_lite``."""
     parser = argparse.ArgumentParser(
         prog="python -m dynakrag_lite.cache",
         description="Maintain LLM call cache files (SQLite, see dynakrag_lite.cache).")
@@ -333,16 +358,19 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("--vacuum", action="store_true",
                        help="compact DST after adding rows (for a file kept in git)")
     args = parser.parse_args(argv)
+    from .cli import run_reporting_errors  # the main CLI's: one line on stderr, exit code 2
+    # this module's own CacheError (a second copy of the module under python -m), and OSError
+    # (a folder that cannot be created)
+    return run_reporting_errors(_merge_command, args, also=(CacheError, OSError))
+
+
+def _merge_command(args: argparse.Namespace) -> int:
     if args.missing_ok and not args.src.exists():
         print(f"{args.src} does not exist; nothing to merge")
         return 0
-    try:
-        added = merge_cache(args.src, args.dst, vacuum=args.vacuum)
-        with closing(sqlite3.connect(_uri(args.dst, "ro"), uri=True)) as conn:
-            total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    except CacheError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    added = merge_cache(args.src, args.dst, vacuum=args.vacuum)
+    with closing(sqlite3.connect(_uri(args.dst, "ro"), uri=True)) as conn:
+        total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
     print(f"{added} new calls merged from {args.src} into {args.dst} ({total} calls)")
     return 0
 

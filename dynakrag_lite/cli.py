@@ -34,6 +34,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from .policy import PolicyError
 from .retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
@@ -945,6 +946,32 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a command line of this package reports as a user's error (a missing or
+    foreign file, a bad field or option value) rather than as a bug."""
+    from .data import DataError
+    from .generators import GeneratorError
+    from .models import ModelError
+    from .storage import LockedError
+    # ValueError: also ResultsError, FingerprintError
+    return (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
+            LockedError, ValueError)
+
+
+def run_reporting_errors(func: Callable[..., int], *args,
+                         also: tuple[type[BaseException], ...] = ()) -> int:
+    """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``: the
+    calling module's own error classes) becomes one line ``error: MESSAGE`` on stderr and exit
+    code 2 instead of a traceback. Every entry point ends this way: ``python -m dynakrag_lite``,
+    ``python -m dynakrag_lite.cache``, ``python -m dynakrag_lite.policy``."""
+    errors = (*user_errors(), *also)
+    try:
+        return func(*args)
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -952,13 +979,4 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "replay_only", False):
         from .generators import REPLAY_ONLY_ENV
         os.environ[REPLAY_ONLY_ENV] = "1"  # read by every cached call of this process
-    from .data import DataError
-    from .generators import GeneratorError
-    from .models import ModelError
-    from .storage import LockedError
-    try:
-        return args.func(args)
-    except (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
-            LockedError, ValueError) as e:  # ValueError: also ResultsError, FingerprintError
-        print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
-        return 2
+    return run_reporting_errors(args.func, args)

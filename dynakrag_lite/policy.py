@@ -48,7 +48,7 @@ import hashlib
 import io
 import os
 import platform
-import sys
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -105,10 +105,40 @@ def update_manifest(folder: str | Path | None = None,
     With ``files``, only those entries are (re)written and the others kept, so refreshing the
     manifest after training one policy does not vouch for anything else in the folder. Without
     ``files``, the manifest is rebuilt from every ``*.joblib`` in the folder: run that only after
-    checking what the folder holds. Returns the manifest path.
+    checking what the folder holds. Returns the manifest path. PolicyError naming the file,
+    with nothing written, when a file is missing or is not what :meth:`Policy.save` writes
+    (:func:`_check_policy_file`).
     """
     with _policy_errors():
-        return _storage.update_manifest(folder if folder is not None else POLICIES_DIR, files)
+        return _storage.update_manifest(folder if folder is not None else POLICIES_DIR, files,
+                                        check=_check_policy_file)
+
+
+def _check_policy_file(path: Path) -> None:
+    """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes:
+    one complete zlib stream (joblib's ``compress=3``) holding one whole pickle (protocol
+    opcode first, STOP last). Checked without unpickling: a joblib file is code, and the
+    manifest is where a file is vouched for, not where it runs; so a pickle of something
+    other than a policy passes here and is refused by :meth:`Policy.load`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: policy file not found") from None
+    except OSError as e:
+        raise PolicyError(f"{path}: cannot read the policy file ({e})") from None
+    z = zlib.decompressobj()
+    try:
+        body = z.decompress(raw)
+    except zlib.error as e:
+        why = f"not zlib-compressed: {e}"
+    else:
+        why = ("truncated: the compressed stream does not end" if not z.eof else
+               "bytes follow the compressed stream" if z.unused_data else
+               "its content is not a whole pickle" if body[:1] != b"\x80" or body[-1:] != b"."
+               else None)
+    if why:
+        raise PolicyError(f"{path}: not a policy file written by Policy.save ({why}); "
+                          "nothing was recorded")
 
 
 def register_policy(path: str | Path) -> Path | None:
@@ -465,6 +495,11 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
     cont = None
     # Prefixes without a target (collected without answer calls) do not train it.
     targeted = [p for p in data.prefixes if np.isfinite(p.gain)]
+    if targeted and data.continuation_target is None:
+        raise PolicyError("the prefixes' gains have no stated continuation target "
+                          "(TrainingData.continuation_target is None), so the continuation "
+                          "model would learn an unknown target: pass continuation_target= when "
+                          "building the TrainingData, or call set_continuation_target(kind)")
     if targeted:
         P = np.stack([p.features for p in targeted])
         g = np.array([p.gain for p in targeted])
@@ -486,7 +521,7 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "rf": {"n_estimators": n_estimators, "min_samples_leaf": min_samples_leaf,
                "random_state": seed},
-        "continuation_target": getattr(data, "continuation_target", "onestep"),
+        "continuation_target": data.continuation_target,  # None only if no prefix has a gain
         "sufficiency": sufficiency.describe() if sufficiency is not None else None,
         "stop_rule": stop_rule,
     }
@@ -698,7 +733,9 @@ def lambda_sweep(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dynakrag_lite.policy --update-manifest [FOLDER | FILE ...]``."""
+    """``python -m dynakrag_lite.policy --update-manifest [FOLDER | FILE ...]``. A bad file
+    (missing, not a policy file, truncated) is reported as one line ``error: ...`` naming it,
+    exit code 2, as by ``python -m dynakrag_lite``; the manifest is then left as it was."""
     ap = argparse.ArgumentParser(prog="python -m dynakrag_lite.policy",
                                  description="maintain results/policies/MANIFEST.sha256")
     ap.add_argument("--update-manifest", action="store_true", required=True,
@@ -707,17 +744,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*", type=Path,
                     help=f"policy files, or one folder (default: {_display_path(POLICIES_DIR)})")
     args = ap.parse_args(argv)
-    try:
-        if not args.paths or (len(args.paths) == 1 and args.paths[0].is_dir()):
-            out = update_manifest(args.paths[0] if args.paths else None)
-        else:
-            folders = {p.resolve().parent for p in args.paths}
-            if len(folders) != 1:
-                raise PolicyError("give files of one folder at a time")
-            out = update_manifest(args.paths[0].parent, files=args.paths)
-    except (PolicyError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    from .cli import run_reporting_errors  # the main CLI's: one line on stderr, exit code 2
+    # this module's own PolicyError (a second copy of the module under python -m), and OSError
+    # (a manifest that cannot be written)
+    return run_reporting_errors(_manifest_command, args, also=(PolicyError, OSError))
+
+
+def _manifest_command(args: argparse.Namespace) -> int:
+    if not args.paths or (len(args.paths) == 1 and args.paths[0].is_dir()):
+        out = update_manifest(args.paths[0] if args.paths else None)
+    else:
+        folders = {p.resolve().parent for p in args.paths}
+        if len(folders) != 1:
+            raise PolicyError("give files of one folder at a time")
+        out = update_manifest(args.paths[0].parent, files=args.paths)
     print(f"updated {_display_path(out)}")
     return 0
 

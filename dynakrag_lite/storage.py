@@ -29,7 +29,7 @@ import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 __all__ = ["atomic_writer", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "FolderLock",
            "LockedError", "relative_command", "redact", "sha256_file", "MANIFEST_NAME",
@@ -136,14 +136,16 @@ def read_manifest(folder: str | Path) -> dict[str, str]:
 
 
 def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = None,
-                    pattern: str = "*.joblib") -> Path:
+                    pattern: str = "*.joblib",
+                    check: Callable[[Path], None] | None = None) -> Path:
     """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
 
     With ``files``, only those entries are (re)written and the others kept, so refreshing the
     manifest after saving one file does not vouch for anything else in the folder. Without
     ``files``, the manifest is rebuilt from every ``pattern`` file in the folder: run that only
     after checking what the folder holds. Entries of deleted files are dropped (they would
-    vouch for whatever later takes their name).
+    vouch for whatever later takes their name). ``check``: called with each file before it is
+    hashed; an exception it raises refuses the file and nothing is written.
     """
     folder = Path(folder)
     if files is None:
@@ -156,6 +158,8 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
         f = f if f.is_absolute() or f.parent != Path(".") else folder / f
         if f.resolve().parent != folder.resolve():
             raise ManifestError(f"{f} is not in {folder}; a manifest lists its own folder only")
+        if check is not None:
+            check(f)
         entries[f.name] = sha256_file(f)
     entries = {k: v for k, v in entries.items() if (folder / k).exists()}
     text = "".join(f"{h}  {name}\n" for name, h in sorted(entries.items()))

@@ -283,7 +283,11 @@ class TrainingData:
     samples: list[Sample] = field(default_factory=list)
     prefixes: list[PrefixSample] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
-    continuation_target: str = "onestep"
+    # Which target (CONTINUATION_TARGETS) the prefixes' ``gain`` holds. None: not stated, as
+    # in records built by hand (collect() and load() always state it). Nothing guesses it:
+    # save() refuses prefixes without it and train_policy() refuses to fit the continuation
+    # model on them; set_continuation_target() states it (and recomputes the gains).
+    continuation_target: str | None = None
     # What the trajectories were collected under (cli.cmd_train fills it; {} for old files):
     # train --from-data refuses a file whose settings differ from its run's.
     run: dict = field(default_factory=dict)
@@ -343,8 +347,19 @@ class TrainingData:
     _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "executed")
 
     def save(self, path: str | Path) -> Path:
-        """Write the records to ``path`` (``.npz``, written atomically)."""
+        """Write the records to ``path`` (``.npz``, written atomically). Raises ValueError
+        when there are prefixes but no stated :attr:`continuation_target` (a file must say
+        what its gains are)."""
         from .storage import atomic_write_bytes
+        if self.continuation_target is not None and \
+                self.continuation_target not in CONTINUATION_TARGETS:
+            raise ValueError(f"unknown continuation target {self.continuation_target!r}; one "
+                             f"of {CONTINUATION_TARGETS}")
+        if self.prefixes and self.continuation_target is None:
+            raise ValueError("these prefixes have no stated continuation target "
+                             "(continuation_target is None): pass continuation_target= when "
+                             "building the TrainingData, or call set_continuation_target(kind), "
+                             "before saving")
         from .features import STATE_FEATURE_NAMES
         n_feat, n_state = len(FEATURE_NAMES), len(STATE_FEATURE_NAMES)
         pf = [f.name for f in fields(PrefixSample) if f.name not in ("qid", "features")]
@@ -408,23 +423,36 @@ class TrainingData:
             if meta.get(name) != list(ours):
                 raise ValueError(f"{path}: its feature names (field {name!r}) differ from "
                                  "this library's; collect the trajectories again")
-        samples = [Sample(str(q), int(st), str(act), f, float(t), float(c), int(nd),
-                          bool(ch), bool(ex))
-                   for q, st, act, f, t, c, nd, ch, ex in zip(
-                       a["s_qid"], a["s_step"], a["s_action"], a["s_features"], a["s_target"],
-                       a["s_cost_tokens"], a["s_n_docs"], a["s_chosen"], a["s_executed"])]
-        prefixes = []
-        for i, (q, f) in enumerate(zip(a["p_qid"], a["p_features"])):
-            kw = {name: float(a[f"p_{name}"][i]) for name in meta["prefix_fields"]}
-            kw["step"] = int(kw["step"])
-            prefixes.append(PrefixSample(str(q), f, **kw))
+        try:  # every format writes these fields: a file without one is not complete
+            samples = [Sample(str(q), int(st), str(act), f, float(t), float(c), int(nd),
+                              bool(ch), bool(ex))
+                       for q, st, act, f, t, c, nd, ch, ex in zip(
+                           a["s_qid"], a["s_step"], a["s_action"], a["s_features"],
+                           a["s_target"], a["s_cost_tokens"], a["s_n_docs"], a["s_chosen"],
+                           a["s_executed"])]
+            prefixes = []
+            for i, (q, f) in enumerate(zip(a["p_qid"], a["p_features"])):
+                kw = {name: float(a[f"p_{name}"][i]) for name in meta["prefix_fields"]}
+                kw["step"] = int(kw["step"])
+                prefixes.append(PrefixSample(str(q), f, **kw))
+            questions = list(meta["questions"])
+            # stated by every save(); never defaulted (a guess would mislabel the gains)
+            target = meta["continuation_target"]
+        except KeyError as e:
+            raise ValueError(f"{path}: not a complete training-data file (no field {e})") \
+                from None
+        if target is not None and target not in CONTINUATION_TARGETS:
+            raise ValueError(f"{path}: field 'continuation_target' is {target!r}, not one of "
+                             f"{CONTINUATION_TARGETS}")
+        if prefixes and target is None:
+            raise ValueError(f"{path}: field 'continuation_target' is null but the file has "
+                             f"{len(prefixes)} prefixes: what their gains are is not stated")
         calib = meta.get("calibration")
         try:
             table = CalibrationTable._from(a, calib, path) if calib else None
         except KeyError as e:
             raise ValueError(f"{path}: its calibration table is incomplete (no {e})") from None
-        return cls(samples, prefixes, list(meta["questions"]), meta["continuation_target"],
-                   dict(meta.get("run") or {}), table)
+        return cls(samples, prefixes, questions, target, dict(meta.get("run") or {}), table)
 
     def to_frame(self):
         """The samples as a pandas DataFrame (one row per labelled (s, a); no features)."""

@@ -45,3 +45,54 @@ def test_agreement_counts_pairs_with_equal_f1(bench):
     b = {"workers": [{"methods": {"fixed_k": {"rows": [_row("b", 0.5)]}}},
                      {"methods": {"fixed_k": {"rows": [_row("a", 1.0)]}}}]}
     assert bench.agreement(a, b) == {"pairs": 2, "same_f1": 1}
+
+
+# -- the evaluation questions, listed without a setup ------------------------------------------
+def _workers_eval_ids(bench, monkeypatch, dataset, data_dir, n):
+    """setup.eval[:n] of build_setup called as the workers call it, with the retriever stubbed
+    (only the split is compared; no embedder or index is built)."""
+    import dynakrag_lite.pipeline as pipeline_mod
+    with monkeypatch.context() as mp:
+        mp.setattr(pipeline_mod, "DenseRetriever", lambda corpus, **kw: None)
+        setup = pipeline_mod.build_setup(dataset, generator=None, data_dir=data_dir,
+                                         n_eval=bench.N_EVAL, split_seed=bench.SPLIT_SEED,
+                                         show_progress=False)
+    return [q.id for q in setup.eval[:n]]
+
+
+def _ids_without_setup(bench, monkeypatch, dataset, data_dir, n):
+    import dynakrag_lite.pipeline as pipeline_mod
+
+    def forbidden(*a, **kw):
+        raise AssertionError("the parent built a setup")
+    with monkeypatch.context() as mp:
+        mp.setattr(pipeline_mod, "build_setup", forbidden)
+        mp.setattr(pipeline_mod, "DenseRetriever", forbidden)
+        return bench.evaluation_ids(dataset, data_dir, n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 6, 10_000])
+def test_parent_lists_the_workers_evaluation_questions_from_the_data_alone(bench, monkeypatch,
+                                                                          n):
+    """The library has fewer than 2 x N_EVAL questions, so build_setup's half-the-data cap
+    decides its split size: a parent that only called split_questions(N_EVAL) would differ."""
+    ids = _ids_without_setup(bench, monkeypatch, "library", None, n)
+    assert ids and ids == _workers_eval_ids(bench, monkeypatch, "library", None, n)
+
+
+def test_parent_lists_the_hotpotqa_questions_the_recorded_benchmark_ran(bench, monkeypatch,
+                                                                        shared_data_dir):
+    import json
+    from pathlib import Path
+    recorded = Path(__file__).resolve().parents[1] / "results" / "benchmarks" / "parallel.json"
+    ids = _ids_without_setup(bench, monkeypatch, "hotpotqa", str(shared_data_dir), 6)
+    assert ids == _workers_eval_ids(bench, monkeypatch, "hotpotqa", str(shared_data_dir), 6)
+    if recorded.exists():
+        settings = json.loads(recorded.read_text())["settings"]
+        if settings["dataset"] == "hotpotqa" and len(settings["question_ids"]) == 6:
+            assert ids == settings["question_ids"]
+
+
+def test_parent_refuses_no_questions(bench):
+    with pytest.raises(ValueError, match="--n"):
+        bench.evaluation_ids("library", None, 0)

@@ -273,8 +273,63 @@ def test_merge_command_line(tmp_path, capsys):
     assert main(["merge", str(src), str(dst)]) == 0
     assert "0 new calls merged" in capsys.readouterr().out
     assert main(["merge", "--missing-ok", str(tmp_path / "none.sqlite"), str(dst)]) == 0
-    assert main(["merge", str(tmp_path / "none.sqlite"), str(dst)]) == 1
+    assert main(["merge", str(tmp_path / "none.sqlite"), str(dst)]) == 2
     assert "none.sqlite: no cache file" in capsys.readouterr().err
     out = subprocess.run([sys.executable, "-m", "dynakrag_lite.cache", "merge", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "SRC" in out and "DST" in out and "--missing-ok" in out
+
+
+def _damaged_cache(path) -> None:
+    """A cache whose header and schema read fine but whose row pages are overwritten: the
+    damage shows only when the rows are read (the INSERT ... SELECT of a merge)."""
+    _cache_with(path, {f"k{i}": "v" * 200 for i in range(400)})
+    raw = bytearray(path.read_bytes())
+    assert len(raw) > 8 * 4096
+    raw[5 * 4096:8 * 4096] = b"\xff" * (3 * 4096)
+    path.write_bytes(bytes(raw))
+
+
+def _bad_cache(kind: str, folder):
+    path = folder / f"{kind}.sqlite"
+    if kind == "text":
+        path.write_text("not a database " * 100)
+    elif kind == "other-schema":
+        _foreign_cache(path)
+    elif kind == "damaged":
+        _damaged_cache(path)
+    return path  # "missing": never created
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "other-schema", "damaged"])
+def test_merge_command_reports_a_bad_source_in_one_line_with_exit_code_2(kind, tmp_path,
+                                                                          capsys):
+    """As python -m dynakrag_lite does: `error: ...` naming the file, exit 2, no traceback
+    (an exception escaping main would fail this test)."""
+    src, dst = _bad_cache(kind, tmp_path), tmp_path / "work.sqlite"
+    assert main(["merge", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(src) in err
+
+
+def test_merge_command_reports_a_bad_destination_in_one_line(tmp_path, capsys):
+    src = tmp_path / "book.sqlite"
+    _cache_with(src, {"a": "x"})
+    dst = _bad_cache("text", tmp_path)
+    before = dst.read_bytes()
+    assert main(["merge", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and str(dst) in err
+    assert dst.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["text", "damaged"])
+def test_python_m_cache_reports_a_bad_file_without_traceback(kind, tmp_path):
+    """The module run as a script (a second copy of it: its own CacheError) ends the same way."""
+    src = _bad_cache(kind, tmp_path)
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.cache", "merge", str(src),
+                          str(tmp_path / "work.sqlite")], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: ") and str(src) in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1

@@ -2,7 +2,9 @@
 
 Write mode, on copies of the real chapters: every chapter gets one canonical install cell and
 a badge built from ``_config.yml``'s repository, the rewrite is idempotent, nothing else in a
-notebook changes, and changing the URL in the config moves every chapter to the new URL.
+notebook changes, and changing the URL in the config moves every chapter to the new URL. The
+committed config sets no URL (no public repository is known): no badge, no clone URL, and no
+repository button of the book.
 
 The generated cell, run by a bare interpreter (``python -m venv --without-pip``, no packages)
 with a fake ``google.colab`` imported at start-up (as Colab's kernel does): it clones a local
@@ -57,20 +59,82 @@ def book_copy(tmp_path):
     return book, cfg
 
 
-def test_config_is_the_single_source():
-    repo = colab.read_repo(REPO / "_config.yml")
-    assert repo.url.startswith("https://github.com/") and repo.branch
+UNSET_URL = '  url: ""\n'  # the committed config's repository.url line
+
+
+def _set_url(cfg: Path, url: str) -> Path:
+    """Set repository.url in a copy of _config.yml, as a fork edits it."""
+    text = cfg.read_text()
+    assert text.count(UNSET_URL) == 1
+    cfg.write_text(text.replace(UNSET_URL, f"  url: {url}\n"))
+    return cfg
+
+
+def test_config_is_the_single_source(tmp_path):
+    cfg = _set_url(Path(shutil.copy(REPO / "_config.yml", tmp_path / "_config.yml")),
+                   "https://github.com/a-fork/dynakrag-copy")
+    repo = colab.read_repo(cfg)
+    assert repo.configured and repo.url == "https://github.com/a-fork/dynakrag-copy"
     assert repo.badge_url("07_x.ipynb") == (
-        f"https://colab.research.google.com/github/{repo.slug}/blob/{repo.branch}/"
-        f"{repo.path_to_book}/07_x.ipynb")
+        "https://colab.research.google.com/github/a-fork/dynakrag-copy/blob/main/"
+        "book/07_x.ipynb")
+
+
+def test_committed_config_publishes_no_repository_url_and_no_button_built_from_it():
+    """No public repository of the project is known: the url is empty (present, or jupyter-book
+    would put its own repository there) and the buttons that link into it are off."""
+    import yaml
+    cfg = yaml.safe_load((REPO / "_config.yml").read_text())
+    assert cfg["repository"]["url"] == ""
+    assert not any(cfg["html"][k] for k in ("use_repository_button", "use_issues_button",
+                                            "use_edit_page_button"))
+    assert not cfg["launch_buttons"]["colab_url"]
+    assert "#     url: https://github.com/YOUR-NAME/dynakrag-lite" in \
+        (REPO / "_config.yml").read_text()  # the commented example a fork follows
+    repo = colab.read_repo(REPO / "_config.yml")
+    assert not repo.configured and repo.badge_url("07_x.ipynb") is None
+    jb = pytest.importorskip("jupyter_book.config")
+    final, *_ = jb.get_final_config(user_yaml=REPO / "_config.yml",
+                                    cli_config={"latex_individualpages": False},
+                                    sourcedir=REPO, validate=True, raise_on_invalid=True)
+    theme = final["html_theme_options"]
+    assert theme["repository_url"] == ""  # not jupyter-book's default repository
+    assert not theme["launch_buttons"]["colab_url"]
+
+
+def test_without_a_url_chapters_get_no_badge_and_no_clone_url(book_copy):
+    book, cfg = book_copy
+    colab.write_chapters(book, colab.read_repo(_set_url(cfg, "https://github.com/o/first")))
+    unset = colab.read_repo(REPO / "_config.yml")
+    assert len(colab.write_chapters(book, unset)) == len(list(book.glob("*.ipynb")))
+    assert colab.write_chapters(book, unset) == []  # idempotent
+    for path in sorted(book.glob("*.ipynb")):
+        raw = path.read_text()
+        assert "github.com" not in raw and colab.COLAB_GITHUB not in raw, path.name
+        cells = _cells(path)
+        marked = [c for c in cells if _src(c).startswith(colab.MARKER)]
+        assert len(marked) == 1
+        assert _src(marked[0]) == colab.install_cell_source(unset, colab.needs_for(path.name),
+                                                            path.name)
+        assert 'os.environ.get("DYNAKRAG_COLAB_REPO", "")' in _src(marked[0])
+    # setting a URL again brings one badge per chapter back
+    fork = colab.read_repo(cfg)
+    colab.write_chapters(book, fork)
+    for path in sorted(book.glob("*.ipynb")):
+        badges = [u for c in _cells(path) if c["cell_type"] == "markdown"
+                  for u in colab._BADGE_RE.findall(_src(c))]
+        assert badges == [fork.badge_url(path.name)]
+
+
+def test_committed_chapters_link_to_no_made_up_repository():
+    for path in [*sorted(BOOK.glob("*.ipynb")), REPO / "README.md", REPO / "_config.yml"]:
+        assert "dynakrag-lite/dynakrag-lite" not in path.read_text(encoding="utf-8"), path.name
 
 
 def test_write_is_idempotent_and_every_chapter_gets_the_same_url(book_copy):
     book, cfg = book_copy
     # A fork's URL, so every chapter must change whatever state the committed cells are in.
-    cfg.write_text(cfg.read_text().replace("https://github.com/dynakrag-lite/dynakrag-lite",
-                                           "https://github.com/a-fork/dynakrag-copy"))
-    repo = colab.read_repo(cfg)
+    repo = colab.read_repo(_set_url(cfg, "https://github.com/a-fork/dynakrag-copy"))
     assert repo.url == "https://github.com/a-fork/dynakrag-copy"
     before = {p.name: _cells(p) for p in book.glob("*.ipynb")}
     changed = colab.write_chapters(book, repo)
@@ -99,12 +163,15 @@ def test_write_is_idempotent_and_every_chapter_gets_the_same_url(book_copy):
         assert badges == [prefix + path.name], path.name
         ids = [c.get("id") for c in cells]
         assert len(ids) == len(set(ids))
-        # Nothing else changed: the other cells are the originals, in order.
+        # Nothing else changed: the other cells are the originals, in order (the committed
+        # chapters have no badge: it is the one cell added).
         old = [c for c in before[path.name]
                if not (_src(c).startswith(colab.MARKER) or (
                    c["cell_type"] == "code" and '"google.colab" in sys.modules' in _src(c)
                    and "pip" in _src(c)))]
-        new = [c for c in cells if c is not cell]
+        new = [c for c in cells if c is not cell and not (
+            c.get("id") == colab.BADGE_ID and colab.COLAB_GITHUB in _src(c)
+            and not any(colab.COLAB_GITHUB in _src(o) for o in old))]
         for o, n in zip(old, new):
             if colab.COLAB_GITHUB in _src(o):
                 assert n["id"] == o["id"]
@@ -115,9 +182,10 @@ def test_write_is_idempotent_and_every_chapter_gets_the_same_url(book_copy):
 
 def test_changing_the_config_moves_every_chapter(book_copy):
     book, cfg = book_copy
-    colab.write_chapters(book, colab.read_repo(cfg))
-    text = cfg.read_text().replace("https://github.com/dynakrag-lite/dynakrag-lite",
-                                   "https://github.com/someone/my-fork.git")
+    first = cfg.read_text()
+    colab.write_chapters(book, colab.read_repo(_set_url(cfg, "https://github.com/o/first")))
+    cfg.write_text(first)
+    text = _set_url(cfg, "https://github.com/someone/my-fork.git").read_text()
     cfg.write_text(text.replace("branch: main", "branch: dev"))
     fork = colab.read_repo(cfg)
     assert (fork.url, fork.branch, fork.name) == ("https://github.com/someone/my-fork", "dev",
@@ -125,7 +193,7 @@ def test_changing_the_config_moves_every_chapter(book_copy):
     assert len(colab.write_chapters(book, fork)) == len(list(book.glob("*.ipynb")))
     for path in book.glob("*.ipynb"):
         raw = path.read_text()
-        assert "dynakrag-lite/dynakrag-lite" not in raw
+        assert "o/first" not in raw
         assert f"github/someone/my-fork/blob/dev/book/{path.name}" in raw
         cell = next(_src(c) for c in _cells(path) if _src(c).startswith(colab.MARKER))
         assert '"https://github.com/someone/my-fork"' in cell and '"my-fork")' in cell
@@ -320,23 +388,27 @@ def _closed_port() -> int:
     return port
 
 
-def run_cell(world, home: Path, chapter: str, port: int, colab_module=True, **extra):
-    repo = colab.Repo("https://github.com/example/dynakrag-lite", "main")
+def run_cell(world, home: Path, chapter: str, port: int, colab_module=True,
+             repo=colab.Repo("https://github.com/example/dynakrag-lite", "main"), clone_from=True,
+             expect_rc=0, **extra):
     cell = colab.install_cell_source(repo, colab.needs_for(chapter), chapter)
     script = home.parent / f"cell-{home.name}.py"
     script.write_text(cell + "\n" + STATE)
     log = home.parent / f"log-{home.name}.jsonl"
     env = {"PATH": os.environ["PATH"], "HOME": str(home.parent), "GIT_CONFIG_NOSYSTEM": "1",
            "DYNAKRAG_COLAB_HOME": str(home),
-           "DYNAKRAG_COLAB_REPO": world["bare"].as_uri(),
            "DYNAKRAG_COLAB_PIP": f"{world['python']} {world['root'] / 'fakepip.py'}",
            "DYNAKRAG_COLAB_PROBE": f"127.0.0.1:{port}", "FAKE_LOG": str(log), **extra}
+    if clone_from:
+        env["DYNAKRAG_COLAB_REPO"] = world["bare"].as_uri()
     if colab_module:
         env["PYTHONPATH"] = str(world["fake"])
     home.mkdir(exist_ok=True)
     p = subprocess.run([str(world["python"]), str(script)], capture_output=True, text=True,
                        env=env, cwd=home.parent, timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == expect_rc, p.stdout + p.stderr
+    if expect_rc:
+        return p.stderr, [], None
     calls = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     state = next((json.loads(x[6:]) for x in p.stdout.splitlines() if x.startswith("STATE ")),
                  None)
@@ -428,3 +500,24 @@ def test_cell_is_a_noop_outside_colab(colab_world, tmp_path, listening_port):
     assert out.splitlines() == [x for x in out.splitlines() if x.startswith("STATE ")]
     assert state["cwd"] == str(tmp_path)
     assert all(v is None for v in state["env"].values())
+
+
+def test_cell_without_a_repository_url_clones_only_a_given_one(colab_world, tmp_path):
+    """The committed chapters' cell (no URL in the config): on Colab it stops with a message
+    unless DYNAKRAG_COLAB_REPO names the repository, which it then clones as usual."""
+    unset = colab.read_repo(REPO / "_config.yml")
+    home = tmp_path / "content"
+    err, _, _ = run_cell(colab_world, home, "01_multihop_problem.ipynb", _closed_port(),
+                         repo=unset, clone_from=False, expect_rc=1,
+                         DYNAKRAG_COLAB_DRY_RUN="1")
+    assert "repository URL is not set" in err and str(home / "dynakrag-lite") in err
+    assert "DYNAKRAG_COLAB_REPO" in err and not (home / "dynakrag-lite").exists()
+    out, calls, state = run_cell(colab_world, home, "01_multihop_problem.ipynb",
+                                 _closed_port(), repo=unset, DYNAKRAG_COLAB_DRY_RUN="1")
+    assert (home / "dynakrag-lite" / ".git").is_dir()
+    assert state["cwd"] == str(home / "dynakrag-lite" / "book")
+    # a clone in place is used as it is, with no URL
+    out, calls, state = run_cell(colab_world, home, "01_multihop_problem.ipynb",
+                                 _closed_port(), repo=unset, clone_from=False,
+                                 DYNAKRAG_COLAB_DRY_RUN="1")
+    assert state["cwd"] == str(home / "dynakrag-lite" / "book")

@@ -200,6 +200,55 @@ def test_manifest_command_line(project_folder, capsys):
     Policy.load(path)
 
 
+def _bad_policy_file(kind: str, folder: Path, marker: Path) -> Path:
+    path = folder / f"{kind}.joblib"
+    if kind == "text":
+        path.write_text("not a policy\n")
+    elif kind == "truncated":
+        raw = _policy().save(folder / "whole.joblib").read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+    elif kind == "bare-pickle":  # code, not what Policy.save writes: refused, never run
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+    return path  # "missing": never created
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "truncated", "bare-pickle"])
+def test_manifest_command_reports_a_bad_file_in_one_line_with_exit_code_2(
+        kind, project_folder, tmp_path, capsys):
+    """As python -m dynakrag_lite does: `error: ...` naming the file, exit 2, no traceback
+    (an exception escaping main would fail this test), and the manifest is not touched."""
+    good = _policy().save(project_folder / "good.joblib")
+    update_manifest(project_folder, files=[good])
+    before = (project_folder / MANIFEST_NAME).read_bytes()
+    marker = tmp_path / "code-ran"
+    bad = _bad_policy_file(kind, project_folder, marker)
+    assert policy_mod.main(["--update-manifest", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(bad) in err
+    assert (project_folder / MANIFEST_NAME).read_bytes() == before
+    assert not marker.exists()
+    if kind != "missing":  # rebuilding from the whole folder refuses it too
+        assert policy_mod.main(["--update-manifest", str(project_folder)]) == 2
+        assert str(bad) in capsys.readouterr().err
+        assert (project_folder / MANIFEST_NAME).read_bytes() == before
+
+
+def test_python_m_policy_reports_a_bad_file_without_traceback(tmp_path):
+    """The module run as a script (a second copy of it: its own PolicyError) ends the same
+    way."""
+    import subprocess
+    import sys
+    bad = tmp_path / "notes.joblib"
+    bad.write_text("not a policy\n")
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.policy", "--update-manifest",
+                          str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: ") and str(bad) in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1
+    assert not (tmp_path / MANIFEST_NAME).exists()
+
+
 def test_register_policy_after_training(project_folder, tmp_path):
     path = _policy().save(project_folder / "d.joblib")
     assert policy_mod.register_policy(path) == project_folder / MANIFEST_NAME

@@ -100,6 +100,92 @@ def test_old_format_files_still_load_without_run_or_calibration():
     assert data.subset(data.questions[:3]).calibration is None
 
 
+@pytest.mark.parametrize("name", ["hotpotqa", "2wikimultihopqa", "musique"])
+def test_committed_files_load_with_the_target_they_record(name):
+    """Loading never substitutes a default: each committed file states 'f1' and its gains are
+    F1(end) - F1(now) wherever an answer F1 was collected."""
+    path = REPO / "results" / "trajectories" / f"{name}-qwen2.5-coder-0.5b.npz"
+    if not path.exists():
+        pytest.skip("committed trajectories not present")
+    with np.load(path, allow_pickle=False) as z:
+        recorded = json.loads(str(z["meta"]))["continuation_target"]
+    data = TrainingData.load(path)
+    assert recorded == data.continuation_target == "f1"
+    gains = np.array([p.gain for p in data.prefixes])
+    f1 = np.array([p.target("f1") for p in data.prefixes])
+    assert np.isfinite(gains).any()
+    assert np.array_equal(np.isfinite(gains), np.isfinite(f1))
+    assert np.allclose(gains[np.isfinite(gains)], f1[np.isfinite(f1)])
+
+
+def _hand_built(target=None) -> TrainingData:
+    from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES
+    from dynakrag_lite.training_data import PrefixSample, Sample
+    rng = np.random.default_rng(0)
+    samples = [Sample(f"q{i}", 0, "retrieve_more", rng.random(len(FEATURE_NAMES)),
+                      float(i % 2), 100.0, 3) for i in range(12)]
+    prefixes = [PrefixSample(f"q{i}", rng.random(len(STATE_FEATURE_NAMES)), 0.0, 0,
+                             onestep=0.1, sr_now=0.5, sr_end=1.0, f1_now=0.25, f1_end=1.0)
+                for i in range(12)]
+    kw = {} if target is None else {"continuation_target": target}
+    return TrainingData(samples, prefixes, [f"q{i}" for i in range(12)], **kw)
+
+
+def test_hand_built_prefixes_state_no_target_and_are_not_trained_on_until_stated(tmp_path):
+    """A TrainingData built without continuation_target does not claim one (the old default
+    labelled any gains 'onestep'): the continuation model and the file refuse them."""
+    from dynakrag_lite.policy import PolicyError, train_policy
+    data = _hand_built()
+    assert data.continuation_target is None
+    with pytest.raises(PolicyError, match="no stated continuation target"):
+        train_policy(data, n_estimators=3, min_samples_leaf=2, n_jobs=1)
+    with pytest.raises(ValueError, match="no stated continuation target"):
+        data.save(tmp_path / "x.npz")
+    assert not (tmp_path / "x.npz").exists()
+    pol = train_policy(data.set_continuation_target("f1"), n_estimators=3,
+                       min_samples_leaf=2, n_jobs=1)
+    assert pol.meta["continuation_target"] == "f1" and pol.continuation_model is not None
+    assert data.prefixes[0].gain == 0.75
+    back = TrainingData.load(data.save(tmp_path / "x.npz"))
+    assert back.continuation_target == "f1"
+
+
+def test_samples_without_prefixes_need_no_target_and_round_trip_it_as_none(tmp_path):
+    from dynakrag_lite.policy import train_policy
+    data = _hand_built()
+    data.prefixes = []
+    assert TrainingData.load(data.save(tmp_path / "s.npz")).continuation_target is None
+    assert train_policy(data, n_estimators=3, min_samples_leaf=2,
+                        n_jobs=1).meta["continuation_target"] is None
+
+
+def _without_meta_field(path: Path, field: str, value=...) -> Path:
+    with np.load(path, allow_pickle=False) as z:
+        a = {k: z[k] for k in z.files}
+    meta = json.loads(str(a["meta"]))
+    if value is ...:
+        del meta[field]
+    else:
+        meta[field] = value
+    a["meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(path, **a)
+    return path
+
+
+def test_a_file_that_does_not_state_its_target_is_refused_naming_the_file(tmp_path):
+    path = _hand_built("sr").save(tmp_path / "old.npz")
+    _without_meta_field(path, "continuation_target")
+    with pytest.raises(ValueError, match=r"old\.npz: not a complete training-data file "
+                                         r"\(no field 'continuation_target'\)"):
+        TrainingData.load(path)
+    _without_meta_field(path, "continuation_target", None)
+    with pytest.raises(ValueError, match=r"old\.npz: field 'continuation_target' is null"):
+        TrainingData.load(path)
+    _without_meta_field(path, "continuation_target", "guess")
+    with pytest.raises(ValueError, match=r"old\.npz: field 'continuation_target' is 'guess'"):
+        TrainingData.load(path)
+
+
 def test_calibration_on_a_subset_is_the_calibration_of_those_questions(library_questions,
                                                                          library_retriever):
     """Recalibrating from stored rows on fewer questions gives what train_signal computes
