@@ -3,6 +3,11 @@ and generator, with the exact commands that produced each row), breakdowns per q
 and hop count, retrieval and speed figures.
 
     python data_scripts/results_readme.py   # dynakrag_lite importable: make install or PYTHONPATH=.
+    python data_scripts/results_readme.py --results /tmp/copy-of-results   # another results/
+
+Runs may be missing, just started or partial while they are re-run or extended: every table
+labels a partial run (`partial: k of N`), pairs runs on the questions both answered (n), and
+writes "not run yet" for a run that is not there.
 """
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
-from dynakrag_lite.results import (MIN_GROUP_N, breakdown_table, load_summaries, markdown_table,
-                                   paired_table, results_table)
+from dynakrag_lite.results import (MIN_GROUP_N, STARTED, breakdown_table, is_partial,
+                                   load_summaries, markdown_table, paired_table, results_table,
+                                   run_policy, run_status)
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
@@ -27,10 +33,12 @@ evidence control, not a method. Numbers are development numbers on subsets of th
 (see `../shared/data/README.md`), with small bundled generators: they are not comparable to
 the paper's Table 1 (Qwen2.5-7B-Instruct, full dev sets, BGE-large), only its shape is.
 
-Columns: `n` questions; EM/F1 (HotpotQA normalization, max over aliases); `support_recall`
-(share of gold supporting documents in the final context); `all_support_rate` (share of
-questions with every gold document); mean documents, tokens (all prompt + completion tokens of
-all calls), LLM calls, retrieval calls and seconds per question.
+Columns: `n` questions; `status` (`complete`, or `partial: k of N` for a run still in
+progress or being extended: its row covers the k questions answered so far); EM/F1 (HotpotQA
+normalization, max over aliases); `support_recall` (share of gold supporting documents in the
+final context); `all_support_rate` (share of questions with every gold document); mean
+documents, tokens (all prompt + completion tokens of all calls), LLM calls, retrieval calls and
+seconds per question.
 
 Diagnostics (per run; definitions in `dynakrag_lite/experiments.py`): `errors` questions whose
 method raised (not in the means; re-running retries them); how questions ended (`stop`);
@@ -53,11 +61,12 @@ def _counts(d: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if v) or "-"
 
 
-def diagnostics_table(rows) -> str:
+def diagnostics_table(rows: pd.DataFrame, root: Path | None = None) -> str:
+    root = root or ROOT
     lines = ["| run | errors | stop | sufficiency (s/i/u) | parse fallbacks | vetoes |",
              "|---|---|---|---|---|---|"]
     for _, row in rows.iterrows():
-        d = run_diagnostics(ROOT / "experiments" / row.path)
+        d = run_diagnostics(root / "experiments" / row.path)
         if d is None:
             continue
         suff = d["sufficiency"]
@@ -102,10 +111,13 @@ def hours_recorded(*folders: Path) -> float:
     return total / 3600
 
 
-def plan_section() -> str:
+def plan_section(root: Path | None = None) -> str:
     """Seconds per question per method and generator (measured), and the grid's projected
-    CPU hours at those rates."""
-    exp, train_split = ROOT / "experiments" / "hotpotqa", ROOT / "diagnostics" / "train-split" \
+    CPU hours at those rates. Methods without a measured HotpotQA evaluation rate (a run
+    deleted for a re-run, or not started) are named, and the projection is then a lower
+    bound instead of counting them as free."""
+    root = root or ROOT
+    exp, train_split = root / "experiments" / "hotpotqa", root / "diagnostics" / "train-split" \
         / "hotpotqa"
     rates = {}
     for gen_dir in sorted(p for p in exp.glob("*") if p.is_dir()):
@@ -129,29 +141,36 @@ def plan_section() -> str:
              for (g, r, w) in rates if g == "qwen2.5-coder-1.5b" and w == "train"
              and ("qwen2.5-coder-0.5b", r, "train") in rates]
     per_q = sum(base.get(m, 0.0) for m in GRID_METHODS)
-    abl = len(ABLATIONS) * base.get("dynakrag", 0.0)
+    unmeasured = [m for m in GRID_METHODS if m not in base]
+    abl = len(ABLATIONS) * base["dynakrag"] if "dynakrag" in base else None
     lines += ["", "Projected CPU hours of the grid at the 0.5B rates (core methods "
-              f"{per_q:.0f} s per question, ablations {abl:.0f} s; policy training about "
-              f"{TRAIN_CPU_HOURS_300Q_05B:.1f} CPU hours per 300 questions; the lambda sweep "
-              "and stop rules are replayed offline from saved trajectories):\n",
+              f"{per_q:.0f} s per question, ablations "
+              + (f"{abl:.0f} s" if abl is not None else "not projected") + "; policy training "
+              f"about {TRAIN_CPU_HOURS_300Q_05B:.1f} CPU hours per 300 questions; the lambda "
+              "sweep and stop rules are replayed offline from saved trajectories)"
+              + (f". No HotpotQA evaluation rate is measured yet for {', '.join(unmeasured)} "
+                 "(no run, or every row replayed from the cache): they are left out, so "
+                 "these projections are lower bounds" if unmeasured else "") + ":\n",
               "| dataset | questions | evaluation | training | core CPU h | ablation CPU h | "
               "training CPU h |", "|---|---|---|---|---|---|---|"]
     total = 0.0
     for ds, size in DATASET_SIZES.items():
         n_eval = GRID_EVAL[ds]
         n_train = min(300, size - n_eval)
-        core, ab = per_q * n_eval / 3600, abl * n_eval / 3600
+        core = per_q * n_eval / 3600
+        ab = abl * n_eval / 3600 if abl is not None else None
         tr = TRAIN_CPU_HOURS_300Q_05B * n_train / 300
-        total += core + ab + tr
-        lines.append(f"| {ds} | {size} | {n_eval} | {n_train} | {core:.1f} | {ab:.1f} | "
-                     f"{tr:.1f} |")
+        total += core + (ab or 0.0) + tr
+        lines.append(f"| {ds} | {size} | {n_eval} | {n_train} | {core:.1f} | "
+                     f"{_num(ab, '.1f')} | {tr:.1f} |")
     if ratio:
+        about = "at least" if unmeasured else "about"
         lines.append(f"\nqwen2.5-coder-1.5b costs {min(ratio):.1f}-{max(ratio):.1f} times the "
                      "0.5B model's seconds per question on the same training questions, so the "
-                     f"whole grid would take about {total:.0f} CPU hours with the 0.5B model and "
-                     f"{total * sum(ratio) / len(ratio):.0f} with the 1.5B model.")
+                     f"whole grid would take {about} {total:.0f} CPU hours with the 0.5B model "
+                     f"and {total * sum(ratio) / len(ratio):.0f} with the 1.5B model.")
     lines.append(f"\nCPU hours recorded in the committed runs so far: "
-                 f"{hours_recorded(ROOT / 'experiments', ROOT / 'diagnostics'):.1f}.\n")
+                 f"{hours_recorded(root / 'experiments', root / 'diagnostics'):.1f}.\n")
     lines.append("The split: 2WikiMultiHopQA holds 439 questions and MuSiQue 200 in "
                  "`../shared/data`, so 150 held out leaves 289 for training on 2Wiki and 100 + "
                  "100 is MuSiQue's split; the issue's 300 training / 150 evaluation questions "
@@ -163,9 +182,23 @@ def _num(v, fmt: str = ".3f") -> str:
     return "-" if v is None or pd.isna(v) else format(v, fmt)
 
 
-def breakdown_section(s: pd.DataFrame) -> str:
+def labelled(run: str, status: str) -> str:
+    """A run's name in code font, with its status when it is known to be unfinished: a partial
+    run must not read as a finished one wherever it is named."""
+    return f"`{run}` ({status})" if is_partial(status) or status == STARTED else f"`{run}`"
+
+
+def partial_note(rows: pd.DataFrame) -> str:
+    """One sentence naming the partial runs among ``rows`` (a load_summaries frame), or ""."""
+    part = [labelled(r.run, r.status) for r in rows.itertuples() if is_partial(r.status)]
+    return ("Partial runs (their rows cover the questions answered so far): "
+            + ", ".join(part) + ".\n") if part else ""
+
+
+def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
     """Per dataset and generator: each run's n, EM, F1 and SR per question type (MuSiQue: hop
     count), and dynakrag's paired F1 difference against each run within the group."""
+    root = root or ROOT
     lines = ["## Breakdowns per question type and hop count\n",
              "Each run's questions split by group: the dataset's question type (HotpotQA, "
              "2WikiMultiHopQA), the hop count of MuSiQue's hop shape (`3hop1` and `3hop2` are "
@@ -177,11 +210,14 @@ def breakdown_section(s: pd.DataFrame) -> str:
              f"{MIN_GROUP_N} questions (or paired questions) is marked *too few to read*: its "
              "numbers are printed, not interpreted.\n"]
     for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
-        bt = breakdown_table(dataset, generator, root=ROOT / "experiments")
+        bt = breakdown_table(dataset, generator, root=root / "experiments")
         if bt.empty:
             continue
         paired = bt.n_paired.notna().any()
         lines.append(f"### {dataset}, generator `{generator}`\n")
+        note = partial_note(s[(s.dataset == dataset) & (s.generator == generator)])
+        if note:
+            lines.append(note)
         head = ["group", "run", "n", "em", "f1", "SR"]
         if paired:
             head += ["paired", "diff (F1)", "interval", "p_value", "verdict"]
@@ -218,33 +254,48 @@ BASELINES = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform")
 HEADLINE_RUNS = ("dynakrag", "dynakrag-gain")
 
 
-def headline_section(s: pd.DataFrame) -> str:
+def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
     """Per dataset and generator: DynaKRAG (each of :data:`HEADLINE_RUNS` present) against
     the baseline with the highest F1 on the questions both answered, with the paired interval
-    of F1, EM and SR."""
+    of F1, EM and SR. Every dataset of ``s`` gets a row: a missing controller run or baseline,
+    or a pair without common questions, is written as such; a partial run is labelled."""
+    root = root or ROOT
     lines = ["## Headline: DynaKRAG against the best baseline\n",
              "Per dataset, the baseline (" + ", ".join(f"`{b}`" for b in BASELINES) + ") with "
              "the highest mean F1, paired with dynakrag on the questions both answered "
              "(dynakrag minus baseline; paired bootstrap 95 % interval, 10,000 resamples; "
              "sign-flip permutation p), among the baselines paired on the most questions (a run "
-             "still in progress competes once it covers them). n: paired questions. "
+             "still in progress competes once it covers them). n: paired questions. A run "
+             "marked `partial: k of N` is still running or being extended: its comparison "
+             "covers only the questions answered so far. "
              "`dynakrag` stops by the paper's level rule; `dynakrag-gain`, where it was run, "
              "by our gain rule with the lambda its cross-validation on the training split chose "
              "(chapter 13). The tables below give every run.\n",
              "| dataset | generator | run | n | best baseline | F1 run / baseline | F1 diff "
              "[95 % CI], p | EM diff [95 % CI], p | SR diff [95 % CI], p | verdict (F1) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def gap(dataset, generator, run, why):  # a row that says why there is no comparison
+        lines.append(f"| {dataset} | {generator} | {run} | 0 | - | - | - | - | - | {why} |")
+
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
-        runs = set(mine.run)
-        base = [b for b in BASELINES if b in runs]
-        if "dynakrag" not in runs or not base:
-            lines.append(f"| {dataset} | {generator} | dynakrag | - | - | - | not run yet: "
-                         f"{'dynakrag' if 'dynakrag' not in runs else 'baselines'} | | | |")
+        status = dict(zip(mine.run, mine.status))
+        base = [b for b in BASELINES if b in status]
+        if "dynakrag" not in status:
+            gap(dataset, generator, "`dynakrag`", "not run yet: dynakrag")
             continue
-        for ctl in (r for r in HEADLINE_RUNS if r in runs):
+        if not base:
+            gap(dataset, generator, labelled("dynakrag", status["dynakrag"]),
+                "not run yet: baselines")
+            continue
+        for ctl in (r for r in HEADLINE_RUNS if r in status):
             pt = paired_table(dataset, generator, base=ctl, runs=base,
-                              root=ROOT / "experiments")
-            f1 = pt[pt.metric == "f1"]
+                              root=root / "experiments")
+            f1 = pt[(pt.metric == "f1") & (pt.n > 0)]
+            if f1.empty:  # e.g. a re-run that has only reached questions no baseline has yet
+                gap(dataset, generator, labelled(ctl, status[ctl]),
+                    "not paired: " + "; ".join(sorted(set(pt.verdict))))
+                continue
             # Only baselines paired on as many questions as the best-covered one: a run begun
             # on a handful of questions cannot be "the best baseline" by luck.
             f1 = f1[f1.n == f1.n.max()].sort_values("other", ascending=False)
@@ -253,8 +304,9 @@ def headline_section(s: pd.DataFrame) -> str:
             for m in ("f1", "em", "support_recall"):
                 r = pt[(pt.run == best.run) & (pt.metric == m)].iloc[0]
                 cells.append(f"{r['diff']:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}], {r.p_value:.3f}")
-            lines.append(f"| {dataset} | {generator} | `{ctl}` | {int(best.n)} | "
-                         f"`{best.run}` | {best[ctl]:.3f} / {best.other:.3f} | "
+            lines.append(f"| {dataset} | {generator} | {labelled(ctl, status[ctl])} | "
+                         f"{int(best.n)} | {labelled(best.run, best.status)} | "
+                         f"{best[ctl]:.3f} / {best.other:.3f} | "
                          + " | ".join(cells) + f" | {best.verdict.replace('A ', ctl + ' ')} |")
     return "\n".join(lines) + "\n"
 
@@ -632,43 +684,77 @@ def speed_section(bench: Path) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def policies_section(s: pd.DataFrame, root: Path | None = None) -> str:
+    """The saved policies, and any run whose recorded policy is no longer the saved file
+    (retrained since the run) or is not there at all (being retrained, or deleted)."""
+    root = root or ROOT
+    pol = sorted((root / "policies").glob("*.joblib"))
+    notes: dict[tuple[str, str], list[str]] = {}
+    for r in s.itertuples():
+        used = run_policy(r.dataset, r.generator, r.run, root / "experiments")
+        if used and used["file"] != "same":
+            notes.setdefault((Path(used["path"]).name, used["file"]), []).append(
+                f"`{r.dataset}/{r.generator}/{r.run}`")
+    if not pol and not notes:
+        return ""
+    lines = ["## Policies\n"] + [f"- `policies/{p.name}`" for p in pol]
+    for (name, state), runs in sorted(notes.items()):
+        lines.append(f"- `policies/{name}`: "
+                     + ("not present now" if state == "missing" else
+                        "retrained since these runs (their recorded digest differs from the "
+                        "file's): their results are the earlier policy's")
+                     + "; used by " + ", ".join(runs))
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=None,
+                    help="the results folder to read and whose README.md to write (default: "
+                         "this checkout's results/)")
+    root = ap.parse_args(argv).results or ROOT
+    exp = root / "experiments"
     parts = [INTRO]
-    s = load_summaries(ROOT / "experiments")
+    s = load_summaries(exp)
     if len(s):
-        parts.append(headline_section(s))
+        parts.append(headline_section(s, root))
     for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
         parts.append(f"## {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
         mine = s[(s.dataset == dataset) & (s.generator == generator)]
+        # the grid's runs without a summary: named, so that a deleted or not yet started run
+        # (a re-run in progress) is not simply absent from the table
+        absent = {r: run_status(dataset, generator, r, exp)["status"]
+                  for r in GRID_METHODS + ABLATIONS if r not in set(mine.run)}
+        if absent:
+            parts.append("Not in the table: " + "; ".join(
+                f"`{r}` ({st})" for r, st in absent.items()) + ".\n")
         if "dynakrag" in set(mine.run):
-            pt = paired_table(dataset, generator, root=ROOT / "experiments")
+            pt = paired_table(dataset, generator, root=exp)
             if len(pt):
                 parts.append("Paired differences, dynakrag minus each run (per question; "
                              "paired bootstrap 95 % interval, 10,000 resamples; sign-flip "
-                             "permutation p). The verdict names dynakrag as A; an interval "
-                             "containing 0, or p >= .05, is no measurable difference:\n")
-                pt = pt.assign(interval=[f"[{lo:+.3f}, {hi:+.3f}]"
-                                         for lo, hi in zip(pt.lo, pt.hi)])
-                parts.append(markdown_table(pt[["run", "metric", "n", "dynakrag", "other",
-                                                "diff", "interval", "p_value",
+                             "permutation p), on the questions both runs answered (n); "
+                             "`status` is the other run's. The verdict names dynakrag as A; an "
+                             "interval containing 0, or p >= .05, is no measurable difference; "
+                             "a run that cannot be paired yet says why:\n")
+                pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
+                                         for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
+                parts.append(markdown_table(pt[["run", "status", "metric", "n", "dynakrag",
+                                                "other", "diff", "interval", "p_value",
                                                 "verdict"]]) + "\n")
         parts.append("Diagnostics:\n")
-        parts.append(diagnostics_table(mine) + "\n")
+        parts.append(diagnostics_table(mine, root) + "\n")
         parts.append("Commands:\n")
         for _, row in mine.iterrows():
             parts.append(f"- `{row.run}`: `{row.command}`")
         parts.append("")
     if len(s):
-        parts.append(breakdown_section(s))
-    pol = sorted((ROOT / "policies").glob("*.joblib"))
+        parts.append(breakdown_section(s, root))
+    pol = policies_section(s, root)
     if pol:
-        parts.append("## Policies\n")
-        for p in pol:
-            parts.append(f"- `policies/{p.name}`")
-        parts.append("")
-    sr = sorted((ROOT / "retrieval").glob("sr-*.json"))
+        parts.append(pol)
+    sr = sorted((root / "retrieval").glob("sr-*.json"))
     if sr:
         parts.append("## One-shot retrieval (question as query), support recall at k\n")
         parts.append("| dataset | questions | documents | SR@3 | SR@6 | SR@12 |\n|---|---|---|---|---|---|")
@@ -679,11 +765,11 @@ def main(argv: list[str] | None = None) -> int:
         parts.append("\nCommand: `python -m dynakrag_lite retrieval-eval --data <dataset> "
                      "--data-dir ../shared/data --k 3,6,12` (all-MiniLM-L6-v2, FAISS flat IP, "
                      "pooled corpus of the file).\n")
-    parts.append(plan_section())
-    bench = ROOT / "benchmarks"
+    parts.append(plan_section(root))
+    bench = root / "benchmarks"
     if bench.exists():
         parts.append(speed_section(bench))
-    atomic_write_text(ROOT / "README.md", "\n".join(parts))
+    atomic_write_text(root / "README.md", "\n".join(parts))
     return 0
 
 

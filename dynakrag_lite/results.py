@@ -21,6 +21,13 @@ arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the ful
 the ablation F1s, the retrieval-cap sweep and the GPT-4o-mini transfer F1. They are facts
 quoted from the paper, kept here so the book can put them next to ours.
 
+Runs are re-run and extended in place (a new policy, a larger evaluation split), so a run
+folder may be missing, just started or partial while the tables are rebuilt. Every table here
+says so (:func:`status_label`, :func:`run_status`): a partial run is labelled with how many
+questions it answered, paired comparisons use only the questions both runs answered and give
+that n, and a run that is not there gets a "not run yet" row rather than an exception or no
+row at all.
+
 :func:`stop_rule_table` turns the cross-validated stop-rule report of
 ``data_scripts/stop_rule.py`` (``results/diagnostics/<dataset>-<generator>-stop-rule.json``)
 into one tidy row per (stop rule, λ); :func:`~dynakrag_lite.figures.stop_rule_sweeps_figure`
@@ -42,8 +49,10 @@ DEFAULT_ROOT = Path("results/experiments")
 ID_COLUMNS = ("dataset", "generator", "run")
 METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generator"))
 # errors: error rows (questions whose method raised); complete: every requested question
-# has a real row. Both None for summaries written before they were recorded.
-SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "command", "path")
+# has a real row; n_expected: questions requested. None for summaries written before they
+# were recorded. status: status_label of the run ("complete", "partial: 40 of 150", ...).
+SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "n_expected", "status",
+                                                 "command", "path")
 
 PAPER_CITATION = ("Wu et al. 2026, 'A Unified Framework for Learnable Evidence Control in "
                   "Multi-Hop RAG', arXiv:2607.06507")
@@ -68,8 +77,9 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
 
     Columns: dataset, generator, run (from the folder names), the summary metrics (method, n,
     em, f1, support_recall, all_support_rate, docs_mean, tokens_mean, llm_calls_mean,
-    retrieval_calls_mean, seconds_mean), ``errors`` and ``complete``, the command that produced
-    it (``run.command``) and the summary's path relative to ``root``. An empty DataFrame with these columns when nothing
+    retrieval_calls_mean, seconds_mean), ``errors``, ``complete``, ``n_expected`` and
+    ``status`` (:func:`status_label`), the command that produced it (``run.command``) and the
+    summary's path relative to ``root``. An empty DataFrame with these columns when nothing
     exists; unreadable summaries are skipped with a warning.
     """
     import warnings
@@ -87,6 +97,8 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
             row.update({k: s.get(k) for k in METRIC_COLUMNS})
             row["errors"] = s.get("errors")
             row["complete"] = (s.get("run") or {}).get("complete")
+            row["n_expected"] = (s.get("run") or {}).get("n_expected")
+            row["status"] = status_label(s.get("n"), row["n_expected"], row["complete"])
             row["command"] = (s.get("run") or {}).get("command")
             row["path"] = str(path.relative_to(base))
             rows.append(row)
@@ -94,7 +106,71 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
     for k in METRIC_COLUMNS:
         if k != "method":
             df[k] = pd.to_numeric(df[k], errors="coerce")
+    df["n_expected"] = df["n_expected"].astype("Int64")  # <NA>: not recorded
     return df
+
+
+# -- the state of a run: complete, partial, started or not there ---------------------------
+NOT_RUN = "not run yet"
+STARTED = "started, nothing answered yet"
+NO_COMMON = "no common questions yet"
+COMPLETE = "complete"
+UNRECORDED = "completeness not recorded"
+
+
+def _missing(v) -> bool:
+    return v is None or (not isinstance(v, str) and bool(pd.isna(v)))
+
+
+def status_label(n, n_expected=None, complete=None) -> str:
+    """How far a run got, to print next to it: :data:`COMPLETE`, ``"partial: 40 of 150"``
+    (``complete`` false: the run covers the ``n`` questions answered so far),
+    :data:`UNRECORDED` (a run that predates the ``complete`` flag), :data:`STARTED` (no
+    question answered) or :data:`NOT_RUN` (``n`` None: no run)."""
+    if _missing(n):
+        return NOT_RUN
+    if int(n) == 0:
+        return STARTED
+    if _missing(complete):
+        return UNRECORDED
+    if bool(complete):
+        return COMPLETE
+    of = "answered" if _missing(n_expected) else f"of {int(n_expected)}"
+    return f"partial: {int(n)} {of}"
+
+
+def is_partial(status: str) -> bool:
+    """True for a :func:`status_label` of a run that has not answered every question yet."""
+    return str(status).startswith("partial")
+
+
+def _state(dataset: str, generator: str, run: str, root: str | Path
+           ) -> tuple[list[dict], dict]:
+    """(answered rows, status record) of one run folder; see :func:`run_status`."""
+    folder = _find_root(root) / dataset / generator / run
+    rec = {"run": run, "status": NOT_RUN, "answered": 0, "expected": None, "complete": None}
+    if not (folder / "predictions.jsonl").exists():
+        return [], rec
+    rows = _latest(dataset, generator, run, root, errors=False)
+    try:
+        info = json.loads((folder / "summary.json").read_text()).get("run") or {}
+    except (OSError, ValueError):  # no summary yet (written after the first question)
+        info = {}
+    rec.update(answered=len(rows), expected=info.get("n_expected"),
+               complete=info.get("complete"),
+               status=status_label(len(rows), info.get("n_expected"), info.get("complete")))
+    return rows, rec
+
+
+def run_status(dataset: str, generator: str, run: str,
+               root: str | Path = DEFAULT_ROOT) -> dict:
+    """The state of one run folder, read from its files: ``run``, ``status``
+    (:func:`status_label`: :data:`NOT_RUN` without a predictions file, :data:`STARTED` with
+    no answered question), ``answered`` (questions with a real row in predictions.jsonl),
+    ``expected`` (questions requested, from summary.json; None when not recorded) and
+    ``complete``. Raises :class:`~dynakrag_lite.experiments.ResultsError` for a damaged
+    predictions file."""
+    return _state(dataset, generator, run, root)[1]
 
 
 def load_summary(dataset: str, generator: str, run: str,
@@ -202,12 +278,15 @@ def paper_table(which: str = "main") -> pd.DataFrame:
 def side_by_side(ours: pd.DataFrame, dataset: str, metrics=("em", "f1", "tokens_mean")
                  ) -> pd.DataFrame:
     """Our rows of ``dataset`` (one per generator and run) joined with the paper's Table 1 row
-    of the same method (columns ``paper_<metric>``); runs the paper lacks get NaN there."""
+    of the same method (columns ``paper_<metric>``); runs the paper lacks get NaN there.
+    ``status`` (when ``ours`` has it, as :func:`load_summaries` gives it) follows ``n``, so a
+    partial run is read as one."""
     paper = paper_table("main")
     paper = paper[(paper.dataset == dataset) & paper.run.notna()]
     paper = paper.rename(columns={m: f"paper_{m}" for m in metrics})[
         ["run"] + [f"paper_{m}" for m in metrics]]
-    mine = ours[ours.dataset == dataset][["generator", "run", "n"] + list(metrics)]
+    ids = ["generator", "run", "n"] + (["status"] if "status" in ours.columns else [])
+    mine = ours[ours.dataset == dataset][ids + list(metrics)]
     return mine.merge(paper, on="run", how="left").sort_values(["generator", "run"]) \
         .reset_index(drop=True)
 
@@ -227,6 +306,26 @@ def find_policies(dataset: str | None = None, root: str | Path = "results/polici
     found = sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
     return found if variants else [p for p in found
                                    if not p.stem.endswith(POLICY_VARIANT_SUFFIXES)]
+
+
+def run_policy(dataset: str, generator: str, run: str,
+               root: str | Path = DEFAULT_ROOT) -> dict | None:
+    """The policy a run used, as its summary.json records it (``path``, ``sha256``,
+    ``n_train`` ...), and ``file``: ``"same"`` when ``<results>/policies/<file name>`` (beside
+    ``root``) still holds that policy, ``"changed"`` when it holds another one (retrained after
+    the run: the run's results are the earlier policy's), ``"missing"`` when there is no such
+    file now. None for a run that records no policy (a baseline) or has no summary."""
+    from .storage import sha256_file
+    try:
+        rec = load_summary(dataset, generator, run, root).get("policy")
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not rec.get("path"):
+        return None
+    saved = _find_root(root).parent / "policies" / Path(rec["path"]).name
+    state = ("missing" if not saved.is_file() else
+             "same" if sha256_file(saved) == rec.get("sha256") else "changed")
+    return {**rec, "file": state}
 
 
 # -- stop-rule reports (data_scripts/stop_rule.py) ------------------------------------------
@@ -324,6 +423,8 @@ def trace_table(trace) -> pd.DataFrame:
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     """A GitHub-markdown table (no extra dependency such as tabulate)."""
     def cell(v):
+        if isinstance(v, float) and math.isnan(v):
+            return "-"  # not computed (e.g. a pair without common questions)
         if isinstance(v, float):
             return format(v, floatfmt) if abs(v) < 100 else f"{v:,.0f}"
         return str(v)
@@ -333,8 +434,9 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return "\n".join([head, rule] + body)
 
 
-MAIN_TABLE_COLUMNS = ("run", "n", "em", "f1", "support_recall", "all_support_rate", "docs_mean",
-                      "tokens_mean", "llm_calls_mean", "retrieval_calls_mean", "seconds_mean")
+MAIN_TABLE_COLUMNS = ("run", "n", "status", "em", "f1", "support_recall", "all_support_rate",
+                      "docs_mean", "tokens_mean", "llm_calls_mean", "retrieval_calls_mean",
+                      "seconds_mean")
 RUN_ORDER = ("fixed_k", "fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag",
              "oracle")
 
@@ -347,6 +449,10 @@ def results_table(summaries: pd.DataFrame, dataset: str, generator: str) -> pd.D
     return df[list(MAIN_TABLE_COLUMNS)].reset_index(drop=True)
 
 
+PAIRED_COLUMNS = ("run", "metric", "n", "other", "diff", "lo", "hi", "p_value", "wins",
+                  "losses", "verdict", "status")
+
+
 def paired_table(dataset: str, generator: str, base: str = "dynakrag",
                  runs: Sequence[str] | None = None,
                  metrics: Sequence[str] = ("f1", "em", "support_recall"),
@@ -354,21 +460,79 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
     """``base`` against every other run of ``dataset``/``generator`` (or ``runs``), paired per
     question: one row per (run, metric) with n, both means, the difference base - run, its
     paired bootstrap 95 % interval, the paired permutation p-value and the verdict
-    (:mod:`dynakrag_lite.comparison`; 10,000 resamples, fixed seed)."""
-    from .comparison import compare_runs
+    (:mod:`dynakrag_lite.comparison`; 10,000 resamples, fixed seed).
+
+    Only the questions both runs answered are paired, and ``n`` counts them: a partial run is
+    compared on what it has, and ``status`` (:func:`status_label` of the other run) says it
+    is partial. A pair that cannot be made is still a row, with ``n`` 0, NaN numbers and the
+    reason as its verdict: :data:`NOT_RUN` or :data:`STARTED` for the other run,
+    ``"<base> not run yet"`` (or started) for the base, :data:`NO_COMMON` when they share no
+    question. Only a damaged predictions file raises."""
+    from .comparison import compare_runs, paired_rows
     if runs is None:
         runs = [r for r in _run_names(dataset, generator, root) if r != base]
-    base_rows = _latest(dataset, generator, base, root, errors=False)
+    base_rows, base_state = _state(dataset, generator, base, root)
     out = []
     for run in runs:
-        res = compare_runs(base_rows, _latest(dataset, generator, run, root, errors=False),
-                           metrics)
-        for m, r in res.items():
+        rows, state = _state(dataset, generator, run, root)
+        if not base_rows:
+            why = f"{base} {base_state['status']}"
+        elif not rows:
+            why = state["status"]
+        elif not paired_rows(base_rows, rows):
+            why = NO_COMMON
+        else:
+            why = None
+        if why:  # no pair: said so, one row per metric like any other run
+            out += [{"run": run, "metric": m, "n": 0, base: math.nan, "other": math.nan,
+                     "diff": math.nan, "lo": math.nan, "hi": math.nan, "p_value": math.nan,
+                     "wins": 0, "losses": 0, "verdict": why, "status": state["status"]}
+                    for m in metrics]
+            continue
+        for m, r in compare_runs(base_rows, rows, metrics).items():
             out.append({"run": run, "metric": m, "n": r.n, base: r.mean_a, "other": r.mean_b,
                         "diff": r.diff, "lo": r.lo, "hi": r.hi, "p_value": r.p_value,
-                        "wins": r.wins, "losses": r.losses, "verdict": r.verdict})
-    return pd.DataFrame(out, columns=["run", "metric", "n", base, "other", "diff", "lo", "hi",
-                                      "p_value", "wins", "losses", "verdict"])
+                        "wins": r.wins, "losses": r.losses, "verdict": r.verdict,
+                        "status": state["status"]})
+    cols = list(PAIRED_COLUMNS)
+    return pd.DataFrame(out, columns=cols[:3] + [base] + cols[3:])
+
+
+# The paper's ablation table, in its order: the full method, the component ablations, the
+# uniform-valid controller and the retrieval-cap sweep.
+ABLATION_RUNS = tuple(run for run, _ in _ABLATIONS.values())
+ABLATION_COLUMNS = ("variant", "run", "status", "n", "f1", "paper_f1", "em", "support_recall",
+                    "tokens_mean", "llm_calls_mean", "retrieval_calls_mean")
+
+
+def ablation_table(summaries: pd.DataFrame, dataset: str, generator: str,
+                   runs: Sequence[str] = ABLATION_RUNS) -> pd.DataFrame:
+    """One row per ablation run of ``dataset``/``generator`` in ``runs`` order, whether it
+    was run or not (columns :data:`ABLATION_COLUMNS`): ``variant`` is the paper's name of the
+    ablation, ``paper_f1`` its F1 in the paper (NaN for runs the paper lacks), ``status`` and
+    the metrics come from ``summaries`` (:func:`load_summaries`). A run without a summary
+    gets ``status`` :data:`NOT_RUN`, ``n`` 0 and NaN metrics: a missing ablation stays
+    visible instead of dropping out of the table."""
+    paper = paper_table("ablations")
+    paper = paper[paper.dataset == dataset].set_index("run")
+    mine = summaries[(summaries.dataset == dataset) & (summaries.generator == generator)]
+    mine = mine.set_index("run")
+    out = []
+    for run in runs:
+        rec = {"variant": paper.variant.get(run, run), "run": run,
+               "paper_f1": float(paper.f1.get(run, math.nan))}
+        if run in mine.index:
+            r = mine.loc[run]
+            status = r["status"] if "status" in mine.columns else status_label(
+                r["n"], r.get("n_expected"), r.get("complete"))
+            rec.update({k: r[k] for k in ABLATION_COLUMNS if k in r.index and k not in rec},
+                       status=status)
+        else:
+            rec.update(status=NOT_RUN, n=0)
+        out.append(rec)
+    df = pd.DataFrame(out, columns=list(ABLATION_COLUMNS))
+    df["n"] = df["n"].fillna(0).astype(int)
+    return df
 
 
 def _run_names(dataset: str, generator: str, root: str | Path) -> list[str]:

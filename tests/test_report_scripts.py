@@ -136,6 +136,72 @@ def test_headline_adds_a_row_for_the_gain_rule_run_where_it_exists(tmp_path, mon
     assert sum(ln.startswith("| musique |") for ln in text.splitlines()) == 1
 
 
+def _status_run(folder, ids, f1, n_expected=None, policy=None):
+    """A run folder with a summary that records how many questions were requested."""
+    rows = [_row(q, f1) for q in ids]
+    summary = {"n": len(rows), "f1": f1, "method": "x",
+               "run": {"command": "x", "n_expected": n_expected or len(rows),
+                       "complete": n_expected in (None, len(rows))}}
+    if policy:
+        summary["policy"] = policy
+    _run(folder, rows, summary)
+
+
+def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments" / "hotpotqa" / "g"
+    _status_run(exp / "dynakrag", [f"q{i}" for i in range(12)], 1.0, n_expected=15)
+    # fixed_k3 being extended: 10 old questions and 2 new ones dynakrag has not reached
+    _status_run(exp / "fixed_k3", [f"q{i}" for i in range(10)] + ["n1", "n2"], 0.5,
+                n_expected=15)
+    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
+    assert "| `dynakrag` (partial: 12 of 15) | 10 | `fixed_k3` (partial: 12 of 15) |" in row
+    assert "partial: k of N" in text  # the rule is stated above the table
+
+
+def test_headline_keeps_a_row_for_a_dataset_whose_controller_is_missing_or_unpaired(
+        tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments"
+    _status_run(exp / "hotpotqa" / "g" / "fixed_k3", ["q0", "q1"], 0.5)  # dynakrag deleted
+    # musique: the re-run has only reached questions no baseline has yet
+    _status_run(exp / "musique" / "g" / "dynakrag", ["n1"], 1.0, n_expected=3)
+    _status_run(exp / "musique" / "g" / "fixed_k6", ["q0", "q1"], 0.5)
+    text = rr.headline_section(load_summaries(exp))
+    lines = text.splitlines()
+    assert next(ln for ln in lines if ln.startswith("| hotpotqa |")).endswith(
+        "| not run yet: dynakrag |")
+    mus = next(ln for ln in lines if ln.startswith("| musique |"))
+    assert "`dynakrag` (partial: 1 of 3)" in mus and "not paired: no common questions yet" in mus
+
+
+def test_readme_of_a_results_folder_mid_rerun(tmp_path):
+    """The whole README over a folder in the middle of a re-run: a started run (empty
+    predictions, no summary), a partial one, a deleted ablation, a policy being retrained."""
+    exp = tmp_path / "experiments" / "hotpotqa" / "g"
+    used = {"path": "results/policies/hotpotqa-g-gain_stop.joblib", "sha256": "0" * 64}
+    _status_run(exp / "dynakrag", ["q0", "q1", "q2"], 1.0, n_expected=6)
+    _status_run(exp / "fixed_k3", ["q0", "q1", "q2", "q3", "q4"], 0.5, n_expected=6)
+    _status_run(exp / "dynakrag-gain_lam0", ["q0"], 1.0, policy=used)  # its policy: gone
+    (exp / "dynakrag-cap2").mkdir()
+    (exp / "dynakrag-cap2" / "predictions.jsonl").write_text("")
+    assert rr.main(["--results", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| fixed_k3 | 5 | partial: 5 of 6 |" in text
+    pair = next(ln for ln in text.splitlines() if ln.startswith("| fixed_k3 | partial: 5 of 6 |"
+                                                                " f1 |"))
+    assert "| f1 | 3 |" in pair  # paired on the 3 questions both answered
+    assert "| dynakrag-cap2 | started, nothing answered yet | f1 | 0 |" in text
+    assert "`dynakrag-no_compression` (not run yet)" in text
+    assert "`dynakrag-cap2` (started, nothing answered yet)" in text
+    assert ("`policies/hotpotqa-g-gain_stop.joblib`: not present now; used by "
+            "`hotpotqa/g/dynakrag-gain_lam0`") in text
+    assert "these projections are lower bounds" in text  # uniform, oracle ... not measured
+
+
 # -- Speed section: one renderer per results/benchmarks/*.json --------------------------------
 def _rows(text: str, first_cell: str) -> list[list[str]]:
     """The cells of the markdown table rows whose first cell is ``first_cell``."""

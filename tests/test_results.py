@@ -269,3 +269,111 @@ def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
     # without a dynakrag run: the per-group numbers, no paired columns filled
     t2 = breakdown_table("musique", "g", runs=["fixed_k3"], root=tmp_path, base="absent")
     assert list(t2.group) == ["2-hop", "3-hop"] and t2.n_paired.isna().all()
+
+
+# -- intermediate states: runs deleted for a re-run, just started, or extended in place --------
+def _run_folder(root, run, rows, n_expected=None, dataset="hotpotqa", generator="g"):
+    """A run folder as experiments.evaluate leaves it: predictions, and (once a question is
+    done) a summary whose run block says how many questions were requested."""
+    d = root / dataset / generator / run
+    d.mkdir(parents=True)
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if rows:
+        n = len([r for r in rows if not r.get("error")])
+        expected = n if n_expected is None else n_expected
+        summary = {"method": run.split("-")[0], "dataset": dataset, "generator": generator,
+                   "n": n, "f1": sum(r["f1"] for r in rows) / len(rows),
+                   "run": {"command": "x", "n_expected": expected, "complete": n == expected}}
+        (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def _q(qid, f1):
+    return {"id": qid, "f1": f1, "em": f1, "support_recall": f1, "tokens": 100.0}
+
+
+def test_status_label_names_every_state_a_run_can_be_in():
+    from dynakrag_lite.results import (COMPLETE, NOT_RUN, STARTED, UNRECORDED, is_partial,
+                                       status_label)
+    assert status_label(150, 150, True) == COMPLETE
+    assert status_label(120, 150, False) == "partial: 120 of 150"
+    assert is_partial(status_label(120, 150, False)) and not is_partial(COMPLETE)
+    assert status_label(3, None, False) == "partial: 3 answered"
+    assert status_label(100, None, None) == UNRECORDED  # a summary older than the flag
+    assert status_label(0, 150, False) == STARTED
+    assert status_label(None) == NOT_RUN
+
+
+def test_load_summaries_labels_a_partial_run(tmp_path):
+    _run_folder(tmp_path, "fixed_k3", [_q(f"q{i}", 0.5) for i in range(3)], n_expected=5)
+    _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 0.5) for i in range(5)])
+    s = load_summaries(tmp_path).set_index("run")
+    assert s.loc["fixed_k3", "status"] == "partial: 3 of 5"
+    assert s.loc["fixed_k3", "n_expected"] == 5 and not s.loc["fixed_k3", "complete"]
+    assert s.loc["dynakrag", "status"] == "complete"
+
+
+def test_paired_table_pairs_a_partial_baseline_on_the_common_questions_only(tmp_path):
+    from dynakrag_lite.results import paired_table
+    _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 1.0) for i in range(6)])
+    # fixed_k3 being extended to 8 questions: 4 of the old ones so far, plus a new question
+    # dynakrag has not reached (F1 0, so a mean over all of fixed_k3's rows would differ)
+    _run_folder(tmp_path, "fixed_k3", [_q(f"q{i}", 0.5) for i in range(4)] + [_q("new", 0.0)],
+                n_expected=8)
+    t = paired_table("hotpotqa", "g", runs=["fixed_k3"], root=tmp_path)
+    f1 = t[t.metric == "f1"].iloc[0]
+    assert f1.n == 4  # the questions both answered, reported
+    assert f1.other == pytest.approx(0.5) and f1["diff"] == pytest.approx(0.5)
+    assert f1.status == "partial: 5 of 8"
+
+
+def test_paired_table_reports_a_run_it_cannot_pair_instead_of_raising(tmp_path):
+    from dynakrag_lite.results import NO_COMMON, NOT_RUN, STARTED, paired_table
+    _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 1.0) for i in range(3)], n_expected=6)
+    _run_folder(tmp_path, "dynakrag-cap2", [])  # started: an empty predictions file
+    _run_folder(tmp_path, "uniform", [_q("new1", 0.5)], n_expected=6)  # no common question
+    t = paired_table("hotpotqa", "g", runs=["dynakrag-cap2", "dynakrag-no_compression",
+                                            "uniform"], root=tmp_path)
+    assert len(t) == 9 and (t.n == 0).all() and t["diff"].isna().all()
+    by_run = t.groupby("run").verdict.first()
+    assert by_run["dynakrag-no_compression"] == NOT_RUN  # no folder: a deleted ablation
+    assert by_run["dynakrag-cap2"] == STARTED
+    assert by_run["uniform"] == NO_COMMON
+    # the base itself missing: every row says so
+    t = paired_table("hotpotqa", "g", base="oracle", runs=["uniform"], root=tmp_path)
+    assert set(t.verdict) == {f"oracle {NOT_RUN}"} and (t.n == 0).all()
+
+
+def test_ablation_table_keeps_a_missing_ablation_as_a_not_run_row(tmp_path):
+    from dynakrag_lite.results import ABLATION_RUNS, NOT_RUN, ablation_table
+    _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 0.5) for i in range(4)])
+    _run_folder(tmp_path, "dynakrag-cap1", [_q("q0", 0.25)], n_expected=4)
+    _run_folder(tmp_path, "dynakrag-cap2", [_q("q0", 0.25)], dataset="musique")
+    t = ablation_table(load_summaries(tmp_path), "hotpotqa", "g").set_index("run")
+    assert list(t.index) == list(ABLATION_RUNS)  # every ablation, in the paper's order
+    assert t.loc["dynakrag", "status"] == "complete" and t.loc["dynakrag", "n"] == 4
+    assert t.loc["dynakrag-cap1", "status"] == "partial: 1 of 4"
+    row = t.loc["dynakrag-no_compression"]  # never run on hotpotqa
+    assert row.status == NOT_RUN and row.n == 0 and pd.isna(row.f1)
+    assert row.variant == "no compression" and row.paper_f1 == pytest.approx(0.5826)
+    assert t.loc["dynakrag-cap2", "status"] == NOT_RUN  # a run of another dataset is not this
+
+
+def test_run_policy_says_when_the_saved_policy_is_not_the_one_a_run_used(tmp_path):
+    from dynakrag_lite.results import run_policy
+    from dynakrag_lite.storage import sha256_file
+    exp, pol = tmp_path / "experiments", tmp_path / "policies"
+    pol.mkdir()
+    (pol / "hotpotqa-g.joblib").write_bytes(b"old policy")
+    for run, name in (("dynakrag", "hotpotqa-g.joblib"), ("dynakrag-gain", "hotpotqa-g-x.joblib")):
+        d = _run_folder(exp, run, [_q("q0", 1.0)])
+        s = json.loads((d / "summary.json").read_text())
+        s["policy"] = {"path": f"results/policies/{name}", "n_train": 3,
+                       "sha256": sha256_file(pol / "hotpotqa-g.joblib")}
+        (d / "summary.json").write_text(json.dumps(s))
+    _run_folder(exp, "fixed_k3", [_q("q0", 1.0)])
+    assert run_policy("hotpotqa", "g", "dynakrag", exp)["file"] == "same"
+    assert run_policy("hotpotqa", "g", "dynakrag-gain", exp)["file"] == "missing"
+    assert run_policy("hotpotqa", "g", "fixed_k3", exp) is None  # a baseline: no policy
+    (pol / "hotpotqa-g.joblib").write_bytes(b"retrained policy")
+    assert run_policy("hotpotqa", "g", "dynakrag", exp)["file"] == "changed"
