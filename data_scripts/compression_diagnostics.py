@@ -108,6 +108,22 @@ def average_precision(y, p):
     return float(average_precision_score(y, p)) if y.sum() else float("nan")
 
 
+def reuse_problem(prev: dict, split: dict, selector_meta: dict, fit_ids: list[str]
+                  ) -> str | None:
+    """Why the selector numbers of ``prev`` (an earlier --out) cannot be copied for the selector
+    whose meta is ``selector_meta`` on this ``split``; None when they can. A file written for
+    an earlier split, or for an earlier selector, would otherwise be carried over silently."""
+    if selector_meta.get("train_ids") != fit_ids:
+        return "the selector was fitted on another fit part than this split's"
+    if prev.get("split") != split:
+        return f"the earlier report describes another split ({prev.get('split')} vs {split})"
+    stale = [k for k in ("n_questions", "n_sentences", "n_positive")
+             if (prev.get("selector") or {}).get(k) != selector_meta.get(k)]
+    if stale:
+        return f"the earlier report describes another selector (differing: {stale})"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default="hotpotqa")
@@ -153,11 +169,13 @@ def main() -> int:
                  "k_docs": args.k_docs, "max_snippets": args.max_snippets}
     if args.reuse_selector:
         prev = json.loads(Path(args.out).read_text())
+        sel = SentenceSelector.load(args.selector_out)
+        problem = reuse_problem(prev, out["split"], sel.meta, [q.id for q in fit])
+        if problem:
+            raise SystemExit(f"--reuse-selector: {problem}; run without --reuse-selector")
         for k in ("label_rule_vs_supporting_facts", "selector_choice_dev_average_precision",
                   "selector"):
             out[k] = prev[k]
-        sel = SentenceSelector.load(args.selector_out)
-        assert sel.meta["train_ids"] == [q.id for q in fit], "selector of another fit part"
     else:
         sel = fit_selector(args, out, setup, retr, train, fit, dev)
     print("selector ready", round(time.perf_counter() - t0), flush=True)

@@ -39,18 +39,19 @@ number/year cues against the question's wh-word, and the embedding cosine to the
 (the retriever's own embedder). Model: logistic regression or gradient boosting
 (scikit-learn), saved with joblib and its metadata.
 
-**Measured** (``data_scripts/compression_diagnostics.py``, HotpotQA *training* split, each
-question's top-6 retrieved documents; results/diagnostics/compression.json). Extractive
-selector (gradient boosting, chosen over logistic regression on a dev part: average precision
-.618 vs .555), 224 held-out training questions: the answer string survives into the evidence
-for 142 of the 152 questions whose documents hold it (93%), 343 of the 350 gold paragraphs in
-the states contribute a sentence, 36% of the sentences are kept. LLM compressor
-(qwen2.5-coder-0.5b, 15 questions): 29 of 31 snippets valid (2 template lines), but the model
-copies whole leading documents, so the answer string reaches the snippets for only 6 of 14;
-the fallback sends 8 of 15 questions to the documents, after which the reader sees the
-answer string for 12 of 14. Answer F1 on those 15: documents .267, raw LLM snippets .233,
-validated LLM .267, extractive .356; on 25 more: documents .327, extractive .379 (small
-samples: indicative, not decisive; the paper's LLM compressor stays the default).
+**Measured** (``data_scripts/compression_diagnostics.py --n-eval 150``, HotpotQA *training*
+split, each question's top-6 retrieved documents; results/diagnostics/compression.json).
+Extractive selector (gradient boosting, chosen over logistic regression on a dev part: average
+precision .685 vs .590), 174 held-out training questions: the answer string survives into the
+evidence for 102 of the 114 questions whose documents hold it (89%), 264 of the 268 gold
+paragraphs in the states contribute a sentence, 36% of the sentences are kept. LLM compressor
+(qwen2.5-coder-0.5b, 15 questions): 31 of 37 parsed snippets valid (4 duplicates, 2 quoting no
+document), but the model copies whole leading documents, so the answer string reaches the
+snippets for only 5 of the 8 questions whose documents hold it; the fallback sends 7 of 15
+questions to the documents, after which the reader sees the answer string for 7 of 8. Answer
+F1 on those 15: documents .150, raw LLM snippets .283, validated LLM .217, extractive .277; on
+25 more: documents .332, extractive .339 (small samples: indicative, not decisive; the paper's
+LLM compressor stays the library default).
 """
 from __future__ import annotations
 
@@ -196,9 +197,9 @@ one document. On the Mark Bowden paragraph (HotpotQA): an exact copy scores 1.0,
 changed 0.92, a fact restated in the paragraph's words ("Bowden was born July 17, 1951 and is
 an American writer") 0.73, a paraphrase in other words 0.38, an invention 0.29. So 0.6 keeps
 copies and close restatements and drops what the paragraph does not say in its own words. On
-31 real qwen2.5-coder-0.5b snippets (15 HotpotQA training questions,
-results/diagnostics/compression.json) 28 scored >= 0.9, 1 in [0.6, 0.7), and the other 2 were
-template lines: that model copies whole documents rather than paraphrasing."""
+37 real qwen2.5-coder-0.5b snippets (15 HotpotQA training questions,
+results/diagnostics/compression.json) 31 scored >= 0.9, 4 in [0.6, 0.7), and the other 2 (in
+[0.3, 0.4)) quoted no document: that model copies whole documents rather than paraphrasing."""
 MIN_RUN = 2
 MIN_SNIPPET_TOKENS = 3
 

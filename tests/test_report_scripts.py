@@ -369,3 +369,19 @@ def test_speed_section_renders_the_committed_benchmark_files():
         d = json.loads((bench / "index.json").read_text())
         for r in d["indexes"]:
             assert len(_rows(text, f"`{r['factory']}`")) == 1
+
+
+def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selector():
+    cd = load_script("compression_diagnostics")
+    split = {"train_questions": 674, "fit": 400, "dev": 100, "measure": 174,
+             "eval_split_untouched": 150}
+    meta = {"train_ids": ["a", "b"], "n_questions": 2, "n_sentences": 50, "n_positive": 3}
+    prev = {"split": dict(split), "selector": {"n_questions": 2, "n_sentences": 50,
+                                              "n_positive": 3}}
+    assert cd.reuse_problem(prev, split, meta, ["a", "b"]) is None
+    assert "fit part" in cd.reuse_problem(prev, split, meta, ["a", "c"])
+    old_split = {**split, "train_questions": 724, "measure": 224, "eval_split_untouched": 100}
+    assert "another split" in cd.reuse_problem({**prev, "split": old_split}, split, meta,
+                                               ["a", "b"])
+    other = {**prev, "selector": {**prev["selector"], "n_sentences": 49}}
+    assert "n_sentences" in cd.reuse_problem(other, split, meta, ["a", "b"])
