@@ -36,9 +36,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .data import DataError
+from .generators import GeneratorError
+from .models import ModelError
 from .policy import PolicyError
 from .retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from .storage import redact, relative_command
+from .storage import LockedError, redact, relative_command
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -949,10 +952,6 @@ def build_parser() -> argparse.ArgumentParser:
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a command line of this package reports as a user's error (a missing or
     foreign file, a bad field or option value) rather than as a bug."""
-    from .data import DataError
-    from .generators import GeneratorError
-    from .models import ModelError
-    from .storage import LockedError
     # ValueError: also ResultsError, FingerprintError
     return (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
             LockedError, ValueError)

@@ -114,12 +114,13 @@ def update_manifest(folder: str | Path | None = None,
                                         check=_check_policy_file)
 
 
-def _check_policy_file(path: Path) -> None:
+def _check_policy_file(path: Path) -> str:
     """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes:
     one complete zlib stream (joblib's ``compress=3``) holding one whole pickle (protocol
     opcode first, STOP last). Checked without unpickling: a joblib file is code, and the
     manifest is where a file is vouched for, not where it runs; so a pickle of something
-    other than a policy passes here and is refused by :meth:`Policy.load`."""
+    other than a policy passes here and is refused by :meth:`Policy.load`. Returns the
+    sha256 of the bytes checked, for the manifest entry."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -139,6 +140,7 @@ def _check_policy_file(path: Path) -> None:
     if why:
         raise PolicyError(f"{path}: not a policy file written by Policy.save ({why}); "
                           "nothing was recorded")
+    return hashlib.sha256(raw).hexdigest()
 
 
 def register_policy(path: str | Path) -> Path | None:

@@ -144,6 +144,23 @@ def is_partial(status: str) -> bool:
     return str(status).startswith("partial")
 
 
+# A chapter asks for the same runs' states table after table: a predictions file whose
+# (path, mtime_ns, size) has not changed is not parsed again. One entry per path, so a file
+# still being appended to replaces its entry instead of piling up copies.
+_ANSWERED: dict[Path, tuple[int, int, list[dict]]] = {}
+
+
+def _answered(path: Path) -> list[dict]:
+    """The answered rows of a predictions file (latest row per id, error rows left out)."""
+    st = path.stat()  # before reading: a line appended meanwhile changes the stamp next time
+    key = path.resolve()
+    hit = _ANSWERED.get(key)
+    if hit is None or hit[:2] != (st.st_mtime_ns, st.st_size):
+        hit = _ANSWERED[key] = (st.st_mtime_ns, st.st_size,
+                                latest_rows(read_predictions(path), errors=False))
+    return list(hit[2])
+
+
 def _state(dataset: str, generator: str, run: str, root: str | Path
            ) -> tuple[list[dict], dict]:
     """(answered rows, status record) of one run folder; see :func:`run_status`."""
@@ -151,7 +168,7 @@ def _state(dataset: str, generator: str, run: str, root: str | Path
     rec = {"run": run, "status": NOT_RUN, "answered": 0, "expected": None, "complete": None}
     if not (folder / "predictions.jsonl").exists():
         return [], rec
-    rows = _latest(dataset, generator, run, root, errors=False)
+    rows = _answered(folder / "predictions.jsonl")
     try:
         info = json.loads((folder / "summary.json").read_text()).get("run") or {}
     except (OSError, ValueError):  # no summary yet (written after the first question)
@@ -559,7 +576,7 @@ QUESTION_GROUPS = {
 UNTYPED = "untyped"
 MIN_GROUP_N = 10  # below this a group's mean or difference is reported but flagged
 BREAKDOWN_COLUMNS = ("run", "group", "n", "em", "f1", "support_recall", "too_few", "n_paired",
-                     "diff", "lo", "hi", "p_value", "verdict")
+                     "diff", "lo", "hi", "p_value", "verdict", "status")
 _HOPS = re.compile(r"^(\d+)hop")
 
 
@@ -597,25 +614,37 @@ def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = N
 
     One row per (run, group): ``n`` questions the run answered in the group (error rows left
     out), mean ``em``, ``f1`` and ``support_recall``; for runs other than ``base`` (when
-    ``base`` has predictions) ``n_paired`` (questions of the group both runs answered: a
+    ``base`` has answered questions) ``n_paired`` (questions of the group both runs answered: a
     partial run is compared on what it has), the F1 difference base - run ``diff``, its paired
     bootstrap 95 % interval ``lo``/``hi``, the sign-flip permutation ``p_value`` and the
     ``verdict`` (:func:`dynakrag_lite.comparison.compare_runs`). ``too_few`` flags rows whose
     ``n`` or ``n_paired`` is below ``min_n``: their numbers are printed, not read, and their
-    verdict is ``"too few to read"``. Runs default to every run folder, in table order."""
+    verdict is ``"too few to read"``. ``status``: the run's :func:`status_label`.
+
+    Runs default to every run folder, in table order (a folder with nothing answered yet has
+    no group, so no row). A run named in ``runs`` that has answered nothing is one row, as a
+    missing run in :func:`ablation_table`: group None, ``n`` 0, NaN numbers and its status
+    (:data:`NOT_RUN` without a folder, :data:`STARTED`) as verdict. Only a damaged
+    predictions file raises."""
     from .comparison import compare_runs, paired_rows
-    names = _run_names(dataset, generator, root)
-    runs = list(names if runs is None else runs)
-    rows = {r: _latest(dataset, generator, r, root, errors=False) for r in runs}
-    if base not in rows and base in names:  # base is compared against even when not listed
-        rows[base] = _latest(dataset, generator, base, root, errors=False)
-    by_group = {r: {} for r in rows}
-    for r, rs in rows.items():
+    named = runs is not None
+    runs = list(_run_names(dataset, generator, root) if runs is None else runs)
+    # base is compared against even when not listed; a base with no answers pairs nothing
+    states = {r: _state(dataset, generator, r, root) for r in dict.fromkeys([*runs, base])}
+    by_group = {r: {} for r in states}
+    for r, (rs, _) in states.items():
         for row in rs:
             by_group[r].setdefault(question_group(row, dataset), []).append(row)
     groups = _group_order(dataset, {g for d in by_group.values() for g in d})
     out = []
     for run in runs:
+        status = states[run][1]["status"]
+        if not by_group[run] and named:  # asked for by name: said so, not dropped
+            out.append({"run": run, "group": None, "n": 0, "em": math.nan, "f1": math.nan,
+                        "support_recall": math.nan, "too_few": True, "n_paired": None,
+                        "diff": math.nan, "lo": math.nan, "hi": math.nan,
+                        "p_value": math.nan, "verdict": status, "status": status})
+            continue
         for g in groups:
             mine = by_group[run].get(g, [])
             if not mine:
@@ -623,8 +652,9 @@ def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = N
             rec = {"run": run, "group": g, "n": len(mine), "em": _mean(mine, "em"),
                    "f1": _mean(mine, "f1"), "support_recall": _mean(mine, "support_recall"),
                    "too_few": len(mine) < min_n, "n_paired": None, "diff": math.nan,
-                   "lo": math.nan, "hi": math.nan, "p_value": math.nan, "verdict": ""}
-            if run != base and base in by_group:
+                   "lo": math.nan, "hi": math.nan, "p_value": math.nan, "verdict": "",
+                   "status": status}
+            if run != base and by_group[base]:
                 theirs = by_group[base].get(g, [])
                 if paired_rows(theirs, mine):
                     d = compare_runs(theirs, mine, ("f1",))["f1"]

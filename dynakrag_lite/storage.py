@@ -137,7 +137,7 @@ def read_manifest(folder: str | Path) -> dict[str, str]:
 
 def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = None,
                     pattern: str = "*.joblib",
-                    check: Callable[[Path], None] | None = None) -> Path:
+                    check: Callable[[Path], str | None] | None = None) -> Path:
     """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
 
     With ``files``, only those entries are (re)written and the others kept, so refreshing the
@@ -145,7 +145,9 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
     ``files``, the manifest is rebuilt from every ``pattern`` file in the folder: run that only
     after checking what the folder holds. Entries of deleted files are dropped (they would
     vouch for whatever later takes their name). ``check``: called with each file before it is
-    hashed; an exception it raises refuses the file and nothing is written.
+    hashed; an exception it raises refuses the file and nothing is written. A check that
+    reads the file may return the sha256 of the bytes it accepted: that is what is recorded,
+    and the file is not read again.
     """
     folder = Path(folder)
     if files is None:
@@ -158,9 +160,9 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
         f = f if f.is_absolute() or f.parent != Path(".") else folder / f
         if f.resolve().parent != folder.resolve():
             raise ManifestError(f"{f} is not in {folder}; a manifest lists its own folder only")
-        if check is not None:
-            check(f)
-        entries[f.name] = sha256_file(f)
+        # the bytes checked are the bytes vouched for, even if the file changes meanwhile
+        digest = check(f) if check is not None else None
+        entries[f.name] = digest or sha256_file(f)
     entries = {k: v for k, v in entries.items() if (folder / k).exists()}
     text = "".join(f"{h}  {name}\n" for name, h in sorted(entries.items()))
     return atomic_write_text(folder / MANIFEST_NAME, text)

@@ -123,3 +123,28 @@ def test_selector_trained_on_an_evaluated_question_is_refused(capsys, tmp_path,
     assert "1 evaluation question(s) were among its training questions" in err
     assert repr(leaked.id) in err
     assert not (tmp_path / "o").exists()
+
+
+def test_user_errors_imports_nothing_when_called(monkeypatch):
+    """The user-error classes are imported once with the module, not on every call; and
+    importing the module alone (a fresh interpreter) meets no import cycle."""
+    import builtins
+    import subprocess
+    import sys
+    from dynakrag_lite.cli import user_errors
+    from dynakrag_lite.data import DataError
+    from dynakrag_lite.generators import GeneratorError
+    from dynakrag_lite.models import ModelError
+    from dynakrag_lite.policy import PolicyError
+    from dynakrag_lite.storage import LockedError
+    imported, real_import = [], builtins.__import__
+
+    def spy(name, *args, **kwargs):
+        imported.append(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", spy)
+    errors = user_errors()
+    monkeypatch.undo()
+    assert imported == []
+    assert {DataError, PolicyError, GeneratorError, ModelError, LockedError} <= set(errors)
+    subprocess.run([sys.executable, "-c", "import dynakrag_lite.cli"], check=True)

@@ -257,3 +257,26 @@ def test_register_policy_after_training(project_folder, tmp_path):
     own = _policy().save(elsewhere / "e.joblib")
     assert policy_mod.register_policy(own) is None  # a user's folder: no manifest imposed
     assert not (elsewhere / MANIFEST_NAME).exists()
+
+
+def test_update_manifest_vouches_for_the_bytes_it_checked_reading_them_once(
+        project_folder, monkeypatch):
+    """The manifest entry is the sha256 of the bytes the policy check read and accepted: the
+    file is not read a second time to hash it, so a file replaced between the check and the
+    hash is not vouched for."""
+    from dynakrag_lite import storage
+    path = _policy().save(project_folder / "lib-x.joblib")
+    checked = path.read_bytes()
+    real_check = policy_mod._check_policy_file
+
+    def check_then_replace(p):
+        digest = real_check(p)
+        p.write_bytes(b"replaced after the check")
+        return digest
+
+    def no_second_read(p):
+        raise AssertionError(f"{p} read again to hash it")
+    monkeypatch.setattr(policy_mod, "_check_policy_file", check_then_replace)
+    monkeypatch.setattr(storage, "sha256_file", no_second_read)
+    update_manifest(project_folder, files=[path])
+    assert read_manifest(project_folder) == {"lib-x.joblib": hashlib.sha256(checked).hexdigest()}

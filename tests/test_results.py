@@ -271,6 +271,29 @@ def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
     assert list(t2.group) == ["2-hop", "3-hop"] and t2.n_paired.isna().all()
 
 
+def test_breakdown_table_keeps_a_named_run_without_answers_as_a_row(tmp_path):
+    """A chapter naming a run that was deleted for a re-run (or has just started) gets a row
+    saying so, as ablation_table does, instead of FileNotFoundError."""
+    from dynakrag_lite.results import NOT_RUN, STARTED, breakdown_table
+    d = tmp_path / "musique" / "g"
+    for run, rows in (("dynakrag", _musique_rows(1.0, 0.5)),
+                      ("fixed_k3", _musique_rows(0.75, 0.5)), ("uniform", [])):
+        (d / run).mkdir(parents=True)
+        (d / run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = breakdown_table("musique", "g", runs=["fixed_k3", "ircot", "uniform"], root=tmp_path)
+    assert list(t.run) == ["fixed_k3", "fixed_k3", "ircot", "uniform"]
+    missing = t[t.run.isin(["ircot", "uniform"])].set_index("run")
+    assert missing.verdict.to_dict() == {"ircot": NOT_RUN, "uniform": STARTED}
+    assert (missing.n == 0).all() and missing.group.isna().all() and missing.f1.isna().all()
+    assert missing.too_few.all() and missing.n_paired.isna().all()
+    assert t[t.run == "fixed_k3"].n_paired.tolist() == [12, 4]  # the others are unaffected
+    # a named base that was never run: per-group numbers, nothing paired, no exception
+    t2 = breakdown_table("musique", "g", runs=["fixed_k3"], root=tmp_path, base="oracle")
+    assert t2.n_paired.isna().all() and (t2.verdict == "").all()
+    # found by folder (no runs given): a started run still has no row, as before
+    assert "uniform" not in set(breakdown_table("musique", "g", root=tmp_path).run)
+
+
 # -- intermediate states: runs deleted for a re-run, just started, or extended in place --------
 def _run_folder(root, run, rows, n_expected=None, dataset="hotpotqa", generator="g"):
     """A run folder as experiments.evaluate leaves it: predictions, and (once a question is
@@ -377,3 +400,27 @@ def test_run_policy_says_when_the_saved_policy_is_not_the_one_a_run_used(tmp_pat
     assert run_policy("hotpotqa", "g", "fixed_k3", exp) is None  # a baseline: no policy
     (pol / "hotpotqa-g.joblib").write_bytes(b"retrained policy")
     assert run_policy("hotpotqa", "g", "dynakrag", exp)["file"] == "changed"
+
+
+def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_again(
+        tmp_path, monkeypatch):
+    """Status is memoized on the predictions file's (path, mtime_ns, size): table after table
+    of a chapter does not parse it again, but a line appended by a running experiment is
+    seen at the next call."""
+    from dynakrag_lite import results
+    from dynakrag_lite.experiments import read_predictions
+    from dynakrag_lite.results import run_status
+    d = _run_folder(tmp_path, "fixed_k3", [_q(f"q{i}", 0.5) for i in range(3)], n_expected=5)
+    reads = []
+
+    def counting(path):
+        reads.append(path)
+        return read_predictions(path)
+    monkeypatch.setattr(results, "read_predictions", counting)
+    assert run_status("hotpotqa", "g", "fixed_k3", tmp_path)["status"] == "partial: 3 of 5"
+    assert run_status("hotpotqa", "g", "fixed_k3", tmp_path)["answered"] == 3
+    assert len(reads) == 1
+    with open(d / "predictions.jsonl", "a") as fh:
+        fh.write(json.dumps(_q("q3", 0.5)) + "\n")
+    assert run_status("hotpotqa", "g", "fixed_k3", tmp_path)["status"] == "partial: 4 of 5"
+    assert len(reads) == 2
