@@ -485,34 +485,95 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
     reason as its verdict: :data:`NOT_RUN` or :data:`STARTED` for the other run,
     ``"<base> not run yet"`` (or started) for the base, :data:`NO_COMMON` when they share no
     question. Only a damaged predictions file raises."""
-    from .comparison import compare_runs, paired_rows
     if runs is None:
         runs = [r for r in _run_names(dataset, generator, root) if r != base]
-    base_rows, base_state = _state(dataset, generator, base, root)
-    out = []
-    for run in runs:
-        rows, state = _state(dataset, generator, run, root)
-        if not base_rows:
-            why = f"{base} {base_state['status']}"
-        elif not rows:
-            why = state["status"]
-        elif not paired_rows(base_rows, rows):
-            why = NO_COMMON
-        else:
-            why = None
-        if why:  # no pair: said so, one row per metric like any other run
-            out += [{"run": run, "metric": m, "n": 0, base: math.nan, "other": math.nan,
-                     "diff": math.nan, "lo": math.nan, "hi": math.nan, "p_value": math.nan,
-                     "wins": 0, "losses": 0, "verdict": why, "status": state["status"]}
-                    for m in metrics]
-            continue
-        for m, r in compare_runs(base_rows, rows, metrics).items():
-            out.append({"run": run, "metric": m, "n": r.n, base: r.mean_a, "other": r.mean_b,
-                        "diff": r.diff, "lo": r.lo, "hi": r.hi, "p_value": r.p_value,
-                        "wins": r.wins, "losses": r.losses, "verdict": r.verdict,
-                        "status": state["status"]})
+    base_run = _state(dataset, generator, base, root)
+    out = [{"run": run, **rec} for run in runs
+           for rec in _pair(base_run, _state(dataset, generator, run, root), metrics,
+                            base, base)]
     cols = list(PAIRED_COLUMNS)
     return pd.DataFrame(out, columns=cols[:3] + [base] + cols[3:])
+
+
+def _pair(a: tuple[list[dict], dict], b: tuple[list[dict], dict], metrics: Sequence[str],
+          a_name: str, a_column: str) -> list[dict]:
+    """Run ``a`` against run ``b``, both as :func:`_state` gives them, paired per question:
+    one record per metric with n, the means (``a_column`` and ``other``), the difference
+    a - b with its interval, p-value, wins, losses, verdict and ``status`` (of ``b``). A pair
+    that cannot be made gives n 0, NaN numbers and the reason as the verdict (``a_name``
+    prefixes the reason when ``a`` is the run that is missing)."""
+    from .comparison import compare_runs, paired_rows
+    (a_rows, a_state), (b_rows, b_state) = a, b
+    if not a_rows:
+        why = f"{a_name} {a_state['status']}"
+    elif not b_rows:
+        why = b_state["status"]
+    elif not paired_rows(a_rows, b_rows):
+        why = NO_COMMON
+    else:
+        why = None
+    if why:  # no pair: said so, one row per metric like any other run
+        return [{"metric": m, "n": 0, a_column: math.nan, "other": math.nan, "diff": math.nan,
+                 "lo": math.nan, "hi": math.nan, "p_value": math.nan, "wins": 0, "losses": 0,
+                 "verdict": why, "status": b_state["status"]} for m in metrics]
+    return [{"metric": m, "n": r.n, a_column: r.mean_a, "other": r.mean_b, "diff": r.diff,
+             "lo": r.lo, "hi": r.hi, "p_value": r.p_value, "wins": r.wins,
+             "losses": r.losses, "verdict": r.verdict, "status": b_state["status"]}
+            for m, r in compare_runs(a_rows, b_rows, metrics).items()]
+
+
+# What a transferred DynaKRAG run is paired with: (comparison, whose generator folder, run).
+# "policy": the policy generator's own folder, "answer": the answer generator's.
+TRANSFER_COMPARISONS = (
+    ("same policy, native generator", "policy", "dynakrag"),
+    ("answer generator's own policy", "answer", "dynakrag"),
+    ("answer generator's baseline", "answer", "fixed_k3"),
+    ("answer generator's baseline", "answer", "fixed_k6"),
+    ("answer generator's baseline", "answer", "ircot"),
+)
+TRANSFER_PAIRED_COLUMNS = ("dataset", "generator", "answer_generator", "policy_generator",
+                           "comparison", "other_generator", "other_run", "metric", "n",
+                           "transferred", "other", "diff", "lo", "hi", "p_value", "wins",
+                           "losses", "verdict", "transferred_status", "status")
+
+
+def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
+                          metrics: Sequence[str] = ("f1", "em", "support_recall")
+                          ) -> pd.DataFrame:
+    """Every transferred DynaKRAG run of ``dataset`` (a ``dynakrag`` run in a generator folder
+    ``<A>-policy-<P>``, see :func:`transfer_runs`) paired per question with the runs it is
+    read against (:data:`TRANSFER_COMPARISONS`): the same policy with its own generator
+    ``<P>/dynakrag``, the answer generator's own policy ``<A>/dynakrag``, and the answer
+    generator's baselines ``<A>/fixed_k3``, ``<A>/fixed_k6`` and ``<A>/ircot``.
+
+    One row per (transfer folder, comparison, metric), with the columns and meaning of
+    :func:`paired_table`: ``n`` questions both runs answered (only those are paired, across
+    the two generator folders), the means ``transferred`` and ``other``, ``diff`` =
+    transferred - other with its paired bootstrap 95 % interval ``lo``/``hi``, ``p_value``,
+    ``wins``/``losses`` and the ``verdict`` ("A" is the transferred run); ``status`` is the
+    other run's :func:`status_label` and ``transferred_status`` the transferred run's.
+    ``generator`` is the transfer folder, ``other_generator``/``other_run`` the run it is
+    paired with. Every comparison gets its rows: one that cannot be made has ``n`` 0, NaN
+    numbers and the reason as its verdict (:data:`NOT_RUN` for a baseline never run with the
+    answer generator, :data:`NO_COMMON` ...). No transfer folder: an empty frame with these
+    columns. Only a damaged predictions file raises."""
+    folder = _find_root(root) / dataset
+    # a transfer counts from its first predictions file on, so a just-started run says so
+    transfers = sorted(p.name for p in (folder.iterdir() if folder.is_dir() else ())
+                       if "-policy-" in p.name and (p / "dynakrag" / "predictions.jsonl").exists())
+    out = []
+    for gen in transfers:
+        answer, policy = gen.split("-policy-", 1)
+        moved = _state(dataset, gen, "dynakrag", root)
+        for comparison, whose, run in TRANSFER_COMPARISONS:
+            other_gen = policy if whose == "policy" else answer
+            ids = {"dataset": dataset, "generator": gen, "answer_generator": answer,
+                   "policy_generator": policy, "comparison": comparison,
+                   "other_generator": other_gen, "other_run": run}
+            out += [{**ids, **rec, "transferred_status": moved[1]["status"]}
+                    for rec in _pair(moved, _state(dataset, other_gen, run, root), metrics,
+                                     "transferred dynakrag", "transferred")]
+    return pd.DataFrame(out, columns=list(TRANSFER_PAIRED_COLUMNS))
 
 
 # The paper's ablation table, in its order: the full method, the component ablations, the
