@@ -20,7 +20,7 @@ import pandas as pd
 from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
 from dynakrag_lite.results import (MIN_GROUP_N, STARTED, breakdown_table, is_partial,
                                    load_summaries, markdown_table, paired_table, results_table,
-                                   run_policy, run_status)
+                                   run_policy, run_status, transfer_paired_table)
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
@@ -280,6 +280,9 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
 
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
         status = dict(zip(mine.run, mine.status))
+        if "-policy-" in generator:  # a transferred policy: read against its reader's baselines
+            transfer_row(lines, dataset, generator, status, root)
+            continue
         base = [b for b in BASELINES if b in status]
         if "dynakrag" not in status:
             gap(dataset, generator, "`dynakrag`", "not run yet: dynakrag")
@@ -309,6 +312,35 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
                          f"{best[ctl]:.3f} / {best.other:.3f} | "
                          + " | ".join(cells) + f" | {best.verdict.replace('A ', ctl + ' ')} |")
     return "\n".join(lines) + "\n"
+
+
+def transfer_row(lines: list[str], dataset: str, generator: str, status: dict,
+                 root: Path) -> None:
+    """The headline row of a transfer folder ``<A>-policy-<P>``: its dynakrag run against the
+    best of answer generator A's own baselines (:func:`transfer_paired_table`), paired per
+    question across the two folders, so the policy is judged against no policy with the same
+    reader. A pair not made yet is a row saying why."""
+    if "dynakrag" not in status:
+        return  # a transfer folder holds dynakrag runs only; other runs are not headline rows
+    ctl = labelled("dynakrag", status["dynakrag"])
+    pt = transfer_paired_table(dataset, root=root / "experiments")
+    pt = pt[(pt.generator == generator) & (pt.comparison == "answer generator's baseline")]
+    f1 = pt[(pt.metric == "f1") & (pt.n > 0)]
+    if f1.empty:
+        why = "; ".join(sorted(set(pt[pt.metric == "f1"].verdict))) or "not run yet: baselines"
+        lines.append(f"| {dataset} | {generator} | {ctl} | 0 | - | - | - | - | - | "
+                     f"not paired: {why} |")
+        return
+    f1 = f1[f1.n == f1.n.max()].sort_values("other", ascending=False)
+    best = f1.iloc[0]
+    cells = []
+    for m in ("f1", "em", "support_recall"):
+        r = pt[(pt.other_run == best.other_run) & (pt.metric == m)].iloc[0]
+        cells.append(f"{r['diff']:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}], {r.p_value:.3f}")
+    base = labelled(f"{best.other_generator}/{best.other_run}", best.status)
+    lines.append(f"| {dataset} | {generator} | {ctl} | {int(best.n)} | {base} | "
+                 f"{best.transferred:.3f} / {best.other:.3f} | " + " | ".join(cells)
+                 + f" | {best.verdict.replace('A ', 'dynakrag ')} |")
 
 
 # -- Speed: the figures of results/benchmarks/*.json ----------------------------------------

@@ -385,3 +385,32 @@ def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selecto
                                                ["a", "b"])
     other = {**prev, "selector": {**prev["selector"], "n_sentences": 49}}
     assert "n_sentences" in cd.reuse_problem(other, split, meta, ["a", "b"])
+
+
+def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_path,
+                                                                          monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments" / "hotpotqa"
+    for gen, run, f1, n in (("big", "fixed_k3", 0.25, 12), ("big", "fixed_k6", 0.5, 12),
+                            ("small", "dynakrag", 0.0, 12), ("small", "fixed_k3", 0.0, 12),
+                            ("big-policy-small", "dynakrag", 1.0, 8)):
+        _run(exp / gen / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
+    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
+    # paired on the 8 common questions with the reader's best baseline, not with the other
+    # folder's or the policy generator's runs, and never "not run yet: baselines"
+    assert "| 8 | `big/fixed_k6` |" in row and "| 1.000 / 0.500 | +0.500" in row
+    assert row.endswith("| dynakrag better |")
+    # the reader's own folder has no dynakrag: said so in its own row
+    assert "| hotpotqa | big | `dynakrag` | 0 |" in text
+
+
+def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeypatch):
+    from dynakrag_lite.results import load_summaries
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    exp = tmp_path / "experiments" / "hotpotqa"
+    _run(exp / "big-policy-small" / "dynakrag", [_row("q0", 1.0)], {"n": 1, "f1": 1.0})
+    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
+    assert "| 0 |" in row and "not paired: not run yet" in row
