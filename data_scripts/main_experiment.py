@@ -11,8 +11,21 @@ of the training split), for data_scripts/diagnostic_table.py:
     python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
         --split train --offset 300 --eval-limit 30 --runs ircot,self_ask --compressor llm
 
-Results: results/policies/<dataset>-<generator>.joblib and
+Results: results/policies/<dataset>-<generator>.joblib (with its trajectories in
+results/trajectories/<dataset>-<generator>.npz) and
 results/experiments/<dataset>/<generator>/<run>/{predictions.jsonl,summary.json,run.json}.
+
+The policy is trained with the settings of the committed policies (``--continuation-questions
+80 --sufficiency-signal learned``; change them with the flags of the same names). Training a
+1.5B policy takes several CPU hours and is not resumable by rows: it resumes through the LLM
+call cache, which replays the questions already collected. To carry an unfinished training run
+to another machine, snapshot its calls into results/llm_cache/ (a few MB, kept in git):
+
+    python -m dynakrag_lite.cache merge ~/.cache/dynakrag_lite/llm_calls.sqlite \
+        results/llm_cache/train-<dataset>-<generator>.sqlite --vacuum
+
+This script merges that file (when present) into the active cache before it trains, so the
+next run replays what was collected and goes on live from there.
 Every command runs from the project folder with relative paths (``--data-dir`` too), so the
 commands recorded in the results can be pasted back on any machine. A run folder refuses a
 resume with another setup (see dynakrag_lite/experiments.py); questions that failed are
@@ -29,9 +42,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from dynakrag_lite.cache import default_cache_path, merge_cache  # noqa: E402
 from dynakrag_lite.cli import policy_file_name  # noqa: E402
 from dynakrag_lite.results import POLICY_VARIANT_SUFFIXES  # noqa: E402
 from dynakrag_lite.storage import relative_command  # noqa: E402
+from dynakrag_lite.sufficiency import SIGNAL_CHOICES  # noqa: E402
 
 RUNS = {
     "dynakrag": ["--method", "dynakrag"],
@@ -78,6 +93,40 @@ def run(args: list[str], log: Path) -> int:
                                stdout=fh, stderr=subprocess.STDOUT)
 
 
+def trajectories_file(dataset: str, generator: str) -> Path:
+    """Where the training run keeps its trajectories (``train --save-data``), from which the
+    stop-rule variants and the lambda sweep are rebuilt without a model call."""
+    return ROOT / "results" / "trajectories" / f"{dataset}-{generator}.npz"
+
+
+def training_cache_snapshot(dataset: str, generator: str) -> Path:
+    """The committed snapshot of an unfinished training run's LLM calls (module docstring)."""
+    return ROOT / "results" / "llm_cache" / f"train-{dataset}-{generator}.sqlite"
+
+
+def training_flags(dataset: str, generator: str, continuation_questions: int,
+                   sufficiency_signal: str) -> list[str]:
+    """The ``train`` flags of the committed policies (their recorded commands carry them)."""
+    flags = ["--sufficiency-signal", sufficiency_signal,
+             "--save-data", rel(trajectories_file(dataset, generator))]
+    if continuation_questions:
+        flags = ["--continuation-questions", str(continuation_questions)] + flags
+    return flags
+
+
+def import_training_cache(dataset: str, generator: str) -> int:
+    """Merge the committed snapshot of an unfinished training run (if any) into the active
+    LLM cache, so that training replays the questions it collected elsewhere. Only missing
+    keys are added; returns how many."""
+    snap = training_cache_snapshot(dataset, generator)
+    if not snap.exists():
+        return 0
+    added = merge_cache(snap, default_cache_path())
+    print(f"{added} calls of {rel(snap)} merged into the LLM cache {default_cache_path()}",
+          flush=True)
+    return added
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +138,12 @@ def main() -> int:
     ap.add_argument("--eval-limit", type=int, default=40)
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--jobs", type=int, default=1, help="evaluations run in parallel")
+    ap.add_argument("--continuation-questions", type=int, default=80,
+                    help="training: answer calls on the first N training questions (as for "
+                    "the committed policies; 0 = all, several times the cost)")
+    ap.add_argument("--sufficiency-signal", default="learned", choices=SIGNAL_CHOICES,
+                    help="training: the sufficiency signal to calibrate (the committed "
+                    "policies use learned)")
     ap.add_argument("--n-eval", type=int, default=100,
                     help="questions held out for evaluation (the split; policy training "
                     "uses the rest). 2WikiMultiHopQA has 439 questions and MuSiQue 200 in "
@@ -120,8 +175,11 @@ def main() -> int:
         if args.policy_generator:
             raise SystemExit(f"{rel(policy)} missing: train it with --generator {pol_gen} "
                              "first")
+        import_training_cache(args.dataset, args.generator)
         rc = run(["train"] + data + ["--generator", args.generator, "--out", rel(policy),
-                                     "--limit", str(args.train_limit)],
+                                     "--limit", str(args.train_limit)]
+                 + training_flags(args.dataset, args.generator, args.continuation_questions,
+                                  args.sufficiency_signal),
                  logs / f"train-{args.dataset}-{args.generator}.log")
         if rc:
             return rc
@@ -150,9 +208,13 @@ def main() -> int:
                 suffix, flags = POLICY_VARIANTS[name]
                 pol = policy.with_name(policy.stem + suffix + policy.suffix)
                 if not pol.exists():
+                    saved = trajectories_file(args.dataset, pol_gen)
+                    # from the saved trajectories it costs no model call
+                    source = f" --from-data {rel(saved)}" if saved.exists() else ""
                     print(f"{rel(pol)} missing: train it with python -m dynakrag_lite train "
                           f"{' '.join(data)} --generator {pol_gen} --out {rel(pol)} "
-                          f"--limit {args.train_limit} {' '.join(flags)}", file=sys.stderr)
+                          f"--limit {args.train_limit} {' '.join(flags)}{source}",
+                          file=sys.stderr)
                     return 2
             extra = ["--policy", rel(pol)]
             if "--compressor" not in RUNS[name]:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments import diagnostics, latest_rows, read_predictions
-from dynakrag_lite.results import (MIN_GROUP_N, STARTED, breakdown_table, is_partial,
-                                   load_summaries, markdown_table, paired_table, results_table,
-                                   run_policy, run_status, transfer_paired_table)
+from dynakrag_lite.results import (MIN_GROUP_N, STARTED, TRANSFER_RUNS, best_baseline,
+                                   breakdown_table, is_partial, load_summaries, markdown_table,
+                                   paired_table, results_table, run_policy, run_status,
+                                   transfer_baselines, transfer_folder)
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"
@@ -125,7 +126,7 @@ def plan_section(root: Path | None = None) -> str:
             rates[(gen_dir.name, run, "eval")] = v
     for gen_dir in sorted(p for p in train_split.glob("*") if p.is_dir()):
         for run, v in seconds_per_question(gen_dir).items():
-            rates[(gen_dir.name.split("-policy-")[0], run, "train")] = v
+            rates[((transfer_folder(gen_dir.name) or (gen_dir.name,))[0], run, "train")] = v
     lines = ["## Cost per method, and the plan for the grid\n",
              "Seconds per question as measured (two experiment processes at once, one llama.cpp "
              "thread each, on this 2-core machine; rows replayed from the LLM cache left out). "
@@ -197,7 +198,9 @@ def partial_note(rows: pd.DataFrame) -> str:
 
 def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
     """Per dataset and generator: each run's n, EM, F1 and SR per question type (MuSiQue: hop
-    count), and dynakrag's paired F1 difference against each run within the group."""
+    count), and dynakrag's paired F1 difference against each run within the group. A transfer
+    folder ``<A>-policy-<P>`` holds no baseline: its dynakrag run is paired with A's best
+    baseline of the headline (:func:`best_baseline`), read from A's folder."""
     root = root or ROOT
     lines = ["## Breakdowns per question type and hop count\n",
              "Each run's questions split by group: the dataset's question type (HotpotQA, "
@@ -206,11 +209,22 @@ def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
              "questions of the group the run answered; EM, F1, SR (support recall) their means. "
              "`diff`: dynakrag's F1 minus the run's on the questions of the group both runs "
              "answered (`paired`), with the paired bootstrap 95 % interval and sign-flip "
-             "permutation p as above. A group with fewer than "
+             "permutation p as above. A transfer folder (`<A>-policy-<P>`) holds no baseline: "
+             "its dynakrag run is paired with A's best baseline of the headline, named "
+             "`<A>/<run>`, on the questions both answered. A group with fewer than "
              f"{MIN_GROUP_N} questions (or paired questions) is marked *too few to read*: its "
              "numbers are printed, not interpreted.\n"]
+    exp = root / "experiments"
     for (dataset, generator), _ in s.groupby(["dataset", "generator"]):
-        bt = breakdown_table(dataset, generator, root=root / "experiments")
+        transfer, runs, against = transfer_folder(generator), None, None
+        if transfer:  # its baselines are the answer generator's: paired across the folders
+            pairs = transfer_baselines(dataset, generator, exp, metrics=("f1",))
+            best = best_baseline(pairs)
+            if best is not None:
+                against = f"{best.other_generator}/{best.other_run}"
+                runs = [r for r in results_table(s, dataset, generator).run
+                        if run_status(dataset, generator, r, exp)["answered"]] + [against]
+        bt = breakdown_table(dataset, generator, runs=runs, root=exp)
         if bt.empty:
             continue
         paired = bt.n_paired.notna().any()
@@ -219,11 +233,15 @@ def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
         if note:
             lines.append(note)
         head = ["group", "run", "n", "em", "f1", "SR"]
+        if against:
+            lines.append(f"`dynakrag` here answers with `{transfer[0]}` using the policy of "
+                         f"`{transfer[1]}`; `diff` pairs it with `{against}`, the answer "
+                         "generator's best baseline in the headline.\n")
         if paired:
             head += ["paired", "diff (F1)", "interval", "p_value", "verdict"]
         else:
             head += ["note"]
-            lines.append("No dynakrag run yet: no paired differences.\n")
+            lines.append(no_pair_note(bt, transfer, pairs if transfer else None))
         lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         # group-major, so the runs of one group sit together
         groups = list(dict.fromkeys(bt.group))
@@ -241,6 +259,22 @@ def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def no_pair_note(bt: pd.DataFrame, transfer: tuple[str, str] | None,
+                 pairs: pd.DataFrame | None) -> str:
+    """Why a breakdown ``bt`` has no paired difference: no dynakrag run, nothing in its folder
+    to pair it with, or (a transfer folder: ``transfer`` and its :func:`transfer_baselines`
+    ``pairs``) none of the answer generator's baselines paired with it yet."""
+    if "dynakrag" not in set(bt.run):
+        return "No dynakrag run yet: no paired differences.\n"
+    if transfer and pairs is not None:
+        names = ", ".join(f"`{r}`" for r in dict.fromkeys(pairs.other_run))
+        why = "; ".join(sorted(set(pairs.verdict))) or "not run yet"
+        return (f"No paired differences: this folder holds no baseline; the baselines of "
+                f"`{transfer[0]}`" + (f" ({names})" if names else "") + ", in its own "
+                f"folder, are not paired with its dynakrag run yet ({why}).\n")
+    return "No other run in this folder to pair dynakrag with: no paired differences.\n"
 
 
 # The paper's baselines (uniform-valid included); the oracle reads gold labels and the
@@ -294,15 +328,11 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
         for ctl in (r for r in HEADLINE_RUNS if r in status):
             pt = paired_table(dataset, generator, base=ctl, runs=base,
                               root=root / "experiments")
-            f1 = pt[(pt.metric == "f1") & (pt.n > 0)]
-            if f1.empty:  # e.g. a re-run that has only reached questions no baseline has yet
+            best = best_baseline(pt)
+            if best is None:  # e.g. a re-run that has only reached questions no baseline has
                 gap(dataset, generator, labelled(ctl, status[ctl]),
                     "not paired: " + "; ".join(sorted(set(pt.verdict))))
                 continue
-            # Only baselines paired on as many questions as the best-covered one: a run begun
-            # on a handful of questions cannot be "the best baseline" by luck.
-            f1 = f1[f1.n == f1.n.max()].sort_values("other", ascending=False)
-            best = f1.iloc[0]
             cells = []
             for m in ("f1", "em", "support_recall"):
                 r = pt[(pt.run == best.run) & (pt.metric == m)].iloc[0]
@@ -317,22 +347,19 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
 def transfer_row(lines: list[str], dataset: str, generator: str, status: dict,
                  root: Path) -> None:
     """The headline row of a transfer folder ``<A>-policy-<P>``: its dynakrag run against the
-    best of answer generator A's own baselines (:func:`transfer_paired_table`), paired per
+    best of answer generator A's own baselines (:func:`transfer_baselines`), paired per
     question across the two folders, so the policy is judged against no policy with the same
     reader. A pair not made yet is a row saying why."""
     if "dynakrag" not in status:
         return  # a transfer folder holds dynakrag runs only; other runs are not headline rows
     ctl = labelled("dynakrag", status["dynakrag"])
-    pt = transfer_paired_table(dataset, root=root / "experiments")
-    pt = pt[(pt.generator == generator) & (pt.comparison == "answer generator's baseline")]
-    f1 = pt[(pt.metric == "f1") & (pt.n > 0)]
-    if f1.empty:
+    pt = transfer_baselines(dataset, generator, root / "experiments")
+    best = best_baseline(pt)
+    if best is None:
         why = "; ".join(sorted(set(pt[pt.metric == "f1"].verdict))) or "not run yet: baselines"
         lines.append(f"| {dataset} | {generator} | {ctl} | 0 | - | - | - | - | - | "
                      f"not paired: {why} |")
         return
-    f1 = f1[f1.n == f1.n.max()].sort_values("other", ascending=False)
-    best = f1.iloc[0]
     cells = []
     for m in ("f1", "em", "support_recall"):
         r = pt[(pt.other_run == best.other_run) & (pt.metric == m)].iloc[0]
@@ -739,6 +766,17 @@ def policies_section(s: pd.DataFrame, root: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def baselines_note(s: pd.DataFrame, dataset: str, answer: str, policy: str) -> str:
+    """The line of a transfer folder ``<answer>-policy-<policy>`` saying where its baselines
+    are: a baseline uses no policy, so it is run once, in the answer generator's folder."""
+    there = s[(s.dataset == dataset) & (s.generator == answer) & s.run.isin(BASELINES)]
+    where = (f"see `{answer}`" if len(there) else
+             f"none run yet with `{answer}` (they belong in its own folder, `{answer}`)")
+    return (f"Baselines: {where}. This folder holds only runs of `{answer}` with the policy "
+            f"trained with `{policy}`; the headline and the breakdowns pair its dynakrag run "
+            f"with `{answer}`'s baselines.\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=None,
@@ -754,13 +792,18 @@ def main(argv: list[str] | None = None) -> int:
         parts.append(f"## {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
         mine = s[(s.dataset == dataset) & (s.generator == generator)]
-        # the grid's runs without a summary: named, so that a deleted or not yet started run
-        # (a re-run in progress) is not simply absent from the table
+        transfer = transfer_folder(generator)
+        # the runs that belong here without a summary: named, so that a deleted or not yet
+        # started run (a re-run in progress) is not simply absent from the table. A transfer
+        # folder is for the transferred controller run only; its baselines are not missing.
+        expected = TRANSFER_RUNS if transfer else GRID_METHODS + ABLATIONS
         absent = {r: run_status(dataset, generator, r, exp)["status"]
-                  for r in GRID_METHODS + ABLATIONS if r not in set(mine.run)}
+                  for r in expected if r not in set(mine.run)}
         if absent:
             parts.append("Not in the table: " + "; ".join(
                 f"`{r}` ({st})" for r, st in absent.items()) + ".\n")
+        if transfer:
+            parts.append(baselines_note(s, dataset, *transfer))
         if "dynakrag" in set(mine.run):
             pt = paired_table(dataset, generator, root=exp)
             if len(pt):

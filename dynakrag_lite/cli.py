@@ -42,6 +42,7 @@ from .models import ModelError
 from .policy import PolicyError
 from .retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from .storage import LockedError, redact, relative_command
+from .sufficiency import SIGNAL_CHOICES
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -896,8 +897,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--continuation-questions", type=int, default=0,
                            help="with --continuation-target f1: answer calls on the first N "
                            "training questions only (0 = all); the value model uses all")
-            p.add_argument("--sufficiency-signal", default="auto",
-                           choices=("auto", "text", "margin", "learned", "answer_conf"),
+            p.add_argument("--sufficiency-signal", default="auto", choices=SIGNAL_CHOICES,
                            help="auto: calibrate text/margin/learned on training states and "
                            "keep the best informative one; text: the plain probe")
             p.add_argument("--sufficiency-rule", default="youden",

@@ -400,15 +400,28 @@ def stop_rule_table(report: Mapping, dataset: str | None = None,
     return df
 
 
+def transfer_folder(generator: str) -> tuple[str, str] | None:
+    """(answer generator, policy generator) of a transfer folder ``<A>-policy-<P>``; None for
+    a generator's own folder."""
+    answer, sep, policy = str(generator).partition("-policy-")
+    return (answer, policy) if sep else None
+
+
+# The runs a transfer folder is for: the controller run made with another generator's policy
+# (main_experiment.py --policy-generator), which transfer_paired_table reads. Baselines use no
+# policy, so they live in the answer generator's own folder and are never missing here.
+TRANSFER_RUNS = ("dynakrag",)
+
+
 def transfer_runs(summaries: pd.DataFrame) -> pd.DataFrame:
     """Rows whose generator folder is ``<generator>-policy-<policy generator>``: runs of a
     policy trained on one generator's trajectories, applied unchanged with another. Adds the
     columns ``answer_generator`` and ``policy_generator``; other rows get policy_generator =
     answer_generator (the policy was trained with the generator that answers)."""
     df = summaries.copy()
-    split = [str(g).split("-policy-", 1) for g in df.generator]
+    split = [transfer_folder(g) or (g, g) for g in df.generator]
     df["answer_generator"] = [p[0] for p in split]
-    df["policy_generator"] = [p[1] if len(p) == 2 else p[0] for p in split]
+    df["policy_generator"] = [p[1] for p in split]
     df["transferred"] = df.answer_generator != df.policy_generator
     return df
 
@@ -524,12 +537,13 @@ def _pair(a: tuple[list[dict], dict], b: tuple[list[dict], dict], metrics: Seque
 
 # What a transferred DynaKRAG run is paired with: (comparison, whose generator folder, run).
 # "policy": the policy generator's own folder, "answer": the answer generator's.
+ANSWER_BASELINE = "answer generator's baseline"
 TRANSFER_COMPARISONS = (
     ("same policy, native generator", "policy", "dynakrag"),
     ("answer generator's own policy", "answer", "dynakrag"),
-    ("answer generator's baseline", "answer", "fixed_k3"),
-    ("answer generator's baseline", "answer", "fixed_k6"),
-    ("answer generator's baseline", "answer", "ircot"),
+    (ANSWER_BASELINE, "answer", "fixed_k3"),
+    (ANSWER_BASELINE, "answer", "fixed_k6"),
+    (ANSWER_BASELINE, "answer", "ircot"),
 )
 TRANSFER_PAIRED_COLUMNS = ("dataset", "generator", "answer_generator", "policy_generator",
                            "comparison", "other_generator", "other_run", "metric", "n",
@@ -560,10 +574,11 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
     folder = _find_root(root) / dataset
     # a transfer counts from its first predictions file on, so a just-started run says so
     transfers = sorted(p.name for p in (folder.iterdir() if folder.is_dir() else ())
-                       if "-policy-" in p.name and (p / "dynakrag" / "predictions.jsonl").exists())
+                       if transfer_folder(p.name)
+                       and (p / "dynakrag" / "predictions.jsonl").exists())
     out = []
     for gen in transfers:
-        answer, policy = gen.split("-policy-", 1)
+        answer, policy = transfer_folder(gen)
         moved = _state(dataset, gen, "dynakrag", root)
         for comparison, whose, run in TRANSFER_COMPARISONS:
             other_gen = policy if whose == "policy" else answer
@@ -574,6 +589,27 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
                     for rec in _pair(moved, _state(dataset, other_gen, run, root), metrics,
                                      "transferred dynakrag", "transferred")]
     return pd.DataFrame(out, columns=list(TRANSFER_PAIRED_COLUMNS))
+
+
+def transfer_baselines(dataset: str, generator: str, root: str | Path = DEFAULT_ROOT,
+                       metrics: Sequence[str] = ("f1", "em", "support_recall")
+                       ) -> pd.DataFrame:
+    """The rows of :func:`transfer_paired_table` that pair the transfer folder ``generator``
+    (``<A>-policy-<P>``) with answer generator A's baselines (:data:`ANSWER_BASELINE`): the
+    policy judged against no policy with the same reader. Empty for another folder."""
+    pt = transfer_paired_table(dataset, root=root, metrics=metrics)
+    return pt[(pt.generator == generator) & (pt.comparison == ANSWER_BASELINE)]
+
+
+def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:
+    """The F1 row of the best baseline among paired rows (:func:`paired_table` or
+    :func:`transfer_paired_table` rows restricted to baselines): the highest mean F1 of the
+    other run (``other``) among the runs paired on the most questions, so that a run begun on
+    a handful of questions cannot win by luck. None when no baseline is paired yet."""
+    f1 = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
+    if f1.empty:
+        return None
+    return f1[f1.n == f1.n.max()].sort_values("other", ascending=False).iloc[0]
 
 
 # The paper's ablation table, in its order: the full method, the component ablations, the
@@ -667,6 +703,13 @@ def _mean(rows: Sequence[Mapping], key: str) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
+def _folder_run(generator: str, name: str) -> tuple[str, str]:
+    """(generator folder, run) of a run name: ``run`` of ``generator``'s folder, or
+    ``<other generator>/<run>`` (a run folder's name has no slash, so this is unambiguous)."""
+    other, sep, run = name.rpartition("/")
+    return (other, run) if sep else (generator, name)
+
+
 def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = None,
                     root: str | Path = DEFAULT_ROOT, base: str = "dynakrag",
                     min_n: int = MIN_GROUP_N) -> pd.DataFrame:
@@ -682,16 +725,20 @@ def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = N
     ``n`` or ``n_paired`` is below ``min_n``: their numbers are printed, not read, and their
     verdict is ``"too few to read"``. ``status``: the run's :func:`status_label`.
 
-    Runs default to every run folder, in table order (a folder with nothing answered yet has
-    no group, so no row). A run named in ``runs`` that has answered nothing is one row, as a
-    missing run in :func:`ablation_table`: group None, ``n`` 0, NaN numbers and its status
-    (:data:`NOT_RUN` without a folder, :data:`STARTED`) as verdict. Only a damaged
-    predictions file raises."""
+    A run (or ``base``) named ``<other generator>/<run>`` is read from that generator's folder
+    of ``dataset`` and paired per question across the two folders, as
+    :func:`transfer_paired_table` pairs a transferred run with the answer generator's
+    baselines. Runs default to every run folder, in table order (a folder with nothing
+    answered yet has no group, so no row). A run named in ``runs`` that has answered nothing
+    is one row, as a missing run in :func:`ablation_table`: group None, ``n`` 0, NaN numbers
+    and its status (:data:`NOT_RUN` without a folder, :data:`STARTED`) as verdict. Only a
+    damaged predictions file raises."""
     from .comparison import compare_runs, paired_rows
     named = runs is not None
     runs = list(_run_names(dataset, generator, root) if runs is None else runs)
     # base is compared against even when not listed; a base with no answers pairs nothing
-    states = {r: _state(dataset, generator, r, root) for r in dict.fromkeys([*runs, base])}
+    states = {r: _state(dataset, *_folder_run(generator, r), root)
+              for r in dict.fromkeys([*runs, base])}
     by_group = {r: {} for r in states}
     for r, (rs, _) in states.items():
         for row in rs:

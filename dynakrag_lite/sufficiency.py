@@ -56,7 +56,8 @@ from . import prompts
 from .features import STATE_FEATURE_NAMES, state_features
 
 __all__ = [
-    "OPTIONS", "SIGNALS", "SufficiencyError", "OptionScores", "score_options",
+    "OPTIONS", "SIGNALS", "SIGNAL_CHOICES", "SufficiencyError", "OptionScores",
+    "score_options",
     "first_token_logprobs", "continuation_logprobs", "probe_margin", "probe_margin_scored",
     "answer_confidence", "LEARNED_FEATURE_NAMES", "learned_features", "SufficiencyEstimator",
     "fit_estimator", "estimator_data", "CalibrationState", "calibration_states", "auc",
@@ -68,6 +69,8 @@ __all__ = [
 SUFFICIENT, INSUFFICIENT = "SUFFICIENT", "INSUFFICIENT"
 OPTIONS = (SUFFICIENT, INSUFFICIENT)
 SIGNALS = ("text", "margin", "learned", "answer_conf")
+# what `train --sufficiency-signal` takes: a signal, or "auto" (calibrate and keep the best)
+SIGNAL_CHOICES = ("auto",) + SIGNALS
 # Cheaper first: breaks AUC ties in calibrate().
 _COST_ORDER = {"learned": 0, "margin": 1, "answer_conf": 2, "text": 3}
 DEFAULT_THRESHOLDS = {"text": 0.5, "margin": 0.0, "learned": 0.5, "answer_conf": -1.0}

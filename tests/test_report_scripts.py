@@ -414,3 +414,80 @@ def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeyp
     text = rr.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
     assert "| 0 |" in row and "not paired: not run yet" in row
+
+
+# -- transfer folders <A>-policy-<P>: only controller runs, baselines in A's own folder -------
+def _section(text: str, title: str) -> str:
+    """The text of the README section headed ``title`` up to the next heading of its level."""
+    start = text.index(title)
+    end = text.find("\n" + title.split(" ", 1)[0] + " ", start + len(title))
+    return text[start:] if end == -1 else text[start:end]
+
+
+def test_transfer_folder_section_points_to_the_answer_generators_baselines(tmp_path):
+    exp = tmp_path / "experiments" / "hotpotqa"
+    for run in ("fixed_k3", "fixed_k6"):
+        _status_run(exp / "big" / run, ["q0", "q1"], 0.5)
+    _status_run(exp / "big-policy-small" / "dynakrag", ["q0", "q1"], 1.0)
+    assert rr.main(["--results", str(tmp_path)]) == 0
+    sec = _section((tmp_path / "README.md").read_text(),
+                   "## hotpotqa, generator `big-policy-small`")
+    assert "Baselines: see `big`" in sec
+    # the baselines are not "not run yet" here: they are in big's folder, and the transferred
+    # controller run is there, so nothing that belongs in this folder is missing
+    assert "Not in the table" not in sec and "not run yet" not in sec
+
+
+def test_transfer_folder_lists_as_missing_only_the_transferred_controller_run(tmp_path):
+    exp = tmp_path / "experiments" / "hotpotqa"
+    _status_run(exp / "big-policy-small" / "dynakrag-gain", ["q0"], 1.0)  # no dynakrag yet
+    assert rr.main(["--results", str(tmp_path)]) == 0
+    sec = _section((tmp_path / "README.md").read_text(),
+                   "## hotpotqa, generator `big-policy-small`")
+    assert "Not in the table: `dynakrag` (not run yet).\n" in sec
+    for baseline in ("fixed_k3", "fixed_k6", "ircot", "uniform", "oracle", "dynakrag-cap1"):
+        assert f"`{baseline}` (not run yet)" not in sec
+    # big has no run at all: the line says so instead of pointing to a section that is not there
+    assert "Baselines: none run yet with `big`" in sec
+
+
+def _transfer_breakdown(tmp_path, runs: dict) -> str:
+    """breakdown_section over hotpotqa runs {"<generator>/<run>": (F1, questions)}: bridge
+    questions q0.. with that F1 (EM 1 where F1 is 1, support recall .5)."""
+    from dynakrag_lite.results import load_summaries
+    exp = tmp_path / "experiments"
+    for key, (f1, n) in runs.items():
+        rows = [_row(f"q{i}", f1, type="bridge") for i in range(n)]
+        _run(exp / "hotpotqa" / key, rows, {"n": n, "f1": f1})
+    return rr.breakdown_section(load_summaries(exp), tmp_path)
+
+
+def test_breakdown_pairs_a_transferred_run_with_the_answer_generators_best_baseline(tmp_path):
+    text = _transfer_breakdown(tmp_path, {
+        "big/fixed_k3": (0.25, 12), "big/fixed_k6": (0.5, 12), "small/dynakrag": (0.0, 12),
+        "big-policy-small/dynakrag": (1.0, 12)})
+    sec = _section(text, "### hotpotqa, generator `big-policy-small`")
+    assert "No dynakrag run yet" not in sec
+    assert "`big/fixed_k6`" in sec  # the baseline it is paired with is named
+    lines = sec.splitlines()
+    row = next(ln for ln in lines if ln.startswith("| bridge | big/fixed_k6 |"))
+    # the headline's best baseline (highest F1), paired per question across the two folders
+    assert "| 12 | 0.000 | 0.500 | 0.500 | 12 | +0.500 | [+0.500, +0.500] |" in row
+    assert row.endswith("| A better |")
+    assert any(ln.startswith("| bridge | dynakrag | 12 | 1.000 | 1.000 |") for ln in lines)
+    assert not any(ln.startswith("| bridge | big/fixed_k3 |") for ln in lines)
+
+
+def test_breakdown_says_why_a_transferred_run_has_no_paired_difference(tmp_path):
+    text = _transfer_breakdown(tmp_path, {"big-policy-small/dynakrag": (1.0, 12)})
+    sec = _section(text, "### hotpotqa, generator `big-policy-small`")
+    assert "No dynakrag run yet" not in sec  # there is one
+    assert "baselines of `big`" in sec and "not run yet" in sec
+    assert any(ln.startswith("| bridge | dynakrag | 12 |") for ln in sec.splitlines())
+
+
+def test_breakdown_of_a_folder_holding_only_dynakrag_does_not_call_it_missing(tmp_path):
+    text = _transfer_breakdown(tmp_path, {"g/dynakrag": (1.0, 12)})
+    sec = _section(text, "### hotpotqa, generator `g`")
+    assert "No dynakrag run yet" not in sec
+    assert "No other run" in sec

@@ -424,3 +424,21 @@ def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_a
         fh.write(json.dumps(_q("q3", 0.5)) + "\n")
     assert run_status("hotpotqa", "g", "fixed_k3", tmp_path)["status"] == "partial: 4 of 5"
     assert len(reads) == 2
+
+
+def test_breakdown_table_pairs_a_run_named_generator_slash_run_from_another_folder(tmp_path):
+    """A transferred run (its folder <A>-policy-<P>) is broken down against a baseline of the
+    answer generator's own folder, named "<A>/<run>", paired per question across folders."""
+    from dynakrag_lite.results import breakdown_table
+    for folder, f1 in (("big-policy-small/dynakrag", 1.0), ("big/fixed_k3", 0.75)):
+        d = tmp_path / "musique" / folder
+        d.mkdir(parents=True)
+        (d / "predictions.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in _musique_rows(f1, 0.5)))
+    t = breakdown_table("musique", "big-policy-small", runs=["dynakrag", "big/fixed_k3"],
+                        root=tmp_path)
+    row = {(r.run, r.group): r for r in t.itertuples(index=False)}
+    k2 = row[("big/fixed_k3", "2-hop")]
+    assert k2.n == 12 and k2.n_paired == 12 and k2.diff == pytest.approx(0.25)
+    assert k2.verdict == "A better"
+    assert pd.isna(row[("dynakrag", "2-hop")].n_paired)  # the transferred run is the base
