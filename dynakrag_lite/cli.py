@@ -3,7 +3,7 @@
     index           --data FILE [--embedder NAME] [--out DIR]
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
-    train           --data FILE --generator SPEC --out POLICY [--limit N]
+    train           --data FILE --generator SPEC --out POLICY [--limit N] [--workers N]
                     [--save-data FILE.npz | --from-data FILE.npz [--signal-from POLICY]]
     upgrade-data    FILE.npz --signal-from POLICY --out NEW.npz [train's options, the run's]
                     (a format-1 --save-data file made format 2: run settings, calibration)
@@ -226,14 +226,17 @@ def training_setup(args):
     command, the environment configured with the signal: the trajectories depend on it, so a
     process that warms the cache for a training run (data_scripts/warm_training_cache.py)
     must build exactly this."""
+    from .concurrency import check_workers
     from .sufficiency import train_signal
     _check_control_args(args)
+    workers = getattr(args, "workers", 1)  # train's option (upgrade-data has none)
+    check_workers(workers, args.generator)  # from the spec: before any model is loaded
     setup, train_qs = _setup(args, args.generator)
     signal = None
     if setup.env.config.use_sufficiency:
         signal = train_signal(train_qs, setup.env, args.sufficiency_signal,
                               args.sufficiency_rule, args.calibration_questions or None,
-                              seed=args.seed)
+                              seed=args.seed, workers=workers)
         if signal is not None:
             signal.configure(setup.env)
     return setup, train_qs, signal
@@ -560,10 +563,12 @@ def cmd_train(args) -> int:
     by --save-data, cut to this split's training questions; no model call. A format-1 file
     (no run settings, no calibration states) needs --signal-from, the policy its run trained:
     that policy's recorded settings stand for the file's and its signal is reused."""
+    from .concurrency import check_workers
     from .policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, \
         tune_continuation
     t0 = time.perf_counter()
     extra: dict = {}
+    check_workers(args.workers, args.generator)  # from the spec: before anything is loaded
     if args.signal_from and not args.from_data:
         raise ValueError("--signal-from POLICY.joblib only goes with --from-data FILE.npz (a "
                          "file written before the run settings were saved); a collecting run "
@@ -609,7 +614,8 @@ def cmd_train(args) -> int:
                 print("warning: the saved calibration states do not reproduce this run's "
                       "sufficiency signal; --from-data will refuse them", file=sys.stderr)
         data = collect(train_qs, env, seed=args.seed, continuation=args.continuation_target,
-                       answer_questions=args.continuation_questions or None)
+                       answer_questions=args.continuation_questions or None,
+                       workers=args.workers)
         data.run = _collection_run(args, dataset, env.config, model_id)
         data.calibration = calibration
         if args.save_data:
@@ -925,6 +931,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
             p.add_argument("--veto-threshold", type=float, default=None,
                            help="fix the veto threshold (no tuning)")
+            if name == "train":
+                p.add_argument("--workers", type=int, default=1,
+                               help="training questions (and calibration states) collected "
+                               "at once; > 1 only with a server generator "
+                               "(openai:<model>@<base_url>); the trajectories are the "
+                               "sequential run's")
         else:
             from .experiments import METHODS
             p.add_argument("--method", required=True, choices=METHODS)

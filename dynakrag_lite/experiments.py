@@ -29,7 +29,8 @@ A run folder ``DIR`` holds:
 * ``DIR/.lock``: held (``storage.FolderLock``) for the whole evaluation: a second process
   evaluating into the same folder fails at once with :class:`~dynakrag_lite.storage.LockedError`.
 
-Concurrent questions (``workers=N``, ``evaluate --workers N``): with a server generator
+Concurrent questions (``workers=N``, ``evaluate --workers N``; the scheme is
+:mod:`dynakrag_lite.concurrency`'s, shared with ``train --workers N``): with a server generator
 (``openai:<model>@<base_url>``: vLLM, a llama.cpp server) N questions run at once in threads,
 since the time goes into waiting for the server. The main thread stays the only writer: it
 takes finished rows in the order of ``questions`` (a finished row waits for the ones before it,
@@ -76,12 +77,10 @@ import hashlib
 import importlib.util
 import json
 import os
-import threading
 import time
 import warnings
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, is_dataclass, replace
+from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -89,6 +88,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .actions import Environment
+# check_workers, is_server_generator and WINDOW_PER_WORKER lived here: still importable from here
+from .concurrency import (WINDOW_PER_WORKER, check_workers, is_server_generator,  # noqa: F401
+                          locked_runner, run_in_order)
 from .controller import MethodResult, UniformChooser, run_controller
 from .corpus import gold_titles, normalize_title
 from .data import Question
@@ -105,10 +107,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 FINGERPRINT_VERSION = 1
-# With N workers, at most this x N questions are started from the first unwritten one on:
-# bounds the rows held in memory (and lost by a kill; their server calls are in the LLM
-# cache, so redoing them is cheap).
-WINDOW_PER_WORKER = 4
 
 
 class ResultsError(ValueError):
@@ -518,62 +516,7 @@ def diagnostics(rows: Sequence[dict]) -> dict:
     }
 
 
-# -- concurrent questions ---------------------------------------------------------------
-def is_server_generator(generator: Any) -> bool:
-    """True for an OpenAI-compatible server backend, also behind wrappers (the call cache)."""
-    from .generators import OpenAIGenerator
-    g, depth = generator, 0
-    while g is not None and depth < 10:
-        if isinstance(g, OpenAIGenerator):
-            return True
-        g, depth = getattr(g, "inner", None), depth + 1
-    return False
-
-
-def check_workers(workers: int, generator: Any) -> None:
-    """Refuse ``workers`` < 1, and > 1 unless ``generator`` (a spec string or a generator
-    object) is a server backend: in-process llama.cpp / transformers are CPU-bound and not
-    thread-safe, so concurrent questions would contend for the cores or corrupt their state."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
-    if workers == 1:
-        return
-    if isinstance(generator, str):
-        from .generators import parse_spec
-        server, spec = parse_spec(generator)[0] == "openai", generator
-    else:
-        server = is_server_generator(generator)
-        spec = getattr(generator, "spec", None) or type(generator).__name__
-    if not server:
-        raise ValueError(
-            f"--workers {workers} runs questions concurrently and needs a server generator "
-            f"(openai:<model>@<base_url>, e.g. vLLM or a llama.cpp server); generator "
-            f"{redact(str(spec))!r} runs in-process (CPU-bound, not thread-safe). "
-            "Use --workers 1")
-
-
-class _ReleasingGenerator:
-    """A worker's generator: gives up the shared lock while the server call is in flight, so
-    server calls overlap and everything else runs one thread at a time. Every other attribute
-    (spec, model_id, backend, cache) is the wrapped generator's, so cache keys are unchanged."""
-
-    def __init__(self, inner: Any, shared: threading.Lock) -> None:
-        self.inner = inner
-        self._shared = shared
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "_shared"):  # not set yet (copy/pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def generate(self, messages, max_tokens: int = 64, stop=None):
-        self._shared.release()  # held by this worker: see _question_runner
-        try:
-            return self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
-        finally:
-            self._shared.acquire()
-
-
+# -- concurrent questions (the scheme: dynakrag_lite.concurrency) --------------------------
 def _run_question(q: Question, method: str, env: Environment, policy, fixed_k: int | None,
                   seed: int, demos) -> tuple[dict, bool]:
     """(row, failed): the question's result row, or its error row when the method raised."""
@@ -592,43 +535,16 @@ def _question_runner(method: str, env: Environment, policy, fixed_k: int | None,
                      demos, workers: int) -> Callable[[Question], tuple[dict, bool]]:
     """The function that runs one question; for workers > 1 it holds the shared lock except
     during server calls (the retriever's encoder, spaCy and the policy are not thread-safe)."""
-    def run(q: Question, e: Environment = env) -> tuple[dict, bool]:
+    def run(q: Question, e: Environment) -> tuple[dict, bool]:
         return _run_question(q, method, e, policy, fixed_k, seed, demos)
-    if workers == 1:
-        return run
-    shared = threading.Lock()
-    worker_env = replace(env, generator=_ReleasingGenerator(env.generator, shared))
-
-    def locked(q: Question) -> tuple[dict, bool]:
-        with shared:
-            return run(q, worker_env)
-    return locked
+    return locked_runner(run, env, workers)
 
 
 def _run_in_order(todo: Sequence[Question], run: Callable[[Question], tuple[dict, bool]],
                   workers: int, emit: Callable[[Question, dict, bool], None]) -> None:
     """Run every question of ``todo`` and ``emit`` its result in ``todo`` order, from this
     (the calling) thread only; with workers > 1 up to ``workers`` questions run at once."""
-    if workers == 1:
-        for q in todo:
-            emit(q, *run(q))
-        return
-    window = workers * WINDOW_PER_WORKER
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evaluate") as pool:
-        futures: dict[int, Future] = {}
-        submitted = 0
-        try:
-            for i, q in enumerate(todo):
-                while submitted < min(len(todo), i + window):
-                    futures[submitted] = pool.submit(run, todo[submitted])
-                    submitted += 1
-                emit(q, *futures.pop(i).result())  # waits for the head: rows stay in order
-        finally:
-            # An interrupt or a write error: queued questions never start; running ones
-            # finish (threads cannot be stopped) and are dropped, as a sequential run
-            # drops the question in flight.
-            for f in futures.values():
-                f.cancel()
+    run_in_order(todo, run, workers, lambda q, result: emit(q, *result), name="evaluate")
 
 
 # -- summary and the evaluation loop ----------------------------------------------------

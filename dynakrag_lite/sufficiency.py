@@ -53,6 +53,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from . import prompts
+from .concurrency import check_workers, locked_runner, released, run_in_order
 from .features import STATE_FEATURE_NAMES, state_features
 
 __all__ = [
@@ -345,7 +346,8 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
     elif kind == "transformers":
         res = _hf_scores(backend, msgs, options, mode)
     else:
-        res = _openai_scores(backend, msgs, options, mode)
+        with released(generator):  # a server call: other workers may run meanwhile
+            res = _openai_scores(backend, msgs, options, mode)
     logprobs, n_prompt, method, counts = res
     for o in options:  # a finite floor keeps JSON and margins well defined
         v = float(logprobs.get(o, -1e4))
@@ -759,12 +761,34 @@ def configure(env, signal: "SufficiencySignal | None"):
     return env
 
 
+def _state_llm_scores(c: CalibrationState, env, llm_kinds: Sequence[str]) -> dict[str, float]:
+    """The LLM signals' scores of one calibration state, in ``llm_kinds`` order."""
+    cfg, st = env.config, c.state
+    got: dict[str, float] = {}
+    for kind in llm_kinds:
+        if kind == "text":
+            gen = env.generate(prompts.sufficiency_messages(st.question, st.docs, cfg.doc_chars),
+                               prompts.SUFFICIENCY_MAX_TOKENS)
+            got[kind] = 1.0 if prompts.parse_sufficiency(gen.text).sufficient else 0.0
+        elif kind == "margin":
+            got[kind] = probe_margin(st.question, st.docs, env.generator, cfg.doc_chars)
+        else:  # answer_conf
+            got[kind] = answer_confidence(st.question, st.docs, env.generator,
+                                          cfg.doc_chars)[0]
+    return got
+
+
 def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
                   estimator_folds: int = 5, seed: int = 13, progress: bool = False,
-                  estimator_kind: str = "forest") -> dict[str, dict[str, np.ndarray]]:
+                  estimator_kind: str = "forest", workers: int = 1
+                  ) -> dict[str, dict[str, np.ndarray]]:
     """Per signal: {"score": ..., "extra": ...} on the calibration states. ``learned`` scores are
-    out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT."""
-    cfg = env.config
+    out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
+
+    ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
+    the scheme of :mod:`dynakrag_lite.concurrency`: only the server calls overlap, scores
+    are taken in state order, so they are the sequential run's)."""
+    check_workers(workers, env.generator)
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
     out: dict[str, dict[str, np.ndarray]] = {}
@@ -777,22 +801,16 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
     extra: list[float] = []
     # States outer, signals inner: the signals of one state share its prompt prefix (and the
     # states of one question share their first documents), so llama.cpp reuses the KV cache.
-    for c in tqdm(states, desc="signals", disable=not progress or not llm_kinds):
-        st = c.state
-        for kind in llm_kinds:
-            if kind == "text":
-                gen = env.generate(prompts.sufficiency_messages(st.question, st.docs,
-                                                                cfg.doc_chars),
-                                   prompts.SUFFICIENCY_MAX_TOKENS)
-                ok = prompts.parse_sufficiency(gen.text).sufficient
-                vals[kind].append(1.0 if ok else 0.0)
-                extra.append(1.0 if ok else 0.0)
-            elif kind == "margin":
-                vals[kind].append(probe_margin(st.question, st.docs, env.generator,
-                                               cfg.doc_chars))
-            else:  # answer_conf
-                vals[kind].append(answer_confidence(st.question, st.docs, env.generator,
-                                                    cfg.doc_chars)[0])
+    todo = list(states) if llm_kinds else []
+    with tqdm(total=len(todo), desc="signals", disable=not progress or not todo) as bar:
+        def emit(c: CalibrationState, got: dict[str, float]) -> None:
+            for kind in llm_kinds:
+                vals[kind].append(got[kind])
+            if "text" in got:
+                extra.append(got["text"])
+            bar.update(1)
+        run_in_order(todo, locked_runner(lambda c, e: _state_llm_scores(c, e, llm_kinds), env,
+                                         workers), workers, emit, name="signals")
     for kind in kinds:
         if kind == "learned":
             X = np.stack([learned_features(c.state) for c in states]) if states else \
@@ -849,12 +867,14 @@ def calibrate(scores: dict[str, np.ndarray], labels: Sequence[float], groups: Se
 
 def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "margin", "learned"),
                   rule: str = "youden", per_question: int = 4, llm_questions: int | None = None,
-                  seed: int = 13, progress: bool = True, min_gain: float = 0.05
-                  ) -> SufficiencySignal:
+                  seed: int = 13, progress: bool = True, min_gain: float = 0.05,
+                  workers: int = 1) -> SufficiencySignal:
     """Calibration end to end on TRAINING questions: states (:func:`calibration_states`), the
     learned estimator's out-of-fold AUC on all of them, the LLM signals on the states of the
     first ``llm_questions`` questions (they cost a forward pass or a generation each), then
-    :func:`calibrate`. The learned estimator is refitted on all states."""
+    :func:`calibrate`. The learned estimator is refitted on all states. ``workers``: states
+    whose LLM signals are scored at once (:func:`signal_scores`); the states themselves are
+    built sequentially (retrieval only, no LLM call)."""
     states = calibration_states(questions, env, per_question=per_question, seed=seed)
     if not states:
         raise SufficiencyError("no calibration states (no documents retrieved)")
@@ -877,7 +897,7 @@ def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "mar
         scores["learned"] = learned[sub]
     if llm_kinds:
         got = signal_scores([states[i] for i in sub], env, llm_kinds, seed=seed,
-                            progress=progress)
+                            progress=progress, workers=workers)
         for k in llm_kinds:
             scores[k] = got[k]["score"]
         if "text" in got and "extra" in got["text"]:
@@ -951,18 +971,20 @@ def write_gap(state, env):
 
 def train_signal(questions: Sequence, env, kind: str = "auto", rule: str = "youden",
                  llm_questions: int | None = 100, seed: int = 13, progress: bool = True,
-                 min_gain: float = 0.05) -> SufficiencySignal | None:
+                 min_gain: float = 0.05, workers: int = 1) -> SufficiencySignal | None:
     """The signal for a training run (``train --sufficiency-signal``), on TRAINING questions.
 
     ``auto``: calibrate text, margin and learned and keep the best informative one (or the
     non-gating text probe when none is). A named signal is kept even when it measures at
     chance (its stats say so), with its calibrated threshold. ``text``: None, the original
-    probe, nothing to calibrate."""
+    probe, nothing to calibrate. ``workers``: calibration states whose LLM signals (text,
+    margin, answer_conf) are scored at once, > 1 with a server generator only
+    (:func:`signal_scores`); ``learned`` makes no LLM call."""
     if kind == "text":
         return None
     kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
     sig = calibrate_for(questions, env, kinds=kinds, rule=rule, llm_questions=llm_questions,
-                        seed=seed, progress=progress, min_gain=min_gain)
+                        seed=seed, progress=progress, min_gain=min_gain, workers=workers)
     if kind != "auto" and sig.kind != kind:
         st = sig.stats[kind]
         est = None

@@ -218,7 +218,8 @@ def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
     """The :class:`CalibrationTable` of a training run: the calibration states of
     ``sufficiency.calibrate_for`` (retrieval only) with the LLM signals' scores on the scored
     subset (the calls ``train_signal`` just made, so they come from the call cache), for
-    ``train --save-data``. None for the text probe (nothing is calibrated).
+    ``train --save-data``. None for the text probe (nothing is calibrated). Sequential also
+    under ``train --workers N``: its calls are cache hits, there is no server time to overlap.
 
     ``live_signal``: the signal ``train_signal`` returned with the same arguments; with
     ``check`` the table's own :meth:`~CalibrationTable.signal` is compared with it (summary

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .actions import answer, apply_action
+from .concurrency import check_workers, locked_runner, run_in_order
 from .config import Environment
 from .corpus import gold_titles
 from .data import Question
@@ -132,20 +133,44 @@ def collect_question(q: Question, env: Environment, seed: int = 13, continuation
 
 def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
             progress: bool = True, continuation: str = "f1",
-            answer_questions: int | None = None) -> TrainingData:
+            answer_questions: int | None = None, workers: int = 1) -> TrainingData:
     """Trajectories of ``questions`` (training questions only) with continuation targets of
     kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
 
     ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
     dominate the cost: one reader call over up to 12 documents per prefix). The value model
-    learns from every question; the continuation model and the F1 tuning from those N."""
+    learns from every question; the continuation model and the F1 tuning from those N.
+
+    ``workers``: questions collected at once; > 1 needs a server generator
+    (:func:`~dynakrag_lite.concurrency.check_workers`). Only the server calls overlap
+    (:mod:`dynakrag_lite.concurrency`) and results are taken in question order, so the data
+    is the sequential run's (for a server whose greedy replies do not depend on its load)."""
     from tqdm.auto import tqdm
+    check_workers(workers, env.generator)
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
-    for i, q in enumerate(tqdm(qs, desc="trajectories", disable=not progress)):
-        s, p = collect_question(q, env, seed, continuation,
+    if workers == 1:
+        for i, q in enumerate(tqdm(qs, desc="trajectories", disable=not progress)):
+            s, p = collect_question(q, env, seed, continuation,
+                                    answer_calls=answer_questions is None or i < answer_questions)
+            data.samples.extend(s)
+            data.prefixes.extend(p)
+            data.questions.append(q.id)
+        return data
+
+    def one(item: tuple[int, Question], e: Environment
+            ) -> tuple[list[Sample], list[PrefixSample]]:
+        i, q = item  # the position, not the worker, decides the answer calls
+        return collect_question(q, e, seed, continuation,
                                 answer_calls=answer_questions is None or i < answer_questions)
-        data.samples.extend(s)
-        data.prefixes.extend(p)
-        data.questions.append(q.id)
+
+    with tqdm(total=len(qs), desc="trajectories", disable=not progress) as bar:
+        def emit(item: tuple[int, Question],
+                 result: tuple[list[Sample], list[PrefixSample]]) -> None:
+            data.samples.extend(result[0])
+            data.prefixes.extend(result[1])
+            data.questions.append(item[1].id)
+            bar.update(1)
+        run_in_order(list(enumerate(qs)), locked_runner(one, env, workers), workers, emit,
+                     name="trajectories")
     return data

@@ -41,6 +41,15 @@ def reply_for(prompt: str) -> str:
     return "Answer: " + hashlib.sha256(prompt.encode()).hexdigest()[:8]
 
 
+def logprobs_for(prompt: str) -> dict:
+    """First-token log-probs of SUFFICIENT ("S") and INSUFFICIENT ("INS"), a hash of the prompt,
+    in the shape of the OpenAI API (what sufficiency._openai_scores reads)."""
+    h = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
+    top = [{"token": "S", "logprob": -(h % 997) / 300, "bytes": None},
+           {"token": "INS", "logprob": -((h // 997) % 991) / 300, "bytes": None}]
+    return {"content": [{**top[0], "top_logprobs": top}]}
+
+
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep pytest output clean
         pass
@@ -57,7 +66,9 @@ class _Handler(BaseHTTPRequestHandler):
             # In a run with workers, hold the request until a second one is in flight (or
             # peer_wait passes): overlap then does not depend on how busy the machine is, and
             # a run that never overlaps still ends (and fails the max_in_flight check).
-            if srv.peer_wait:
+            # With peer_wait_once, only until two have been in flight once: a run whose tail
+            # has one item left (train's last question) then does not wait at every call.
+            if srv.peer_wait and not (srv.peer_wait_once and srv.max_in_flight >= 2):
                 srv.arrived.wait_for(lambda: srv.in_flight >= 2, timeout=srv.peer_wait)
         try:
             time.sleep(srv.sleep)
@@ -65,10 +76,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, {"error": {"message": "boom"}})
                 return
             text = reply_for(prompt)
+            choice = {"index": 0, "finish_reason": "stop",
+                      "message": {"role": "assistant", "content": text}}
+            if body.get("logprobs"):  # the margin signal's scoring request
+                choice["logprobs"] = logprobs_for(prompt)
             self._send(200, {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": len(prompt) // 4,
                           "completion_tokens": len(text.split()),
                           "total_tokens": len(prompt) // 4 + len(text.split())}})
@@ -93,7 +107,7 @@ def server():
     srv.guard = threading.Lock()
     srv.arrived = threading.Condition(srv.guard)
     srv.in_flight = srv.max_in_flight = srv.requests = 0
-    srv.sleep, srv.fail_on, srv.peer_wait = 0.03, "", 0.0
+    srv.sleep, srv.fail_on, srv.peer_wait, srv.peer_wait_once = 0.03, "", 0.0, False
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     srv.spec = f"openai:m@http://127.0.0.1:{srv.server_address[1]}/v1"
@@ -103,7 +117,13 @@ def server():
 
 
 def reset(srv) -> None:
-    srv.in_flight = srv.max_in_flight = srv.requests = 0
+    # A handler decrements in_flight after its reply is sent, so the client may be done
+    # first: wait for it, else a late decrement leaves in_flight at -1 and hides overlap.
+    deadline = time.monotonic() + 5.0
+    while srv.in_flight and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with srv.guard:
+        srv.in_flight = srv.max_in_flight = srv.requests = 0
 
 
 def server_env(srv, retriever, cache_file: Path) -> Environment:

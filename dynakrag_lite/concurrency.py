@@ -1,0 +1,147 @@
+"""Concurrent work against a server generator (``evaluate --workers N``, ``train --workers N``).
+
+With a server backend (``openai:<model>@<base_url>``: vLLM, a llama.cpp server) the time goes
+into waiting for the server, so N items (questions, calibration states) run at once in threads.
+The scheme, shared by every caller:
+
+* one lock per run (:func:`locked_runner`): a worker holds it for the whole item except while
+  one of its server calls is in flight (:class:`ReleasingGenerator`, :func:`released`). So the
+  library's non-thread-safe parts (the retriever's encoder, FAISS, spaCy, the policy, features)
+  never run concurrently and an item's result does not depend on scheduling; only the server
+  calls overlap;
+* results come back to the calling thread in item order (:func:`run_in_order`), at most
+  ``WINDOW_PER_WORKER * N`` items ahead of the first unfinished one.
+
+In-process backends (bundled models, ``gguf:``, ``hf:``) are CPU-bound and not thread-safe:
+``workers > 1`` with them is refused (:func:`check_workers`, ``ValueError``).
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from .storage import redact
+
+__all__ = ["WINDOW_PER_WORKER", "is_server_generator", "check_workers", "ReleasingGenerator",
+           "released", "locked_runner", "run_in_order"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# With N workers, at most this x N items are started from the first unfinished one on: bounds
+# the results held in memory (and, for evaluate, the rows a kill loses; their server calls are
+# in the LLM cache, so redoing them is cheap).
+WINDOW_PER_WORKER = 4
+
+
+def is_server_generator(generator: Any) -> bool:
+    """True for an OpenAI-compatible server backend, also behind wrappers (the call cache)."""
+    from .generators import OpenAIGenerator
+    g, depth = generator, 0
+    while g is not None and depth < 10:
+        if isinstance(g, OpenAIGenerator):
+            return True
+        g, depth = getattr(g, "inner", None), depth + 1
+    return False
+
+
+def check_workers(workers: int, generator: Any) -> None:
+    """Refuse ``workers`` < 1, and > 1 unless ``generator`` (a spec string or a generator
+    object) is a server backend: in-process llama.cpp / transformers are CPU-bound and not
+    thread-safe, so concurrent questions would contend for the cores or corrupt their state."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
+    if workers == 1:
+        return
+    if isinstance(generator, str):
+        from .generators import parse_spec
+        server, spec = parse_spec(generator)[0] == "openai", generator
+    else:
+        server = is_server_generator(generator)
+        spec = getattr(generator, "spec", None) or type(generator).__name__
+    if not server:
+        raise ValueError(
+            f"--workers {workers} runs questions concurrently and needs a server generator "
+            f"(openai:<model>@<base_url>, e.g. vLLM or a llama.cpp server); generator "
+            f"{redact(str(spec))!r} runs in-process (CPU-bound, not thread-safe). "
+            "Use --workers 1")
+
+
+class ReleasingGenerator:
+    """A worker's generator: gives up the shared lock while the server call is in flight, so
+    server calls overlap and everything else runs one thread at a time. Every other attribute
+    (spec, model_id, backend, cache) is the wrapped generator's, so cache keys are unchanged."""
+
+    def __init__(self, inner: Any, shared: threading.Lock) -> None:
+        self.inner = inner
+        self._shared = shared
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "_shared"):  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def generate(self, messages, max_tokens: int = 64, stop=None):
+        with released(self):
+            return self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+
+
+@contextmanager
+def released(generator: Any) -> Iterator[None]:
+    """Within the block the calling worker does not hold the shared lock, when ``generator``
+    is its :class:`ReleasingGenerator` (the block must be a server call and nothing else);
+    a no-op for any other generator. For server calls that bypass ``generate`` (log-prob
+    scoring, ``sufficiency.score_options``)."""
+    if not isinstance(generator, ReleasingGenerator):
+        yield
+        return
+    generator._shared.release()  # held by this worker: see locked_runner
+    try:
+        yield
+    finally:
+        generator._shared.acquire()
+
+
+def locked_runner(fn: Callable[[T, Any], R], env: Any, workers: int) -> Callable[[T], R]:
+    """The function that runs one item: ``fn(item, env)``. For workers > 1 it holds a shared
+    lock throughout, and ``fn`` gets a copy of ``env`` whose generator releases the lock
+    during server calls (the non-LLM parts are not thread-safe)."""
+    if workers == 1:
+        return lambda item: fn(item, env)
+    shared = threading.Lock()
+    worker_env = replace(env, generator=ReleasingGenerator(env.generator, shared))
+
+    def locked(item: T) -> R:
+        with shared:
+            return fn(item, worker_env)
+    return locked
+
+
+def run_in_order(items: Sequence[T], run: Callable[[T], R], workers: int,
+                 emit: Callable[[T, R], None], name: str = "worker") -> None:
+    """Run every item of ``items`` and ``emit(item, result)`` in ``items`` order, from this
+    (the calling) thread only; with workers > 1 up to ``workers`` items run at once (threads
+    named ``name``). An item's exception is raised here, at its turn."""
+    if workers == 1:
+        for item in items:
+            emit(item, run(item))
+        return
+    window = workers * WINDOW_PER_WORKER
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name) as pool:
+        futures: dict[int, Future] = {}
+        submitted = 0
+        try:
+            for i, item in enumerate(items):
+                while submitted < min(len(items), i + window):
+                    futures[submitted] = pool.submit(run, items[submitted])
+                    submitted += 1
+                emit(item, futures.pop(i).result())  # waits for the head: results in order
+        finally:
+            # An interrupt or an error: queued items never start; running ones finish
+            # (threads cannot be stopped) and are dropped, as a sequential run drops the
+            # item in flight.
+            for f in futures.values():
+                f.cancel()
