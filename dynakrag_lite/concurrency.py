@@ -48,10 +48,11 @@ def is_server_generator(generator: Any) -> bool:
     return False
 
 
-def check_workers(workers: int, generator: Any) -> None:
+def check_workers(workers: int, generator: Any, items: str = "questions") -> None:
     """Refuse ``workers`` < 1, and > 1 unless ``generator`` (a spec string or a generator
     object) is a server backend: in-process llama.cpp / transformers are CPU-bound and not
-    thread-safe, so concurrent questions would contend for the cores or corrupt their state."""
+    thread-safe, so concurrent items would contend for the cores or corrupt their state.
+    ``items`` names what runs concurrently, for the message."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
     if workers == 1:
@@ -64,7 +65,7 @@ def check_workers(workers: int, generator: Any) -> None:
         spec = getattr(generator, "spec", None) or type(generator).__name__
     if not server:
         raise ValueError(
-            f"--workers {workers} runs questions concurrently and needs a server generator "
+            f"--workers {workers} runs {items} concurrently and needs a server generator "
             f"(openai:<model>@<base_url>, e.g. vLLM or a llama.cpp server); generator "
             f"{redact(str(spec))!r} runs in-process (CPU-bound, not thread-safe). "
             "Use --workers 1")

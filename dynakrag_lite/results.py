@@ -552,8 +552,9 @@ TRANSFER_PAIRED_COLUMNS = ("dataset", "generator", "answer_generator", "policy_g
 
 
 def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
-                          metrics: Sequence[str] = ("f1", "em", "support_recall")
-                          ) -> pd.DataFrame:
+                          metrics: Sequence[str] = ("f1", "em", "support_recall"),
+                          generator: str | None = None,
+                          comparisons: Sequence[str] | None = None) -> pd.DataFrame:
     """Every transferred DynaKRAG run of ``dataset`` (a ``dynakrag`` run in a generator folder
     ``<A>-policy-<P>``, see :func:`transfer_runs`) paired per question with the runs it is
     read against (:data:`TRANSFER_COMPARISONS`): the same policy with its own generator
@@ -570,17 +571,22 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
     paired with. Every comparison gets its rows: one that cannot be made has ``n`` 0, NaN
     numbers and the reason as its verdict (:data:`NOT_RUN` for a baseline never run with the
     answer generator, :data:`NO_COMMON` ...). No transfer folder: an empty frame with these
-    columns. Only a damaged predictions file raises."""
+    columns. Only a damaged predictions file raises.
+
+    ``generator`` / ``comparisons``: only that transfer folder / those comparisons (the
+    others are not paired at all, each pairing being a 10,000-resample bootstrap)."""
     folder = _find_root(root) / dataset
     # a transfer counts from its first predictions file on, so a just-started run says so
     transfers = sorted(p.name for p in (folder.iterdir() if folder.is_dir() else ())
-                       if transfer_folder(p.name)
+                       if transfer_folder(p.name) and generator in (None, p.name)
                        and (p / "dynakrag" / "predictions.jsonl").exists())
     out = []
     for gen in transfers:
         answer, policy = transfer_folder(gen)
         moved = _state(dataset, gen, "dynakrag", root)
         for comparison, whose, run in TRANSFER_COMPARISONS:
+            if comparisons is not None and comparison not in comparisons:
+                continue
             other_gen = policy if whose == "policy" else answer
             ids = {"dataset": dataset, "generator": gen, "answer_generator": answer,
                    "policy_generator": policy, "comparison": comparison,
@@ -597,8 +603,8 @@ def transfer_baselines(dataset: str, generator: str, root: str | Path = DEFAULT_
     """The rows of :func:`transfer_paired_table` that pair the transfer folder ``generator``
     (``<A>-policy-<P>``) with answer generator A's baselines (:data:`ANSWER_BASELINE`): the
     policy judged against no policy with the same reader. Empty for another folder."""
-    pt = transfer_paired_table(dataset, root=root, metrics=metrics)
-    return pt[(pt.generator == generator) & (pt.comparison == ANSWER_BASELINE)]
+    return transfer_paired_table(dataset, root=root, metrics=metrics, generator=generator,
+                                 comparisons=(ANSWER_BASELINE,))
 
 
 def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:

@@ -788,7 +788,7 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
     ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
     the scheme of :mod:`dynakrag_lite.concurrency`: only the server calls overlap, scores
     are taken in state order, so they are the sequential run's)."""
-    check_workers(workers, env.generator)
+    check_workers(workers, env.generator, items="calibration states")
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
     out: dict[str, dict[str, np.ndarray]] = {}

@@ -149,14 +149,6 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     check_workers(workers, env.generator)
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
-    if workers == 1:
-        for i, q in enumerate(tqdm(qs, desc="trajectories", disable=not progress)):
-            s, p = collect_question(q, env, seed, continuation,
-                                    answer_calls=answer_questions is None or i < answer_questions)
-            data.samples.extend(s)
-            data.prefixes.extend(p)
-            data.questions.append(q.id)
-        return data
 
     def one(item: tuple[int, Question], e: Environment
             ) -> tuple[list[Sample], list[PrefixSample]]:

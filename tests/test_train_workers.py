@@ -114,9 +114,11 @@ def test_train_workers_with_an_in_process_generator_are_refused(library_question
                                                                 capsys):
     gen = ScriptedGenerator()
     env = Environment(library_retriever, gen, ControlConfig())
-    with pytest.raises(ValueError, match=r"--workers 2 .*'scripted' runs in-process"):
+    with pytest.raises(ValueError, match=r"--workers 2 runs questions .*'scripted' runs in-proc"):
         collect(library_questions[:2], env, progress=False, workers=2)
-    with pytest.raises(ValueError, match=r"--workers 2 .*'scripted' runs in-process"):
+    # The message names what would run concurrently: here the calibration states.
+    with pytest.raises(ValueError,
+                       match=r"--workers 2 runs calibration states .*'scripted' runs in-proc"):
         signal_scores(calibration_states(library_questions[:1], env), env, ["text"], workers=2)
     with pytest.raises(ValueError, match="--workers must be an integer >= 1"):
         collect(library_questions[:2], env, progress=False, workers=0)

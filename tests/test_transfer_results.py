@@ -122,3 +122,18 @@ def test_each_transfer_folder_gets_its_own_rows(tmp_path):
     own = t[t.comparison == "answer generator's own policy"].set_index("generator")
     assert own.loc[f"{P}-policy-{A}", "diff"] == pytest.approx(-0.5)
     assert math.isnan(own.loc[MOVED, "diff"])
+
+
+def test_restricting_to_one_folder_and_comparison_gives_the_full_tables_rows(tmp_path):
+    _run(tmp_path, MOVED, "dynakrag", {f"q{i}": 1.0 for i in range(4)})
+    _run(tmp_path, f"{P}-policy-{A}", "dynakrag", {f"q{i}": 0.0 for i in range(4)})
+    _run(tmp_path, A, "fixed_k3", {f"q{i}": 0.5 for i in range(4)})
+    _run(tmp_path, P, "fixed_k3", {f"q{i}": 0.25 for i in range(4)})
+    full = transfer_paired_table("hotpotqa", root=tmp_path, metrics=("f1",))
+    base = "answer generator's baseline"
+    only = transfer_paired_table("hotpotqa", root=tmp_path, metrics=("f1",), generator=MOVED,
+                                 comparisons=(base,))
+    want = full[(full.generator == MOVED) & (full.comparison == base)].reset_index(drop=True)
+    assert len(only) == 3  # fixed_k3, fixed_k6 and ircot of the answer generator only
+    assert only.reset_index(drop=True).equals(want)
+    assert transfer_paired_table("hotpotqa", root=tmp_path, generator="nope").empty
