@@ -46,7 +46,12 @@ $(STAMP)/models-large:
 
 # The 1.5B model is part of install: chapter 14's quick mode transfers a policy to it (its calls
 # are replayed from the committed cache, but the weights load when the generator is built).
+# The editable install is re-pointed here when `import dynakrag_lite` (from a neutral folder)
+# resolves to another checkout: a second clone's `make install` moves the pointer to itself,
+# and this clone's stamp cannot see that.
 install: $(STAMP)/requirements $(STAMP)/models-small $(STAMP)/models-large llama
+	@cd / && $(PY) -c 'import os, sys, dynakrag_lite as d; sys.exit(os.path.realpath(os.path.dirname(os.path.dirname(d.__file__))) != os.path.realpath(sys.argv[1]))' "$(CURDIR)" 2>/dev/null \
+		|| $(PIP) install --no-deps -e "$(CURDIR)"
 models: $(STAMP)/models-small
 smoke: install
 	$(PY) -m dynakrag_lite.smoke

@@ -32,6 +32,15 @@ def chapter_number(path: Path) -> str:
     return path.name.split("_", 1)[0]
 
 
+def failure_text(e: BaseException, limit: int = 500) -> str:
+    """What failed, in one line: a cell's exception name and message (nbclient's
+    CellExecutionError carries them; the first line of its text is only "An error occurred
+    while executing the following cell"), else the exception itself."""
+    what = (f"{e.ename}: {e.evalue}" if getattr(e, "ename", None)
+            else f"{type(e).__name__}: {e}")
+    return " ".join(what.split())[:limit]
+
+
 def main(argv: list[str]) -> int:
     if any(a.startswith("-") for a in argv):
         print(__doc__)
@@ -50,6 +59,10 @@ def main(argv: list[str]) -> int:
     if BOOK_CACHE.exists():
         merge_cache(BOOK_CACHE, work)
     os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
+    # The kernels import this checkout's library, whatever checkout an editable install of
+    # dynakrag_lite points to (another clone's `pip install -e` moves it there).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # No progress bars or weight-loading bars in committed outputs (read at import time).
     for k, v in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
@@ -67,7 +80,7 @@ def main(argv: list[str]) -> int:
         except Exception as e:  # keep the committed version of a chapter that fails
             failed.append(path.name)
             print(f"{path.name}: FAILED after {time.perf_counter() - t0:.0f} s: "
-                  f"{str(e).splitlines()[0][:200]}", flush=True)
+                  f"{failure_text(e)}", flush=True)
             continue
         nbformat.write(nb, path)
         clean_file(path)

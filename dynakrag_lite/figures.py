@@ -22,7 +22,10 @@ hand-built states of :func:`validity_cases`).
   labels of nearby points staggered apart (:func:`place_labels`);
 * :func:`stop_rule_sweeps_figure`: the λ sweeps of ``data_scripts/stop_rule.py`` reports, one
   panel per dataset, F1 against tokens, one line per stop rule, the chosen λ ringed and the
-  Pareto front of both rules marked (tidy rows from :func:`~.results.stop_rule_table`).
+  Pareto front of both rules marked (tidy rows from :func:`~.results.stop_rule_table`);
+* :func:`paired_forest_figure`: paired per-question differences as a forest plot, one row per
+  comparison with its 95 % interval and n, coloured by verdict (rows of
+  :func:`~.results.paired_table` or :func:`~.results.transfer_paired_table`).
 """
 from __future__ import annotations
 
@@ -939,8 +942,84 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
     return fig
 
 
-__all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "action_kind", "annotate_lambdas",
-           "branching_tree_figure", "control_loop_figure", "evidence_state_figure",
-           "lambda_label", "lambda_sweep_figure", "overlapping_labels", "pareto_front",
-           "place_labels", "stop_rule_sweeps_figure", "summarize_field", "validity_cases",
-           "validity_grid_figure", "validity_matrix"]
+# -- paired differences ------------------------------------------------------------------
+# One colour per verdict of comparison.verdict ("A" is the run the differences start from).
+VERDICT_COLORS = {"A better": "tab:green", "A worse": "tab:red",
+                  "no measurable difference": "tab:gray"}
+
+
+def paired_forest_figure(pairs: Any, label: str = "run",
+                         metrics: Mapping[str, str] | None = None,
+                         difference: str = "A minus B",
+                         verdict_text: Mapping[str, str] | None = None,
+                         status_columns: Sequence[str] = ("status",),
+                         title: str | None = None, width: float = 5.5) -> Figure:
+    """Paired per-question differences as a forest plot: one panel per metric, one row per
+    comparison, its mean difference a dot and its 95 % paired bootstrap interval a line,
+    coloured by verdict (:data:`VERDICT_COLORS`), with a dashed vertical line at 0.
+
+    ``pairs``: rows of :func:`~.results.paired_table` or
+    :func:`~.results.transfer_paired_table` (a DataFrame or records) with ``metric``, ``n``,
+    ``diff``, ``lo``, ``hi``, ``verdict`` and the ``label`` column naming the comparison.
+    Rows with ``n`` 0 (a pair not made yet, so without numbers) are left out. Rows keep the
+    order of their labels' first appearance, the first on top; each tick reads
+    ``<label> (n=<n>)``, plus ", partial" when a column of ``status_columns`` holds a
+    partial :func:`~.results.status_label`. ``metrics``: metric -> axis name (default F1
+    only); ``difference`` names the subtraction on the x axis; ``verdict_text``: the words
+    per verdict of the legend under the panels; ``width``: inches per panel.
+
+    Artists carry gids: ``interval:<metric>:<label>``, ``diff:<metric>:<label>`` and
+    ``zero:<metric>``."""
+    from .results import is_partial  # pandas and the results reader: only here
+    metrics = dict(metrics or {"f1": "F1"})
+    records = pairs.to_dict("records") if hasattr(pairs, "to_dict") else [dict(r) for r in pairs]
+    rows = [r for r in records if r["metric"] in metrics and _finite(r["n"]) and int(r["n"]) > 0]
+    if not rows:
+        raise ValueError("no paired rows (n > 0) of the metrics to draw")
+    by_key: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        key = (r["metric"], str(r[label]))
+        if key in by_key:  # two rows on one tick would hide each other
+            raise ValueError(f"label {key[1]!r} names two {key[0]} rows")
+        by_key[key] = r
+    names = list(dict.fromkeys(str(r[label]) for r in rows))
+    ticks = {}
+    for r in rows:  # n and partiality of a comparison do not depend on the metric
+        partial = any(is_partial(r.get(c, "")) for c in status_columns)
+        ticks.setdefault(str(r[label]), f"{r[label]} (n={int(r['n'])}"
+                                        f"{', partial' if partial else ''})")
+    ys = list(range(len(names)))[::-1]  # the first row on top
+    fig = Figure(figsize=(width * len(metrics), 1.6 + 0.45 * len(names)))
+    axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)[0]
+    for ax, (metric, axis_name) in zip(axes, metrics.items()):
+        for y, name in zip(ys, names):
+            r = by_key.get((metric, name))
+            if r is None or not _finite(r["diff"], r["lo"], r["hi"]):
+                continue  # this comparison has no number for this metric
+            color = VERDICT_COLORS.get(r["verdict"], "tab:gray")
+            ax.plot([float(r["lo"]), float(r["hi"])], [y, y], "-", color=color, lw=2.4,
+                    gid=f"interval:{metric}:{name}")
+            ax.plot([float(r["diff"])], [y], "o", color=color, ms=6,
+                    gid=f"diff:{metric}:{name}")
+        ax.axvline(0, color="black", lw=1, ls="--", gid=f"zero:{metric}")
+        ax.set_yticks(ys, [ticks[name] for name in names])
+        ax.set_ylim(-0.6, len(names) - 0.4)
+        ax.set_xlabel(f"{axis_name}: {difference}")
+        ax.set_title(f"{axis_name}, 95% paired bootstrap interval", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    words = dict(verdict_text or {})
+    # under the panels, so that it never covers a row
+    fig.legend([Line2D([], [], color=c, marker="o", lw=2.4) for c in VERDICT_COLORS.values()],
+               [words.get(v, v) for v in VERDICT_COLORS], fontsize=8, loc="lower center",
+               ncol=len(VERDICT_COLORS), frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))
+    return fig
+
+
+__all__ = ["KIND_COLORS", "NEVER_IN_STATE", "STATE_GROUPS", "VERDICT_COLORS", "action_kind",
+           "annotate_lambdas", "branching_tree_figure", "control_loop_figure",
+           "evidence_state_figure", "lambda_label", "lambda_sweep_figure", "overlapping_labels",
+           "paired_forest_figure", "pareto_front", "place_labels", "stop_rule_sweeps_figure",
+           "summarize_field", "validity_cases", "validity_grid_figure", "validity_matrix"]

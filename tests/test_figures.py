@@ -1,6 +1,7 @@
 """The book's concept figures (dynakrag_lite.figures): each returns a Figure holding the labelled
 elements it promises, computed from the library's definitions (no model, no retriever)."""
 from dataclasses import fields, replace
+import math
 from pathlib import Path
 
 import matplotlib
@@ -542,3 +543,70 @@ def test_stop_rule_sweeps_of_the_committed_reports():
                 (best["tokens"], best["f1"]))
         assert _by_gid(fig, f"pareto:{ds}")
     _assert_labels_readable(fig)
+
+
+# -- paired_forest_figure -----------------------------------------------------------------
+def _pair_rows() -> list[dict]:
+    """Rows shaped like results.paired_table's: two made pairs (one of them with a partial
+    run), one not made yet, over two metrics."""
+    rows = []
+    for metric, shift in (("f1", 0.0), ("support_recall", 0.1)):
+        rows += [
+            {"run": "fixed_k3", "metric": metric, "n": 150, "diff": 0.08 + shift,
+             "lo": 0.02 + shift, "hi": 0.14 + shift, "verdict": "A better",
+             "status": "complete"},
+            {"run": "ircot", "metric": metric, "n": 90, "diff": -0.01, "lo": -0.05,
+             "hi": 0.03, "verdict": "no measurable difference",
+             "status": "partial: 90 of 150"},
+            {"run": "self_ask", "metric": metric, "n": 0, "diff": math.nan, "lo": math.nan,
+             "hi": math.nan, "verdict": "not run yet", "status": "not run yet"}]
+    return rows
+
+
+def test_paired_forest_draws_each_made_pair_at_its_interval_and_leaves_unmade_pairs_out():
+    fig = F.paired_forest_figure(_pair_rows(), difference="dynakrag minus run")
+    render(fig)
+    (ax,) = fig.axes  # F1 only by default
+    top_down = [t.get_text() for _, t in sorted(zip(ax.get_yticks(), ax.get_yticklabels()),
+                                                   key=lambda yt: -yt[0])]
+    # the rows' order, the first on top; n in each label, the partial run marked
+    assert top_down == ["fixed_k3 (n=150)", "ircot (n=90, partial)"]
+    (interval,) = _by_gid(fig, "interval:f1:fixed_k3")
+    assert list(interval.get_xdata()) == pytest.approx([0.02, 0.14])
+    (dot,) = _by_gid(fig, "diff:f1:fixed_k3")
+    assert list(dot.get_xdata()) == pytest.approx([0.08])
+    assert dot.get_ydata()[0] > _by_gid(fig, "diff:f1:ircot")[0].get_ydata()[0]
+    assert not _by_gid(fig, "interval:f1:self_ask")  # n 0: nothing to draw
+    (zero,) = _by_gid(fig, "zero:f1")
+    assert list(zero.get_xdata()) == [0, 0]
+    assert ax.get_xlabel() == "F1: dynakrag minus run"
+
+
+def test_paired_forest_colours_by_verdict_and_names_verdicts_in_the_legend():
+    fig = F.paired_forest_figure(_pair_rows(), verdict_text={"A better": "DynaKRAG better"})
+    (better,) = _by_gid(fig, "interval:f1:fixed_k3")
+    (neither,) = _by_gid(fig, "interval:f1:ircot")
+    assert better.get_color() == F.VERDICT_COLORS["A better"]
+    assert neither.get_color() == F.VERDICT_COLORS["no measurable difference"]
+    (legend,) = fig.legends  # one for all panels
+    legend = [t.get_text() for t in legend.get_texts()]
+    assert legend == ["DynaKRAG better", "A worse", "no measurable difference"]
+
+
+def test_paired_forest_gives_each_metric_a_panel_on_the_same_rows():
+    fig = F.paired_forest_figure(_pair_rows(), metrics={"f1": "F1", "support_recall": "SR"})
+    render(fig)
+    assert [ax.get_title().split(",")[0] for ax in fig.axes] == ["F1", "SR"]
+    (sr,) = _by_gid(fig, "interval:support_recall:fixed_k3")
+    assert list(sr.get_xdata()) == pytest.approx([0.12, 0.24])
+    f1_y = _by_gid(fig, "diff:f1:ircot")[0].get_ydata()[0]
+    assert _by_gid(fig, "diff:support_recall:ircot")[0].get_ydata()[0] == f1_y
+
+
+def test_paired_forest_refuses_nothing_to_draw_and_two_rows_on_one_tick():
+    unmade = [r for r in _pair_rows() if r["n"] == 0]
+    with pytest.raises(ValueError, match="no paired rows"):
+        F.paired_forest_figure(unmade)
+    twice = [r for r in _pair_rows() if r["run"] == "fixed_k3" and r["metric"] == "f1"] * 2
+    with pytest.raises(ValueError, match="names two f1 rows"):
+        F.paired_forest_figure(twice)

@@ -491,3 +491,14 @@ def test_breakdown_of_a_folder_holding_only_dynakrag_does_not_call_it_missing(tm
     sec = _section(text, "### hotpotqa, generator `g`")
     assert "No dynakrag run yet" not in sec
     assert "No other run" in sec
+
+
+def test_execute_chapters_reports_the_cells_exception_not_nbclients_preamble():
+    from nbclient.exceptions import CellExecutionError
+    ec = load_script("execute_chapters")
+    err = CellExecutionError("An error occurred while executing the following cell:\n"
+                             "------------------\nimport dynakrag_lite\n------------------\n",
+                             "ModuleNotFoundError", "No module named 'dynakrag_lite'")
+    assert ec.failure_text(err) == "ModuleNotFoundError: No module named 'dynakrag_lite'"
+    assert ec.failure_text(TimeoutError("cell timed out\nafter 1800 s")) == (
+        "TimeoutError: cell timed out after 1800 s")
