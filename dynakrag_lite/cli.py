@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -224,7 +225,7 @@ def _floats(text: str) -> list[float]:
 def training_setup(args):
     """(setup, training questions, calibrated sufficiency signal or None) of a ``train``
     command, the environment configured with the signal: the trajectories depend on it, so a
-    process that warms the cache for a training run (data_scripts/warm_training_cache.py)
+    process that warms the cache for a training run (data_scripts/warm_cache.py train)
     must build exactly this."""
     from .concurrency import check_workers
     from .sufficiency import train_signal
@@ -764,8 +765,45 @@ def _upgrade_data(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
-    from .experiments import check_workers, data_sha256, evaluate
+@dataclass
+class EvaluationSetup:
+    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its questions in order,
+    its run folder, and every other argument it passes to :func:`experiments.evaluate`
+    (``options``: method, env, policy, dataset, generator, fixed_k, seed, run_info,
+    data_sha256, policy_sha256, summary_extra, demos, workers)."""
+    questions: list
+    out: Path
+    options: dict
+
+    @property
+    def env(self):
+        return self.options["env"]
+
+    def fingerprint(self) -> dict:
+        """The fingerprint the run records in ``out/run.json``."""
+        from .experiments import evaluation_fingerprint
+        o = self.options
+        return evaluation_fingerprint(self.questions, o["method"], o["env"], policy=o["policy"],
+                                      policy_sha256=o["policy_sha256"],
+                                      data_sha256=o["data_sha256"], fixed_k=o["fixed_k"],
+                                      seed=o["seed"], demos=o["demos"])
+
+    def run(self, questions=None, out: str | Path | None = None, **changes) -> dict:
+        """:func:`experiments.evaluate` of this setup, on ``questions`` into ``out`` when given
+        (a subset run makes the calls the whole run makes for those questions: every choice
+        is seeded per question, IRCoT's demonstrations were drawn for the whole list), with
+        ``changes`` to the other arguments."""
+        from .experiments import evaluate
+        return evaluate(self.questions if questions is None else list(questions),
+                        out_dir=self.out if out is None else Path(out),
+                        **{**self.options, **changes})
+
+
+def evaluation_setup(args) -> EvaluationSetup:
+    """The questions, folder and setup of an ``evaluate`` command (its parsed ``args``), every
+    check made: what :func:`cmd_evaluate` runs, and what a process warming the LLM cache for
+    that run (data_scripts/warm_cache.py evaluate) must build."""
+    from .experiments import check_workers, data_sha256
     from .policy import Policy, check_policy
     _check_control_args(args)
     check_workers(args.workers, args.generator)  # from the spec: before any model is loaded
@@ -808,14 +846,19 @@ def cmd_evaluate(args) -> int:
                                   seed=args.split_seed,
                                   eval_ids=[q.id for q in eval_qs])
         extra["ircot_demos"] = sorted(demos.ids)
-    summary = evaluate(eval_qs, args.method, env, out, policy=policy, dataset=dataset,
-                       generator=args.generator, fixed_k=args.fixed_k, seed=args.seed,
-                       run_info={"command": relative_command(args.argv),
-                                 "generator_model_id": redact(env.generator.model_id),
-                                 "config": dict(env.config.__dict__)},
-                       data_sha256=data_sha256(args.data, args.data_dir),
-                       policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
-                       summary_extra=extra, demos=demos, workers=args.workers)
+    return EvaluationSetup(list(eval_qs), out, dict(
+        method=args.method, env=env, policy=policy, dataset=dataset, generator=args.generator,
+        fixed_k=args.fixed_k, seed=args.seed,
+        run_info={"command": relative_command(args.argv),
+                  "generator_model_id": redact(env.generator.model_id),
+                  "config": dict(env.config.__dict__)},
+        data_sha256=data_sha256(args.data, args.data_dir),
+        policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
+        summary_extra=extra, demos=demos, workers=args.workers))
+
+
+def cmd_evaluate(args) -> int:
+    summary = evaluation_setup(args).run()
     print(json.dumps({k: summary[k] for k in summary
                       if k not in ("run", "fingerprint", "diagnostics", "policy")}))
     d = summary["diagnostics"]

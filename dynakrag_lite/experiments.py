@@ -563,6 +563,22 @@ def summarize(rows: Sequence[dict], method: str, dataset: str, generator: str) -
             "errors": len(rows) - len(ok)}
 
 
+def evaluation_fingerprint(questions: Sequence[Question], method: str, env: Environment, *,
+                           policy=None, policy_sha256: str | None = None,
+                           data_sha256: str | None = None, fixed_k: int | None = None,
+                           seed: int = 13, demos=None) -> dict:
+    """The fingerprint :func:`evaluate` records for these arguments (:func:`run_fingerprint`,
+    plus IRCoT's demonstrations, refused when one of them is among ``questions``)."""
+    fingerprint = run_fingerprint(method, env, policy=policy, policy_sha256=policy_sha256,
+                                  data_sha256=data_sha256, fixed_k=fixed_k, seed=seed)
+    if demos is not None and method == "ircot":
+        # Demonstrations come from training questions: refuse any overlap with these ones, and
+        # make them part of the setup a resumed run must share.
+        demos.check_disjoint(q.id for q in questions)
+        fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
+    return fingerprint
+
+
 def evaluate(questions: Sequence[Question], method: str, env: Environment, out_dir: str | Path,
              policy=None, dataset: str = "", generator: str = "", fixed_k: int | None = None,
              seed: int = 13, progress: bool = True, run_info: dict | None = None, *,
@@ -585,13 +601,9 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pred_path = out / PREDICTIONS_FILE
-    fingerprint = run_fingerprint(method, env, policy=policy, policy_sha256=policy_sha256,
-                                  data_sha256=data_sha256, fixed_k=fixed_k, seed=seed)
-    if demos is not None and method == "ircot":
-        # Demonstrations come from training questions: refuse any overlap with these ones, and
-        # make them part of the setup a resumed run must share.
-        demos.check_disjoint(q.id for q in questions)
-        fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
+    fingerprint = evaluation_fingerprint(questions, method, env, policy=policy,
+                                         policy_sha256=policy_sha256, data_sha256=data_sha256,
+                                         fixed_k=fixed_k, seed=seed, demos=demos)
     wanted = list(dict.fromkeys(q.id for q in questions))
     with FolderLock(out, "evaluation"):
         # Check before touching anything: a corrupt file stops us before run.json could adopt
