@@ -54,7 +54,7 @@ install: $(STAMP)/requirements $(STAMP)/models-small $(STAMP)/models-large llama
 		|| $(PIP) install --no-deps -e "$(CURDIR)"
 models: $(STAMP)/models-small
 smoke: install
-	$(PY) -m dynakrag_lite.smoke
+	$(PY) data_scripts/smoke.py
 models-large: $(STAMP)/models-large
 
 # Unit + integration tests (real embedder, real bundled generators, real ../shared/data),
@@ -62,7 +62,7 @@ models-large: $(STAMP)/models-large
 # The smoke check decodes with every installed model in child processes first: a llama.cpp
 # build that crashes on this CPU becomes a named failure, not a dead test runner.
 test: install
-	$(PY) -m dynakrag_lite.smoke --require smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
+	$(PY) data_scripts/smoke.py --require smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 	$(PY) -m pytest -q
 	$(MAKE) test-nb
 
@@ -74,9 +74,9 @@ JB := $(PY) -c 'from jupyter_book.cli.main import main; main()'
 
 # Merged on every run, not copied once: a copy made before the committed file gained rows would
 # lack them and those chapters would call models live. Only missing keys are added, in one
-# transaction, so the working copy's own calls survive (python -m dynakrag_lite.cache --help).
+# transaction, so the working copy's own calls survive (python -m dynakrag_lite.generators.cache --help).
 llm-cache: $(STAMP)/requirements
-	$(PY) -m dynakrag_lite.cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
+	$(PY) -m dynakrag_lite.generators.cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
 
 # nbval executes every chapter; the -W build then renders those same chapters from their
 # committed outputs (executing them a second time would double CI time and prove nothing new).

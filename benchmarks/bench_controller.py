@@ -220,7 +220,7 @@ class ScriptedReader:
     spec = model_id = "scripted-reader"
 
     def generate(self, messages, max_tokens: int = 64, stop=None):
-        from dynakrag_lite.generators import Generation
+        from dynakrag_lite.generators.base import Generation
         user = messages[-1]["content"]
         if "contain every fact" in user:
             text = "INSUFFICIENT: where the founder was born"

@@ -32,7 +32,7 @@ for p in (ROOT, ROOT / "benchmarks", ROOT / "data_scripts"):
 
 from benchlib import cpu_model, loadavg, utc_date  # noqa: E402
 from install_llama import cpu_flags, probe  # noqa: E402
-from dynakrag_lite import models  # noqa: E402
+from dynakrag_lite.generators import models  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
 

@@ -76,8 +76,8 @@ def evaluation_ids(dataset: str, data_dir: str | None, n: int) -> list[str]:
     the workers' ``build_setup(..., n_eval=N_EVAL, split_seed=SPLIT_SEED)``, taken from the
     data file alone through the CLI's split (``--n-eval``/``--split-seed``/``--limit``), so the
     parent loads no embedder, index or model."""
-    from dynakrag_lite.cli import _split_ids
-    from dynakrag_lite.data import load_dataset
+    from dynakrag_lite.experiments.cli import _split_ids
+    from dynakrag_lite.data.sources import load_dataset
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
     questions = load_dataset(dataset, data_root=data_dir)
@@ -126,7 +126,7 @@ def worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from bench_prefix_reuse import prepare_method, run_method_rows
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.generators.base import make_generator
     from dynakrag_lite.pipeline import build_setup
 
     setup = build_setup(args.dataset, generator=None, data_dir=args.data_dir,

@@ -3,7 +3,7 @@
 llama.cpp keeps the KV cache of its previous evaluation and evaluates only the part of a new
 prompt after the longest common prefix of token ids (less one token when the whole prompt
 matched). The library's prompts put the documents first for that reason. This benchmark
-reads :class:`~dynakrag_lite.generators.LlamaCppGenerator`'s counters (``last_reused_tokens``,
+reads :class:`~dynakrag_lite.generators.base.LlamaCppGenerator`'s counters (``last_reused_tokens``,
 ``prompt_tokens_sent``, ``prompt_tokens_evaluated``...), which count live calls only.
 
 Micro (``micro``): one real question (the first of the evaluation split), its top 2 x
@@ -19,7 +19,7 @@ Per method (``methods``): fixed_k, ircot, self_ask, uniform and dynakrag on the 
 questions of the evaluation split, each method with a FRESH, EMPTY call cache in a temp dir
 (every call is live except a method's own exact repeats, as in a real run) and the KV cache
 reset at its start. Methods run through the library as ``python -m dynakrag_lite evaluate``
-runs them (:func:`dynakrag_lite.experiments.run_method` on a :func:`build_setup` environment)
+runs them (:func:`dynakrag_lite.experiments.run.run_method` on a :func:`build_setup` environment)
 and as data_scripts/main_experiment.py configures them: controller methods take the committed
 policy's sufficiency signal and the extractive compressor when the dataset's sentence selector
 exists; dynakrag needs ``results/policies/<dataset>-<generator>.joblib`` and is skipped with a
@@ -71,7 +71,7 @@ VERSIONS = ("llama_cpp", "numpy", "sklearn")  # modules whose __version__ the re
 def default_dataset(data_root: str | None = None) -> str:
     """hotpotqa when its file is in the data folder (``data_root``, else $DYNAKRAG_DATA_DIR,
     else ../shared/data), else the embedded library dataset."""
-    from dynakrag_lite.data import DATASET_FILES, data_dir
+    from dynakrag_lite.data.sources import DATASET_FILES, data_dir
     root = data_dir(data_root)
     return "hotpotqa" if root is not None and (root / DATASET_FILES["hotpotqa"]).is_file() \
         else "library"
@@ -187,10 +187,10 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
                    ) -> tuple[Any, dict, Any, Any, str | None]:
     """(environment, settings, policy, demos, skip reason) for ``method``, configured as
     ``python -m dynakrag_lite evaluate`` with data_scripts/main_experiment.py's flags."""
-    from dynakrag_lite.cache import CallCache
-    from dynakrag_lite.cli import _check_selector, default_policy_path
+    from dynakrag_lite.generators.cache import CallCache
+    from dynakrag_lite.experiments.cli import _check_selector, default_policy_path
     from dynakrag_lite.config import ControlConfig, Environment
-    from dynakrag_lite.generators import CachedGenerator
+    from dynakrag_lite.generators.base import CachedGenerator
     from dynakrag_lite.policy import Policy, PolicyError, check_policy
     from dynakrag_lite.retriever import DEFAULT_EMBEDDER
     from dynakrag_lite.storage import ManifestError
@@ -243,7 +243,7 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
 
 def run_method_rows(method: str, env, raw, policy, demos, questions: Sequence) -> list[dict]:
     """One row per question: the counters' differences around it, ledger and wall time."""
-    from dynakrag_lite.experiments import run_method, score
+    from dynakrag_lite.experiments.run import run_method, score
     raw.llama.reset()  # start cold: the previous method's last prompt must not be reused
     rows = []
     for q in questions:
@@ -309,8 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from dynakrag_lite import models
-    from dynakrag_lite.generators import LlamaCppGenerator, make_generator
+    from dynakrag_lite.generators import models
+    from dynakrag_lite.generators.base import LlamaCppGenerator, make_generator
     from dynakrag_lite.pipeline import build_setup
 
     dataset = args.dataset or default_dataset(args.data_dir)

@@ -30,8 +30,8 @@ def main() -> int:
     ap.add_argument("--embedder", default="all-MiniLM-L6-v2")
     ap.add_argument("--ks", default="3,6,12")
     args = ap.parse_args()
-    from dynakrag_lite.corpus import Corpus, gold_titles
-    from dynakrag_lite.data import load_dataset
+    from dynakrag_lite.data.corpus import Corpus, gold_titles
+    from dynakrag_lite.data.sources import load_dataset
     from dynakrag_lite.metrics import support_recall
     from dynakrag_lite.retriever import DenseRetriever
     ks = [int(k) for k in args.ks.split(",")]

@@ -16,11 +16,11 @@ that made those calls. For each committed run folder (``results/experiments/<dat
   library has no replay-only mode that refuses a miss, so misses are counted two ways: the
   snapshot's row count before and after (a stored miss adds a row; a generation cut by the
   time limit is not stored), and the cache's own hit/miss counters
-  (:class:`~dynakrag_lite.cache.CallCache` ``hits``/``misses``/``writes``, which also see
+  (:class:`~dynakrag_lite.generators.cache.CallCache` ``hits``/``misses``/``writes``, which also see
   option scoring) read around every question by a thin wrapper: the child is this script in
   ``--child`` mode, which patches ``experiments._run_question`` / ``experiments.evaluate`` /
   ``pipeline.build_setup`` to take the readings and the times, then calls
-  ``dynakrag_lite.cli.main`` with the recorded arguments (``--plain`` runs
+  ``dynakrag_lite.experiments.cli.main`` with the recorded arguments (``--plain`` runs
   ``python -m dynakrag_lite`` itself: no per-question counts, no setup/loop split). Any live
   call is reported, with the questions that made it;
 * times the whole wall clock (spawn to exit) and its parts: setup (imports, data, embedder,
@@ -319,7 +319,8 @@ def child_main(report_path: str, argv: list[str]) -> int:
     written to ``report_path`` at exit. Patches only wrap; they change no result."""
     import atexit
     rec: dict[str, Any] = {"t_start_main": time.time(), "questions": []}
-    from dynakrag_lite import cli, experiments, pipeline
+    from dynakrag_lite.experiments import cli, run as experiments
+    from dynakrag_lite import pipeline
     held: dict[str, Any] = {"cache": None, "backend": None}
 
     orig_build = pipeline.build_setup
@@ -393,7 +394,7 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def bench_run(run_dir: Path, args: argparse.Namespace, work: Path, cache_src: Path) -> dict:
-    from dynakrag_lite.experiments import fingerprint_diff, read_predictions
+    from dynakrag_lite.experiments.run import fingerprint_diff, read_predictions
     name = "-".join(run_dir.resolve().parts[-3:])
     out_dir = work / name
     if out_dir.exists():
@@ -517,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in runs:
         if not (r / "summary.json").is_file() or not (r / "predictions.jsonl").is_file():
             ap.error(f"{r}: not a run folder (summary.json and predictions.jsonl)")
-    from dynakrag_lite.cache import default_cache_path
+    from dynakrag_lite.generators.cache import default_cache_path
     cache_src = (args.cache or default_cache_path()).expanduser()
     report: dict[str, Any] = {
         "benchmark": "warm-cache re-run of a committed experiment vs its cold run",

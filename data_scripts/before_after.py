@@ -7,8 +7,8 @@ older commit of this repository) against its run now, paired on the questions bo
 
 ``old:new`` pairs name the run folder at the old commit and the one in the working tree (the
 old Fixed-K run used K = 6). Per pair: the paired F1 / EM / SR differences new - old with
-bootstrap intervals (:mod:`dynakrag_lite.comparison`) and the behaviour of both runs
-(:func:`dynakrag_lite.diagnostics.run_behaviour`: actions per question, gold-hit rates,
+bootstrap intervals (:mod:`dynakrag_lite.experiments.comparison`) and the behaviour of both runs
+(:func:`dynakrag_lite.experiments.diagnostics.run_behaviour`: actions per question, gold-hit rates,
 sufficiency verdicts, gaps, IRCoT iterations, Self-Ask searches, snippet validity).
 Reads git objects and result files only; writes
 ``results/diagnostics/<dataset>-<generator>-before-after.json``.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.comparison import compare_runs  # noqa: E402
-from dynakrag_lite.diagnostics import run_behaviour  # noqa: E402
-from dynakrag_lite.experiments import latest_rows, read_predictions  # noqa: E402
+from dynakrag_lite.experiments.comparison import compare_runs  # noqa: E402
+from dynakrag_lite.experiments.diagnostics import run_behaviour  # noqa: E402
+from dynakrag_lite.experiments.run import latest_rows, read_predictions  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text  # noqa: E402
 
 

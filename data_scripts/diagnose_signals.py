@@ -20,7 +20,7 @@ With ``--runs-dir``, every ``*/predictions.jsonl`` below it is summarised as wel
 actions per question (gap_query, rewrite_query, bridge_entity_expand, sufficiency_check) with
 the share of their added documents that are gold, sufficiency verdicts, IRCoT iterations and
 Self-Ask searches per question, and compression snippet validity where recorded
-(``dynakrag_lite.diagnostics.action_gold_hits`` is used when that module exists).
+(``dynakrag_lite.experiments.diagnostics.action_gold_hits`` is used when that module exists).
 
 Writes ``results/diagnostics/<dataset>-<generator>-signals.json`` (with the command).
 """
@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite import sufficiency as S  # noqa: E402
-from dynakrag_lite.diagnostics import summarise_runs  # noqa: E402
+from dynakrag_lite.experiments.diagnostics import summarise_runs  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.cli import policy_file_name  # noqa: E402
-from dynakrag_lite.diagnostics import summarise_runs  # noqa: E402
+from dynakrag_lite.experiments.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.experiments.diagnostics import summarise_runs  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 
 ACTIONS = ("gap_query", "rewrite_query", "bridge_entity_expand", "retrieve_more")
@@ -136,7 +136,7 @@ def runs_part(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict:
 def run_rows(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict[str, list[dict]]:
     """Per run name: the latest rows of ``generator``'s training-split runs (own folder and
     policy-transfer folders alike)."""
-    from dynakrag_lite.experiments import latest_rows, read_predictions
+    from dynakrag_lite.experiments.run import latest_rows, read_predictions
     out = {}
     for folder in run_folders(dataset, generator, root):
         for pred in sorted(folder.glob("*/predictions.jsonl")):
@@ -147,7 +147,7 @@ def run_rows(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict[str,
 def generator_pairs(dataset: str, big: str, small: str, root: Path = TRAIN_RUNS) -> list[dict]:
     """Per run both generators made on the same training questions: the paired difference
     ``big`` - ``small`` in F1 and SR (paired bootstrap 95 % interval, permutation p)."""
-    from dynakrag_lite.comparison import compare_runs
+    from dynakrag_lite.experiments.comparison import compare_runs
     a, b = run_rows(dataset, big, root), run_rows(dataset, small, root)
     out = []
     for name in sorted(set(a) & set(b)):

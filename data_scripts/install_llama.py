@@ -173,7 +173,7 @@ def acceptable(info: dict, variant: str) -> tuple[bool, str]:
 def model_for_proof() -> str:
     try:
         sys.path.insert(0, str(ROOT))
-        from dynakrag_lite import models
+        from dynakrag_lite.generators import models
         return str(models.gguf_path(PROOF_MODEL))
     except Exception:  # model package not installed yet: probe without decoding
         return ""

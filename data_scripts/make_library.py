@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynakrag_lite.data import write_questions  # noqa: E402
-from dynakrag_lite.library import build_library  # noqa: E402
+from dynakrag_lite.data.sources import write_questions  # noqa: E402
+from dynakrag_lite.data.library import build_library  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,9 @@ from pathlib import Path
 # Runnable from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynakrag_lite.data import DATASET_FILES, DataError, write_questions  # noqa: E402
-from dynakrag_lite.raw_formats import read_raw  # noqa: E402
+from dynakrag_lite.data.sources import DATASET_FILES, write_questions
+from dynakrag_lite.data.schema import DataError  # noqa: E402
+from dynakrag_lite.data.raw_formats import read_raw  # noqa: E402
 
 
 @dataclass(frozen=True)

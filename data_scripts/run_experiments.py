@@ -36,13 +36,13 @@ CHAPTERS = {
 def data_hash(dataset: str) -> str | None:
     """sha256 of the dataset's normalized file (the library: of its generated JSON); the same
     hash evaluate records in each run's fingerprint (``experiments.data_sha256``)."""
-    from dynakrag_lite.experiments import data_sha256
+    from dynakrag_lite.experiments.run import data_sha256
     return data_sha256(dataset)
 
 
 def model_hash(generator: str) -> str | None:
     """The expected sha256 of a bundled model's GGUF file (None for hf:/openai: specs)."""
-    from dynakrag_lite.models import REGISTRY
+    from dynakrag_lite.generators.models import REGISTRY
     entry = REGISTRY.get(generator)
     return entry.sha256 if entry else None
 

@@ -116,9 +116,9 @@ def check_slice(start: int, stop: int | None, n: int, what: str) -> int:
 
 
 def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[str]) -> int:
-    from dynakrag_lite.cli import evaluation_setup
-    from dynakrag_lite.experiments import (PREDICTIONS_FILE, RUN_FILE, fingerprint_diff,
-                                           latest_rows, read_predictions)
+    from dynakrag_lite.experiments.cli import evaluation_setup
+    from dynakrag_lite.experiments.run import (PREDICTIONS_FILE, RUN_FILE, fingerprint_diff,
+                                               latest_rows, read_predictions)
     from dynakrag_lite.storage import relative_command
     if args.replay_only:
         raise ValueError("--replay-only: that run never calls the model; there is nothing to "
@@ -164,7 +164,7 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
 
 
 def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
-    from dynakrag_lite.cli import training_setup
+    from dynakrag_lite.experiments.cli import training_setup
     from dynakrag_lite.trajectories import collect
     if args.from_data:
         raise ValueError("--from-data: that run makes no model call; there is nothing to warm")
@@ -185,7 +185,7 @@ def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from dynakrag_lite.cli import build_parser
+    from dynakrag_lite.experiments.cli import build_parser
     if "--" not in argv:
         raise SystemExit(USAGE)
     cut = argv.index("--")
@@ -199,7 +199,7 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dynakrag_lite.cli import run_reporting_errors
+    from dynakrag_lite.experiments.cli import run_reporting_errors
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_reporting_errors(_main, argv)
 

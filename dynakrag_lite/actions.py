@@ -16,9 +16,9 @@ from .bridge import bridge_candidates, corpus_title_keys
 from .compression import (Compression, build_compression, content_words,  # noqa: F401
                           ExtractiveCompressor, load_selector, longest_common_run, word_tokens)
 from .config import ControlConfig, Environment  # noqa: F401  (re-exported: the old home)
-from .corpus import normalize_title
+from .data.corpus import normalize_title
 from .evidence import room as _room, search_new as _search_new
-from .generators import Generation
+from .generators.base import Generation
 from .state import EvidenceState, RankedEntry, RetrievedDoc, Sufficiency
 
 

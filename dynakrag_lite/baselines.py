@@ -36,10 +36,10 @@ from . import prompts
 from .actions import stop_answer
 from .config import Environment
 from .controller import MethodResult, StepTrace, finish
-from .corpus import normalize_title
+from .data.corpus import normalize_title
 from .demonstrations import SELF_ASK_DEMOS, Demonstrations, check_disjoint
 from .evidence import add_hits, room, search_new
-from .generators import Generation
+from .generators.base import Generation
 from .state import EvidenceState, RetrievedDoc, initial_state
 from .validity import retrieval_budget_spent
 

@@ -43,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import AbstractSet, Iterable, Sequence
 
-from .corpus import normalize_title
+from .data.corpus import normalize_title
 
 # Entity types that can be the subject of a document of their own.
 KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
@@ -120,7 +120,7 @@ _ENTITY_CACHES: dict = {}
 def entity_cache_path() -> Path | None:
     """$DYNAKRAG_ENTITY_CACHE (a file; off/0/false/no/none: no cache), else entities.sqlite
     in $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite."""
-    from .cache import cache_dir
+    from .generators.cache import cache_dir
     from .embed_cache import DISABLED_VALUES
     env = os.environ.get("DYNAKRAG_ENTITY_CACHE", "").strip()
     if env.lower() in DISABLED_VALUES:
@@ -130,13 +130,13 @@ def entity_cache_path() -> Path | None:
 
 def _entity_cache():
     """The entity cache file's store (one per path and process), or None when disabled. It
-    is a :class:`~dynakrag_lite.cache.CallCache` (same WAL file handling and checksums)
+    is a :class:`~dynakrag_lite.generators.cache.CallCache` (same WAL file handling and checksums)
     holding the entity list as JSON text."""
     path = entity_cache_path()
     if path is None:
         return None
     if path not in _ENTITY_CACHES:
-        from .cache import CallCache
+        from .generators.cache import CallCache
         _ENTITY_CACHES[path] = CallCache(path)
     return _ENTITY_CACHES[path]
 
@@ -156,7 +156,7 @@ def _spacy_entities(text: str) -> list[tuple[str, str]] | None:
     snippet = text[:2000]
     cache, ident, key = _entity_cache(), _spacy_identity(), None
     if cache is not None and ident is not None:
-        from .cache import canonical_json
+        from .generators.cache import canonical_json
         key = hashlib.sha256(canonical_json({"kind": "spacy_entities", "model": ident,
                                              "disable": ["lemmatizer"], "text": snippet}
                                             ).encode("utf-8")).hexdigest()
@@ -168,7 +168,7 @@ def _spacy_entities(text: str) -> list[tuple[str, str]] | None:
         return None
     raw = [(e.text, e.label_) for e in nlp(snippet).ents]
     if key is not None:
-        from .cache import canonical_json
+        from .generators.cache import canonical_json
         cache.put(key, canonical_json(raw), 0, 0, 0.0)
     return raw
 
@@ -244,7 +244,7 @@ def title_keys(titles: Iterable[str]) -> frozenset[str]:
 
 
 def corpus_title_keys(corpus) -> frozenset[str] | None:
-    """The normalized title keys of a :class:`~dynakrag_lite.corpus.Corpus` (computed once per
+    """The normalized title keys of a :class:`~dynakrag_lite.data.corpus.Corpus` (computed once per
     corpus object and kept on it); None for anything without ``documents``."""
     if corpus is None or not hasattr(corpus, "documents"):
         return None

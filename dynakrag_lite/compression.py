@@ -476,7 +476,7 @@ def sentence_features(question: str, docs: Sequence,
 def label_sentences(question: str, answers: Sequence[str], docs: Sequence,
                     gold_titles: Sequence[str], rows: SentenceRows) -> np.ndarray:
     """Training labels of ``rows`` (see the module docstring). Gold is read here only."""
-    from .corpus import normalize_title
+    from .data.corpus import normalize_title
     gold = {normalize_title(t) for t in gold_titles}
     q_cw = content_words(question)
     y = np.zeros(len(rows.sentences), dtype=int)

@@ -39,7 +39,7 @@ WINDOW_PER_WORKER = 4
 
 def is_server_generator(generator: Any) -> bool:
     """True for an OpenAI-compatible server backend, also behind wrappers (the call cache)."""
-    from .generators import OpenAIGenerator
+    from .generators.base import OpenAIGenerator
     g, depth = generator, 0
     while g is not None and depth < 10:
         if isinstance(g, OpenAIGenerator):
@@ -58,7 +58,7 @@ def check_workers(workers: int, generator: Any, items: str = "questions") -> Non
     if workers == 1:
         return
     if isinstance(generator, str):
-        from .generators import parse_spec
+        from .generators.base import parse_spec
         server, spec = parse_spec(generator)[0] == "openai", generator
     else:
         server = is_server_generator(generator)

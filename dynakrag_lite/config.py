@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .generators import Generation, Generator
+from .generators.base import Generation, Generator
 
 
 @dataclass(frozen=True)

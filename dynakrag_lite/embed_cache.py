@@ -1,6 +1,6 @@
 """Persistent SQLite cache of embedder calls (query and sentence encodes).
 
-A warm re-run of an experiment replays its LLM calls from :mod:`dynakrag_lite.cache`, but it
+A warm re-run of an experiment replays its LLM calls from :mod:`dynakrag_lite.generators.cache`, but it
 would still encode every query and every sentence the extractive compressor scores. This cache
 stores what the embedder returned, so a re-run reads the vectors instead of loading the model.
 
@@ -17,7 +17,7 @@ the vectors: measured bit-identical with 1 and 2 torch threads.)
 
 Each row stores a sha256 over key, shape and bytes; a row that fails it is deleted, counted as
 ``corrupt`` and treated as a miss. The file is opened like the LLM call cache
-(:func:`dynakrag_lite.cache.open_sqlite`: WAL, busy timeout, one short transaction per
+(:func:`dynakrag_lite.generators.cache.open_sqlite`: WAL, busy timeout, one short transaction per
 statement), so several processes can share it.
 
 File: ``$DYNAKRAG_EMBED_CACHE`` when it names a file (``off``, ``0``, ``false``, ``no`` or
@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .cache import cache_dir, canonical_json, open_sqlite
+from .generators.cache import cache_dir, canonical_json, open_sqlite
 
 __all__ = ["EmbeddingCache", "default_embed_cache_path", "encode_key", "DISABLED_VALUES"]
 

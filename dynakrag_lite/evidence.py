@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .config import ControlConfig, Environment
-from .corpus import normalize_title
+from .data.corpus import normalize_title
 from .state import EvidenceState, RetrievedDoc
 
 __all__ = ["room", "add_hits", "search_new"]

@@ -204,7 +204,7 @@ def evidence_state_figure(state: EvidenceState | None = None,
     With ``state`` the value of each field is printed and the ranking strip shows that
     state's ranking (filled: in ``docs``). ``gold`` (titles, from outside the state, for
     display only) marks gold entries with a star."""
-    from .corpus import normalize_title
+    from .data.corpus import normalize_title
 
     names = [f.name for f in dataclasses.fields(EvidenceState)]
     groups = {g: tuple(n for n in ns if n in names) for g, ns in STATE_GROUPS.items()}
@@ -775,7 +775,7 @@ def _stop_rule_rows(report: Any, dataset: str | None) -> tuple[list[dict], int |
     n_train = (report.get("questions") if isinstance(report, Mapping)
                else getattr(report, "attrs", {}).get("questions"))
     if isinstance(report, Mapping) and "rules" in report:
-        from .results import stop_rule_table  # pandas and the results reader: only here
+        from .experiments.results import stop_rule_table  # pandas and the results reader: only here
         rows = stop_rule_table(report, dataset=dataset).to_dict("records")
     else:
         rows = report.to_dict("records") if hasattr(report, "to_dict") else \
@@ -970,7 +970,7 @@ def paired_forest_figure(pairs: Any, label: str = "run",
 
     Artists carry gids: ``interval:<metric>:<label>``, ``diff:<metric>:<label>`` and
     ``zero:<metric>``."""
-    from .results import is_partial  # pandas and the results reader: only here
+    from .experiments.results import is_partial  # pandas and the results reader: only here
     metrics = dict(metrics or {"f1": "F1"})
     records = pairs.to_dict("records") if hasattr(pairs, "to_dict") else [dict(r) for r in pairs]
     rows = [r for r in records if r["metric"] in metrics and _finite(r["n"]) and int(r["n"]) > 0]

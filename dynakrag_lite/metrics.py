@@ -65,7 +65,7 @@ def support_recall(retrieved_titles: Iterable[str], gold_titles: Iterable[str]) 
 
     Documents are matched by normalized title, the same key the retrieval dedup uses.
     """
-    from .corpus import normalize_title
+    from .data.corpus import normalize_title
     gold = {normalize_title(t) for t in gold_titles}
     if not gold:
         raise ValueError("no gold supporting documents")

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import ControlConfig, Environment
-from .corpus import Corpus
-from .data import Question, load_dataset, split_questions
+from .data.corpus import Corpus
+from .data.schema import Question
+from .data.sources import load_dataset, split_questions
 from .retriever import DEFAULT_EF_SEARCH, DEFAULT_EMBEDDER, DEFAULT_NPROBE, DenseRetriever
 
 QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: quick mode, tests
@@ -57,7 +58,7 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                                vectors_path=vectors_path)
     gen = None
     if generator:
-        from .generators import make_generator
+        from .generators.base import make_generator
         gen = make_generator(generator, cache=cache)
     env = Environment(retriever, gen, config or ControlConfig.for_dataset(name))
     train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)

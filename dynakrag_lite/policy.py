@@ -746,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*", type=Path,
                     help=f"policy files, or one folder (default: {_display_path(POLICIES_DIR)})")
     args = ap.parse_args(argv)
-    from .cli import run_reporting_errors  # the main CLI's: one line on stderr, exit code 2
+    from .experiments.cli import run_reporting_errors
     # this module's own PolicyError (a second copy of the module under python -m), and OSError
     # (a manifest that cannot be written)
     return run_reporting_errors(_manifest_command, args, also=(PolicyError, OSError))

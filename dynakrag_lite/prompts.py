@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .generators import Message
+from .generators.base import Message
 
 SYSTEM = ("You answer multi-hop questions using the numbered documents you are given. "
           "Be brief and precise.")

@@ -54,9 +54,9 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from .corpus import Corpus, Document
+from .data.corpus import Corpus, Document
 from .embed_cache import EmbeddingCache, default_embed_cache_path, encode_key
-from .models import cache_root
+from .generators.models import cache_root
 from .storage import FolderLock, LockedError, atomic_write_json, atomic_writer, sha256_file
 from .threads import env_threads
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from .corpus import normalize_title
+from .data.corpus import normalize_title
 
 ACTIONS: tuple[str, ...] = (
     "retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",

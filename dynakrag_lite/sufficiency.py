@@ -90,7 +90,7 @@ class OptionScores:
     """Log-probabilities of reply options, with the cost of computing them.
 
     ``prompt_tokens`` / ``completion_tokens`` / ``seconds`` make it usable wherever a
-    :class:`~dynakrag_lite.generators.Generation` is charged to a ledger (one forward pass
+    :class:`~dynakrag_lite.generators.base.Generation` is charged to a ledger (one forward pass
     reads the prompt and scores one position: completion_tokens = 1). ``method``: how the
     numbers were obtained ("first_token", "sequence", "top_logprobs", "backend").
     ``n_tokens``: tokens per option (sequence scoring; 1 for first-token scoring)."""
@@ -122,7 +122,7 @@ def _unwrap(generator: Any) -> tuple[Any, Any]:
 def _backend_kind(backend: Any) -> str:
     if callable(getattr(backend, "option_logprobs", None)):
         return "custom"
-    from .generators import LlamaCppGenerator
+    from .generators.base import LlamaCppGenerator
     # isinstance first: hasattr would load a lazy generator's model just to ask.
     if isinstance(backend, LlamaCppGenerator) or (hasattr(backend, "llama")
                                                   and hasattr(backend, "_lock")):
@@ -143,7 +143,7 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _messages(messages: Sequence[dict]) -> list[dict]:
-    from .generators import _check_messages
+    from .generators.base import _check_messages
     return _check_messages(list(messages))
 
 
@@ -275,7 +275,7 @@ def _openai_scores(backend: Any, msgs: list[dict], options: Sequence[str], mode:
     if mode == "sequence":
         raise SufficiencyError("an OpenAI-compatible server returns log-probs of generated "
                                "tokens only; sequence scoring of given options is unavailable")
-    from .generators import GeneratorError
+    from .generators.base import GeneratorError
     kw: dict[str, Any] = {"model": backend.model, "messages": msgs, "max_tokens": 1,
                           "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
     if getattr(backend, "seed", None) is not None:
@@ -319,7 +319,7 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
     t0 = time.perf_counter()
 
     def key_of(m: str) -> str:
-        from .cache import make_key
+        from .generators.cache import make_key
         return make_key(getattr(generator, "backend", getattr(backend, "backend", kind)),
                         str(getattr(backend, "model_id", "")), msgs, kind="option_logprobs",
                         mode=m, options=options, **getattr(backend, "decoding", {}))
@@ -332,13 +332,13 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
                                 hit["prompt_tokens"], time.perf_counter() - t0, True,
                                 v["method"], {o: int(n) for o, n in v["n_tokens"].items()},
                                 hit["completion_tokens"])
-        from .generators import replay_miss, replay_only
+        from .generators.base import replay_miss, replay_only
         if replay_only():
             raise replay_miss(getattr(generator, "spec", type(backend).__name__), msgs,
                               "option scoring")
     if kind == "custom":
         lp = backend.option_logprobs(msgs, options, mode)
-        from .generators import approx_token_count
+        from .generators.base import approx_token_count
         res = (dict(lp), sum(approx_token_count(m["content"]) for m in msgs), "backend",
                {o: 1 for o in options})
     elif kind == "llama":
@@ -355,7 +355,7 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
     out = OptionScores({o: float(logprobs[o]) for o in options}, int(n_prompt),
                        time.perf_counter() - t0, False, method, counts)
     if cache is not None and key is not None:
-        from .cache import canonical_json
+        from .generators.cache import canonical_json
         value = canonical_json({"logprobs": out.logprobs, "method": method, "n_tokens": counts})
         # "auto" is also stored under the mode it resolved to, so both lookups agree (llama.cpp
         # numbers move by ~0.05 nats with what the KV cache held; the first result sticks).
@@ -531,7 +531,7 @@ def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState
     """The complete state ``c`` with its lower-scored gold document swapped for the best unseen
     non-gold document of the initial ranking: same size, support incomplete."""
     from .bridge import bridge_candidates
-    from .corpus import normalize_title
+    from .data.corpus import normalize_title
     from .metrics import support_recall
     from .state import RetrievedDoc
     st = c.state
@@ -572,7 +572,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
     """
     import random
     from .actions import apply_action
-    from .corpus import gold_titles
+    from .data.corpus import gold_titles
     from .metrics import support_recall
     from .state import initial_state
     from .validity import valid_actions

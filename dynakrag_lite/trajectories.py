@@ -32,8 +32,8 @@ import numpy as np
 from .actions import answer, apply_action
 from .concurrency import check_workers, locked_runner, run_in_order
 from .config import Environment
-from .corpus import gold_titles
-from .data import Question
+from .data.corpus import gold_titles
+from .data.schema import Question
 from .features import heuristic_cost, phi, state_features
 from .metrics import em_f1
 from .state import EvidenceState, RETRIEVAL_ACTIONS, initial_state

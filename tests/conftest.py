@@ -84,13 +84,13 @@ def private_cache(session_cache, tmp_path_factory, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def library_questions():
-    from dynakrag_lite.library import build_library
+    from dynakrag_lite.data.library import build_library
     return build_library()
 
 
 @pytest.fixture(scope="session")
 def library_corpus(library_questions):
-    from dynakrag_lite.corpus import Corpus
+    from dynakrag_lite.data.corpus import Corpus
     return Corpus.from_questions(library_questions, name="library")
 
 
@@ -103,7 +103,7 @@ def library_retriever(library_corpus, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
-    from dynakrag_lite.data import data_dir
+    from dynakrag_lite.data.sources import data_dir
     d = data_dir()
     if d is None or not (Path(d) / "hotpotqa.jsonl").exists():
         if in_ci():  # CI must exercise the real benchmarks, never skip them

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynakrag_lite.generators import Generation
+from dynakrag_lite.generators.base import Generation
 
 # The bundled models `make test` installs (Makefile: SMALL_MODELS, and the smoke check's
 # --require list). Only these are mandatory under CI; qwen2.5-coder-1.5b comes from the
@@ -77,7 +77,7 @@ def require_llama_server() -> None:
 
 def require_model(name: str, llama: bool = True) -> None:
     """Bundled model ``name`` must be installed, and llama.cpp too unless ``llama=False``."""
-    from dynakrag_lite import models
+    from dynakrag_lite.generators import models
     if llama:
         require_llama()
     if not models.is_installed(name):
@@ -104,7 +104,7 @@ def assert_same_run(seq_dir: Path, seq: dict, par_dir: Path, par: dict, ids: lis
     sequential run wrote to ``seq_dir`` (summary ``seq``) except for timing fields: the same
     rows in question order, byte for byte once ``seconds`` is dropped; the same summary and
     fingerprint."""
-    from dynakrag_lite.experiments import read_predictions
+    from dynakrag_lite.experiments.run import read_predictions
     a = read_predictions(seq_dir / "predictions.jsonl")
     b = read_predictions(par_dir / "predictions.jsonl")
     assert [r["id"] for r in b] == [r["id"] for r in a] == list(ids)
@@ -199,7 +199,7 @@ def start_llama_server(model: str, log_path: Path, alias: str | None = None):
     import subprocess
     import time
     import urllib.request
-    from dynakrag_lite import models
+    from dynakrag_lite.generators import models
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
     with open(log_path, "wb") as log:  # the child keeps its own handle

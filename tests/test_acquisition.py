@@ -6,7 +6,7 @@ import pytest
 
 from dynakrag_lite.actions import (ControlConfig, Environment, RewriteInfo, apply_action,
                                    check_rewrite, rewrite_fallback, rewrite_query_detailed)
-from dynakrag_lite.diagnostics import action_gold_hits
+from dynakrag_lite.experiments.diagnostics import action_gold_hits
 from dynakrag_lite.prompts import parse_query
 from dynakrag_lite.state import RetrievedDoc, initial_state
 
@@ -84,7 +84,7 @@ def _state(**kw):
 
 
 def test_rejected_rewrite_uses_bridge_fallback_and_says_so():
-    from dynakrag_lite.corpus import Document
+    from dynakrag_lite.data.corpus import Document
     extra = Document("d3", "Interkosmos", "Interkosmos was a Soviet space programme.")
     r = FakeRetriever([extra])
     env = Environment(r, ScriptedGenerator(rewrite="[1] Sigmund Jähn: Sigmund Werner Paul "
@@ -121,7 +121,7 @@ def test_bridge_candidates_in_state_use_the_corpus_titles(library_retriever, lib
     """_after_retrieval passes the retriever corpus' titles: a library person who has a page
     is a candidate, and ranked before entities that have none."""
     from dynakrag_lite.bridge import corpus_title_keys
-    from dynakrag_lite.corpus import normalize_title
+    from dynakrag_lite.data.corpus import normalize_title
     q = next(x for x in library_questions if x.type == "bridge")
     env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
     s = apply_action(initial_state(q.question), "retrieve_more", env)

@@ -5,7 +5,7 @@ import pytest
 
 from dynakrag_lite.actions import (ControlConfig, Environment, apply_action,
                                    compress_answer_evidence, answer)
-from dynakrag_lite.corpus import normalize_title
+from dynakrag_lite.data.corpus import normalize_title
 from dynakrag_lite.state import initial_state
 
 from helpers import ScriptedGenerator

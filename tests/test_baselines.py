@@ -17,8 +17,8 @@ from dynakrag_lite.baselines import (BASELINES, COT_STEP, FOLLOW_UP, INTERMEDIAT
                                      default_k, run_baseline, run_fixed_k, run_ircot,
                                      run_self_ask)
 from dynakrag_lite.controller import MethodResult
-from dynakrag_lite.corpus import normalize_title
-from dynakrag_lite.generators import Generation, Generator
+from dynakrag_lite.data.corpus import normalize_title
+from dynakrag_lite.generators.base import Generation, Generator
 from helpers import require_model
 
 N_QUESTIONS = 2  # per baseline with the real generator: a shared 2-core CPU is slow
@@ -74,7 +74,7 @@ def retriever(library_retriever):
 @pytest.fixture(scope="module")
 def real_generator():
     require_model("smollm2-135m")  # skips on a dev machine without it; fails under CI
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.generators.base import make_generator
     return make_generator("smollm2-135m", cache=False)
 
 

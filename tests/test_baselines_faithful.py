@@ -18,10 +18,10 @@ from dynakrag_lite.baselines import (BASELINE_NAMES, COT_STEP, FIXED_K_VARIANTS,
                                      INTERMEDIATE, RETRIEVE, SELF_ASK_MAX_ITERATIONS,
                                      run_baseline, run_fixed_k, run_ircot, run_self_ask)
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.data import Paragraph, Question
+from dynakrag_lite.data.schema import Paragraph, Question
 from dynakrag_lite.demonstrations import (SELF_ASK_DEMOS, DemoLeakError, build_ircot_demos,
                                           template_chain)
-from dynakrag_lite.generators import Generation
+from dynakrag_lite.generators.base import Generation
 
 
 # -- a recording fake generator ---------------------------------------------------------
@@ -332,9 +332,9 @@ def test_real_model_ircot_iterates_and_self_ask_does_not_copy_demos(shared_data_
     from 30 training questions (not all 824: indexing those takes minutes on a shared CPU),
     so this checks behaviour, not quality."""
     require_model("qwen2.5-coder-0.5b")
-    from dynakrag_lite.corpus import Corpus
-    from dynakrag_lite.data import load_dataset, split_questions
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.data.corpus import Corpus
+    from dynakrag_lite.data.sources import load_dataset, split_questions
+    from dynakrag_lite.generators.base import make_generator
     from dynakrag_lite.retriever import DenseRetriever
     train, evals = split_questions(load_dataset(shared_data_dir / "hotpotqa.jsonl"), 100, 0)
     qs = train[:3]

@@ -120,7 +120,7 @@ def test_timings_and_verdict(bench):
 
 
 def test_snapshot_cache_is_a_private_copy(bench, tmp_path):
-    from dynakrag_lite.cache import CallCache
+    from dynakrag_lite.generators.cache import CallCache
     src = tmp_path / "calls.sqlite"
     with CallCache(src) as c:
         c.put("k1", "a", 1, 1, 0.1)

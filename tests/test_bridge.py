@@ -4,8 +4,8 @@ import pytest
 
 from dynakrag_lite.bridge import (bridge_candidates, corpus_title_keys, labelled_entities,
                                   ner_backend, title_keys)
-from dynakrag_lite.corpus import Corpus
-from dynakrag_lite.data import load_dataset
+from dynakrag_lite.data.corpus import Corpus
+from dynakrag_lite.data.sources import load_dataset
 from dynakrag_lite.state import RetrievedDoc
 
 from helpers import require_modules

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from dynakrag_lite.cache import (CacheError, CallCache, default_cache_path, main, make_key,
+from dynakrag_lite.generators.cache import (CacheError, CallCache, default_cache_path, main, make_key,
                                  merge_cache)
-from dynakrag_lite.generators import CachedGenerator, Generation
+from dynakrag_lite.generators.base import CachedGenerator, Generation
 
 MSGS = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "Who wrote Hamlet?"}]
@@ -86,7 +86,7 @@ def test_corrupt_entry_detected_deleted_and_recomputed(tmp_path, damage):
         con.execute("UPDATE calls SET value=? WHERE key=?",
                     (value.replace("answer#1", "answer#9"), key))
     elif damage == "wrong_type":  # a well-formed row whose checksum matches but types don't
-        from dynakrag_lite.cache import _checksum
+        from dynakrag_lite.generators.cache import _checksum
         bad = json.dumps({"text": 5, "prompt_tokens": "x", "completion_tokens": 1, "seconds": 0})
         con.execute("UPDATE calls SET value=?, checksum=? WHERE key=?", (bad, _checksum(key, bad), key))
     else:
@@ -275,7 +275,7 @@ def test_merge_command_line(tmp_path, capsys):
     assert main(["merge", "--missing-ok", str(tmp_path / "none.sqlite"), str(dst)]) == 0
     assert main(["merge", str(tmp_path / "none.sqlite"), str(dst)]) == 2
     assert "none.sqlite: no cache file" in capsys.readouterr().err
-    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.cache", "merge", "--help"],
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.generators.cache", "merge", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "SRC" in out and "DST" in out and "--missing-ok" in out
 
@@ -328,7 +328,7 @@ def test_merge_command_reports_a_bad_destination_in_one_line(tmp_path, capsys):
 def test_python_m_cache_reports_a_bad_file_without_traceback(kind, tmp_path):
     """The module run as a script (a second copy of it: its own CacheError) ends the same way."""
     src = _bad_cache(kind, tmp_path)
-    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.cache", "merge", str(src),
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.generators.cache", "merge", str(src),
                           str(tmp_path / "work.sqlite")], capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("error: ") and str(src) in out.stderr

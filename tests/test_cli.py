@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from dynakrag_lite.cache import CallCache
-from dynakrag_lite.cli import main
-from dynakrag_lite.experiments import SUMMARY_KEYS
+from dynakrag_lite.generators.cache import CallCache
+from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from helpers import require_model
 
 
@@ -131,10 +131,10 @@ def test_user_errors_imports_nothing_when_called(monkeypatch):
     import builtins
     import subprocess
     import sys
-    from dynakrag_lite.cli import user_errors
-    from dynakrag_lite.data import DataError
-    from dynakrag_lite.generators import GeneratorError
-    from dynakrag_lite.models import ModelError
+    from dynakrag_lite.experiments.cli import user_errors
+    from dynakrag_lite.data.schema import DataError
+    from dynakrag_lite.generators.base import GeneratorError
+    from dynakrag_lite.generators.models import ModelError
     from dynakrag_lite.policy import PolicyError
     from dynakrag_lite.storage import LockedError
     imported, real_import = [], builtins.__import__
@@ -147,4 +147,4 @@ def test_user_errors_imports_nothing_when_called(monkeypatch):
     monkeypatch.undo()
     assert imported == []
     assert {DataError, PolicyError, GeneratorError, ModelError, LockedError} <= set(errors)
-    subprocess.run([sys.executable, "-c", "import dynakrag_lite.cli"], check=True)
+    subprocess.run([sys.executable, "-c", "import dynakrag_lite.experiments.cli"], check=True)

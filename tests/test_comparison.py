@@ -3,7 +3,7 @@ answer is known in closed form."""
 import numpy as np
 import pytest
 
-from dynakrag_lite.comparison import compare_runs, paired_difference, paired_rows, verdict
+from dynakrag_lite.experiments.comparison import compare_runs, paired_difference, paired_rows, verdict
 
 
 def test_identical_runs_have_a_zero_interval_and_p_value_one():

@@ -11,7 +11,7 @@ from dynakrag_lite.compression import (QUOTE_THRESHOLD, ExtractiveCompressor, Se
                                        answer_in, build_compression, label_sentences,
                                        load_selector, sentence_features, split_sentences,
                                        train_sentence_selector, validate_snippets)
-from dynakrag_lite.data import load_dataset
+from dynakrag_lite.data.sources import load_dataset
 from dynakrag_lite.state import RetrievedDoc, initial_state
 
 from helpers import ScriptedGenerator
@@ -322,7 +322,7 @@ def test_selector_learned_on_real_train_questions_keeps_answer_sentences(hotpot)
     no embeddings), tested on 100 others: the 4 sentences it selects out of ~40 hold the
     answer string far more often than the lead sentences of the first 4 paragraphs do, and
     come back in document order, each a real sentence of its document."""
-    from dynakrag_lite.data import split_questions
+    from dynakrag_lite.data.sources import split_questions
     qs = list(hotpot.values())
     train, evals = split_questions(qs, 100, 0)
     assert not {q.id for q in train} & {q.id for q in evals}

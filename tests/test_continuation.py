@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dynakrag_lite.actions import ControlConfig, Environment, apply_action
-from dynakrag_lite.corpus import gold_titles
-from dynakrag_lite.generators import Generation
+from dynakrag_lite.data.corpus import gold_titles
+from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import (CostModel, replay_decisions, replay_outcomes, train_policy,
                                   tune_continuation, lambda_sweep)
 from dynakrag_lite.state import initial_state

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dynakrag_lite.actions import ControlConfig, Environment, apply_action
 from dynakrag_lite.controller import UniformChooser, run_controller
-from dynakrag_lite.corpus import Corpus, gold_titles
-from dynakrag_lite.data import Paragraph, Question
+from dynakrag_lite.data.corpus import Corpus, gold_titles
+from dynakrag_lite.data.schema import Paragraph, Question
 from dynakrag_lite.features import FEATURE_NAMES, phi
 from dynakrag_lite.policy import CostModel, Policy, PolicyError, train_policy
 from dynakrag_lite.state import ACTIONS, EvidenceState, RetrievedDoc, initial_state
@@ -197,7 +197,7 @@ def test_loading_garbage_policy_file_fails_clearly(tmp_path):
 def test_every_ablation_runs_end_to_end(library_questions, library_retriever, trained,
                                         ablation, tmp_path):
     """The paper's ablation switches, through the same evaluate() the CLI uses."""
-    from dynakrag_lite.experiments import evaluate
+    from dynakrag_lite.experiments.run import evaluate
     env = Environment(library_retriever, ScriptedGenerator(), ControlConfig(**ablation))
     summary = evaluate(library_questions[50:52], "dynakrag", env, tmp_path, policy=trained[1],
                        progress=False)

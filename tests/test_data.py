@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.data import (DataError, Paragraph, Question, load_questions,
-                                split_questions, write_questions)
+from dynakrag_lite.data.schema import DataError, Paragraph, Question
+from dynakrag_lite.data.sources import load_questions, split_questions, write_questions
 
 
 def record(qid: str = "q1", **overrides) -> dict:
@@ -142,7 +142,7 @@ def test_real_shared_hotpotqa_subset_loads_with_limit(shared_data_dir):
 
 
 def test_split_questions_is_disjoint_covering_and_deterministic():
-    from dynakrag_lite.library import build_library
+    from dynakrag_lite.data.library import build_library
     qs = build_library(30, seed=1)
     train, evals = split_questions(qs, 10, seed=7)
     assert len(evals) == 10 and len(train) == 20

@@ -60,7 +60,7 @@ def test_load_embedder_applies_n_threads(monkeypatch, library_retriever):
 # -- b. the cache file -------------------------------------------------------------------------
 def test_default_path_sits_beside_the_llm_cache_and_env_overrides_or_disables(
         monkeypatch, private_cache, tmp_path):
-    from dynakrag_lite.cache import default_cache_path
+    from dynakrag_lite.generators.cache import default_cache_path
     assert default_embed_cache_path() == private_cache / "embeddings.sqlite"
     assert default_embed_cache_path().parent == default_cache_path().parent
     monkeypatch.setenv("DYNAKRAG_EMBED_CACHE", str(tmp_path / "e.sqlite"))
@@ -92,7 +92,7 @@ def test_corrupt_row_is_deleted_and_counts_as_a_miss(tmp_path):
 
 
 def test_a_file_that_is_not_sqlite_is_refused_not_overwritten(tmp_path):
-    from dynakrag_lite.cache import CacheError
+    from dynakrag_lite.generators.cache import CacheError
     bad = tmp_path / "e.sqlite"
     bad.write_text("someone's notes\n" * 100)
     with pytest.raises(CacheError, match="embedding cache.*DYNAKRAG_EMBED_CACHE"):

@@ -24,12 +24,12 @@ import pytest
 from helpers import ScriptedGenerator
 
 from dynakrag_lite.actions import ControlConfig, Environment
-from dynakrag_lite.corpus import Corpus
-from dynakrag_lite.experiments import (FingerprintError, ResultsError, SUMMARY_KEYS,
+from dynakrag_lite.data.corpus import Corpus
+from dynakrag_lite.experiments.run import (FingerprintError, ResultsError, SUMMARY_KEYS,
                                        diagnostics, evaluate, latest_rows, prompts_fingerprint,
                                        read_predictions, repair_predictions, run_fingerprint,
                                        trace_diagnostics)
-from dynakrag_lite.generators import GeneratorError
+from dynakrag_lite.generators.base import GeneratorError
 from dynakrag_lite.storage import LockedError
 
 TESTS = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ class LexicalRetriever:
 
 
 def lexical_env(generator=None, **config) -> tuple[list, Environment]:
-    from dynakrag_lite.library import build_library
+    from dynakrag_lite.data.library import build_library
     qs = build_library()
     cfg = ControlConfig(use_spacy=False, **config)
     return qs, Environment(LexicalRetriever(Corpus.from_questions(qs, name="library")),
@@ -98,7 +98,7 @@ sys.path[:0] = [{tests!r}, {repo!r}]
 from pathlib import Path
 from helpers import ScriptedGenerator
 from test_experiments import lexical_env
-from dynakrag_lite.experiments import evaluate
+from dynakrag_lite.experiments.run import evaluate
 
 class Gen(ScriptedGenerator):
     # kill_at: SIGKILL this process on that call (a crash mid-question, no cleanup at all);
@@ -320,7 +320,7 @@ def test_fingerprint_records_the_setup(tmp_path, monkeypatch):
     env.generator.model_id = "gpt-4o-mini@https://user:s3cret@host/v1"
     assert "s3cret" not in json.dumps(run_fingerprint("fixed_k", env))
     # an edit of prompts.py is another setup
-    import dynakrag_lite.experiments as ex
+    import dynakrag_lite.experiments.run as ex
     monkeypatch.setattr(ex, "prompts_fingerprint", lambda: "0" * 64)
     env.generator.spec, env.generator.model_id = "scripted", "scripted"
     with pytest.raises(FingerprintError, match="prompts_sha256"):
@@ -338,7 +338,7 @@ def test_folder_from_before_fingerprints_is_adopted_with_a_warning(tmp_path):
 
 
 def test_default_policy_is_only_the_exact_file(tmp_path):
-    from dynakrag_lite.cli import default_policy_path
+    from dynakrag_lite.experiments.cli import default_policy_path
     from dynakrag_lite.policy import PolicyError
     (tmp_path / "library-qwen2.5-coder-0.5b.joblib").write_bytes(b"x")
     with pytest.raises(PolicyError) as e:

@@ -2,7 +2,7 @@
 gold marks), the static HTML (every step, the answer, escaping), the comparison view, the
 widget built without a display, and a record from a real evaluate() run on the library.
 
-The explorer is three modules behind one facade (``dynakrag_lite.explorer``): replay
+The explorer is three modules behind one facade (``dynakrag_lite.experiments.explorer``): replay
 (``explorer_replay``), static rendering (``explorer_render``) and the widget
 (``explorer_widget``). The tests at the end check each layer on its own: the layers import
 without the heavier ones, and the facade exports the very objects of the layers."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.explorer import (Explorer, answer_from_record, load_records, load_runs,
+from dynakrag_lite.experiments.explorer import (Explorer, answer_from_record, load_records, load_runs,
                                     n_gold_of, plot_sr_curve, render_comparison_html,
                                     render_html, sr_curve, steps_from_record)
 
@@ -173,8 +173,8 @@ def real_runs(library_questions, library_retriever, tmp_path_factory):
     from helpers import ScriptedGenerator
 
     from dynakrag_lite.actions import ControlConfig, Environment
-    from dynakrag_lite.data import split_questions
-    from dynakrag_lite.experiments import evaluate
+    from dynakrag_lite.data.sources import split_questions
+    from dynakrag_lite.experiments.run import evaluate
     from dynakrag_lite.policy import train_policy
     from dynakrag_lite.trajectories import collect
 
@@ -211,10 +211,12 @@ def test_real_evaluate_records_render(real_runs):
 
 
 # -- the split: each layer on its own ------------------------------------------------------
-from dynakrag_lite import explorer, explorer_render, explorer_replay, explorer_widget  # noqa: E402
+from dynakrag_lite.experiments import explorer
+from dynakrag_lite.experiments.explorer import (render as explorer_render,
+    replay as explorer_replay, widget as explorer_widget)  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-# Every name the book imports from dynakrag_lite.explorer (grep "explorer" book/*.ipynb).
+# Every name the book imports from dynakrag_lite.experiments.explorer (grep "explorer" book/*.ipynb).
 BOOK_NAMES = ("Explorer", "load_runs", "plot_sr_curve", "render_html", "steps_from_record",
               "find_result_sets", "sr_curve")
 
@@ -230,10 +232,10 @@ def test_facade_reexports_the_layers_objects():
 
 
 @pytest.mark.parametrize("module, forbidden", [
-    ("dynakrag_lite.explorer_replay", ("ipywidgets", "matplotlib", "IPython", "html")),
-    ("dynakrag_lite.explorer_render", ("ipywidgets", "matplotlib", "IPython")),
-    ("dynakrag_lite.explorer_widget", ("ipywidgets", "matplotlib", "IPython")),
-    ("dynakrag_lite.explorer", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lite.experiments.explorer.replay", ("ipywidgets", "matplotlib", "IPython", "html")),
+    ("dynakrag_lite.experiments.explorer.render", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lite.experiments.explorer.widget", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lite.experiments.explorer", ("ipywidgets", "matplotlib", "IPython")),
 ])
 def test_layers_import_without_heavier_dependencies(module, forbidden):
     """Replay needs neither HTML nor widgets; nothing imports ipywidgets or matplotlib until a
@@ -286,7 +288,7 @@ def test_replay_reads_predictions_with_the_runs_own_reader(tmp_path):
     run still writing) is left out, the last successful row of an id wins over an earlier one
     and over an error row, and a bad line before the end is an error naming file and line,
     not a record silently dropped."""
-    from dynakrag_lite import experiments
+    from dynakrag_lite.experiments import run as experiments
     assert explorer_replay.read_predictions is experiments.read_predictions
     assert not hasattr(explorer_replay, "_read_jsonl")
     first, retried = hand_record(question="first try"), hand_record(question="retried")

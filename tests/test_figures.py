@@ -366,7 +366,7 @@ def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
 
 
 def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold():
-    from dynakrag_lite.results import STOP_RULE_COLUMNS, stop_rule_table
+    from dynakrag_lite.experiments.results import STOP_RULE_COLUMNS, stop_rule_table
     t = stop_rule_table(_stop_rule_report())
     assert tuple(t.columns) == STOP_RULE_COLUMNS
     assert set(t.dataset) == {"toyqa"} and set(t.generator) == {"qwen2.5-coder-0.5b"}
@@ -383,7 +383,7 @@ def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold(
 
 
 def test_stop_rule_table_refuses_a_report_whose_choice_is_not_in_its_grid():
-    from dynakrag_lite.results import stop_rule_table
+    from dynakrag_lite.experiments.results import stop_rule_table
     report = _stop_rule_report()
     report["rules"]["gain"]["lam"] = 0.02
     with pytest.raises(ValueError, match="missing from"):
@@ -468,7 +468,7 @@ def test_stop_rule_sweeps_keep_crowded_labels_apart_inside_their_panel():
 
 
 def test_stop_rule_sweeps_refuse_mismatched_or_ambiguous_input():
-    from dynakrag_lite.results import stop_rule_table
+    from dynakrag_lite.experiments.results import stop_rule_table
     with pytest.raises(ValueError, match="no stop-rule reports"):
         F.stop_rule_sweeps_figure([])
     with pytest.raises(ValueError, match="2 dataset names for 1 reports"):

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dynakrag_lite import models
-from dynakrag_lite.generators import (CachedGenerator, Generation, Generator, GeneratorError,
+from dynakrag_lite.generators import models
+from dynakrag_lite.generators.base import (CachedGenerator, Generation, Generator, GeneratorError,
                                       LlamaCppGenerator, OpenAIGenerator, make_generator,
                                       parse_spec)
 from helpers import (free_port, require_llama_server, require_model, require_modules,
@@ -51,7 +51,7 @@ def test_bad_specs_raise_value_error(bad):
 
 
 def test_import_does_not_load_heavy_libraries():
-    code = ("import sys, dynakrag_lite.generators, dynakrag_lite.models, dynakrag_lite.cache;"
+    code = ("import sys, dynakrag_lite.generators.base, dynakrag_lite.generators.models, dynakrag_lite.generators.cache;"
             "print([m for m in ('torch','llama_cpp','transformers','openai') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -166,7 +166,7 @@ def test_llama_counts_prefix_reuse_and_cached_replays_leave_the_counters_alone(s
 
     # Through the call cache: the live call counts, the replay does not, and replays carry
     # the same fields as before (the counters are not part of Generation or the key).
-    from dynakrag_lite.cache import CallCache
+    from dynakrag_lite.generators.cache import CallCache
     cached = CachedGenerator(gen, CallCache(tmp_path / "calls.sqlite"))
     cold = cached.generate(msgs(doc_b, "Name the town."), max_tokens=4)
     after_cold = gen.counters()

@@ -11,8 +11,8 @@ import pytest
 
 import helpers
 from conftest import REPO, shared_assets_dir
-from dynakrag_lite import models
-from dynakrag_lite.cache import CallCache, default_cache_path
+from dynakrag_lite.generators import models
+from dynakrag_lite.generators.cache import CallCache, default_cache_path
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -20,7 +20,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def test_every_library_path_is_in_this_tests_private_cache(private_cache, tmp_path):
-    from dynakrag_lite.corpus import Corpus, Document
+    from dynakrag_lite.data.corpus import Corpus, Document
     from dynakrag_lite.retriever import DenseRetriever
     home = Path.home()
     assert default_cache_path() == private_cache / "llm_calls.sqlite"
@@ -46,7 +46,7 @@ def test_the_llm_cache_starts_empty_in_every_test(run):
 
 
 def test_subprocesses_inherit_the_private_cache(private_cache, monkeypatch):
-    code = ("from dynakrag_lite.cache import default_cache_path; "
+    code = ("from dynakrag_lite.generators.cache import default_cache_path; "
             "from dynakrag_lite import models; "
             "print(default_cache_path()); print(models.cache_root())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

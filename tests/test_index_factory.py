@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dynakrag_lite import retriever as retriever_mod
-from dynakrag_lite.corpus import Corpus, Document, doc_id_for
+from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
 from dynakrag_lite.retriever import (DenseRetriever, build_index, iter_chunks, read_index,
                                      resolve_embedder, training_sample, write_index_atomic)
 

@@ -22,7 +22,7 @@ MSGS = [{"role": "user", "content": "Name one colour. Answer in one word."}]
 def fresh_llamas(monkeypatch):
     """An empty table of loaded Llama objects for the test (a new process, as far as the
     generators can tell); the session's loaded models are left alone."""
-    from dynakrag_lite import generators
+    from dynakrag_lite.generators import base as generators
     monkeypatch.setattr(generators, "_LLAMA_CACHE", {})
     return generators._LLAMA_CACHE
 
@@ -30,7 +30,7 @@ def fresh_llamas(monkeypatch):
 @pytest.mark.slow
 def test_cache_hit_never_loads_the_llama_model(tmp_path, fresh_llamas):
     require_model("smollm2-135m")
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.generators.base import make_generator
     cache = tmp_path / "calls.sqlite"
     cold = make_generator("smollm2-135m", cache=cache)
     assert not cold.inner.loaded and not fresh_llamas  # made lazily behind the cache
@@ -50,15 +50,15 @@ def test_cache_hit_never_loads_the_llama_model(tmp_path, fresh_llamas):
 @pytest.mark.slow
 def test_generator_made_directly_or_without_a_cache_loads_at_once(fresh_llamas):
     require_model("smollm2-135m")
-    from dynakrag_lite import models
-    from dynakrag_lite.generators import LlamaCppGenerator, make_generator
+    from dynakrag_lite.generators import models
+    from dynakrag_lite.generators.base import LlamaCppGenerator, make_generator
     path, sha = models.gguf_path("smollm2-135m"), models.REGISTRY["smollm2-135m"].sha256
     assert LlamaCppGenerator(path, model_id=sha).loaded
     assert make_generator("smollm2-135m", cache=False).loaded
 
 
 def test_lazy_generator_still_refuses_a_missing_file_at_once(tmp_path):
-    from dynakrag_lite.generators import GeneratorError, LlamaCppGenerator
+    from dynakrag_lite.generators.base import GeneratorError, LlamaCppGenerator
     with pytest.raises(GeneratorError, match="GGUF file not found"):
         LlamaCppGenerator(tmp_path / "absent.gguf", model_id="x", lazy=True)
 
@@ -66,7 +66,7 @@ def test_lazy_generator_still_refuses_a_missing_file_at_once(tmp_path):
 @pytest.mark.slow
 def test_option_scoring_backend_check_does_not_load_the_model(tmp_path, fresh_llamas):
     require_model("smollm2-135m")
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.generators.base import make_generator
     from dynakrag_lite.sufficiency import _backend_kind
     gen = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
     assert _backend_kind(gen.inner) == "llama" and not gen.inner.loaded
@@ -109,7 +109,7 @@ def test_cold_then_warm_run_identical_rows_and_no_model_loaded(method, tmp_path,
         args += ["--method", "fixed_k", "--fixed-k", "3"]
     else:
         from dynakrag_lite.compression import train_sentence_selector
-        from dynakrag_lite.data import split_questions
+        from dynakrag_lite.data.sources import split_questions
         train, _ = split_questions(library_questions, min(100, len(library_questions) // 2), 0)
         sel = train_sentence_selector(train[:20], library_retriever, k_docs=6)  # as the CLI splits
         path = sel.save(tmp_path / "selector.joblib")

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from dynakrag_lite.data import load_dataset, load_questions, write_questions
-from dynakrag_lite.library import build_library, library_corpus_note
+from dynakrag_lite.data.sources import load_dataset, load_questions, write_questions
+from dynakrag_lite.data.library import build_library, library_corpus_note
 
 # The test's own notion of "content word" (independent of the library's internal check).
 STOP = set("""a an the of in on at to for by and or is was were are be does did do which what

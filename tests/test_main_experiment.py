@@ -49,7 +49,7 @@ def test_training_command_is_the_committed_policys_recorded_command(mx, monkeypa
 
 def test_committed_training_snapshot_is_merged_into_the_active_cache(mx, monkeypatch,
                                                                      tmp_path):
-    from dynakrag_lite.cache import CallCache
+    from dynakrag_lite.generators.cache import CallCache
     snap = tmp_path / "snapshot.sqlite"
     cache = CallCache(snap)
     cache.put("k1", "a", 1, 1, 0.1)

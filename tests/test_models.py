@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite import models
-from dynakrag_lite.models import (BundledModel, Chunk, ModelIntegrityError,
+from dynakrag_lite.generators import models
+from dynakrag_lite.generators.models import (BundledModel, Chunk, ModelIntegrityError,
                                   ModelNotInstalledError, gguf_path, install_command)
 from helpers import require_model
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.data import DataError, load_questions
-from dynakrag_lite.raw_formats import convert_raw_record, detect_format, load_raw, read_raw
+from dynakrag_lite.data.schema import DataError
+from dynakrag_lite.data.sources import load_questions
+from dynakrag_lite.data.raw_formats import convert_raw_record, detect_format, load_raw, read_raw
 
 HOTPOT = {
     "_id": "5a8b57f25542995d1e6f1371", "type": "comparison", "level": "medium",

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dynakrag_lite import experiments
-from dynakrag_lite.cache import CallCache
-from dynakrag_lite.generators import CachedGenerator, ReplayMissError
+from dynakrag_lite.experiments import run as experiments
+from dynakrag_lite.generators.cache import CallCache
+from dynakrag_lite.generators.base import CachedGenerator, ReplayMissError
 from helpers import ScriptedGenerator, require_model
 
 MSGS = [{"role": "system", "content": "Answer briefly."},
@@ -69,7 +69,7 @@ def test_evaluate_replay_only_flag_exits_with_the_question(capsys, tmp_path, mon
     """An empty call cache (this test's own): the first question's first call misses, the
     CLI exits 2 naming it, and no error row is written."""
     require_model("smollm2-135m")
-    from dynakrag_lite import cli
+    from dynakrag_lite.experiments import cli
     monkeypatch.setenv("DYNAKRAG_REPLAY_ONLY", "0")  # the flag sets it: restored after the test
     out = tmp_path / "run"
     code = cli.main(["evaluate", "--data", "library", "--method", "fixed_k", "--fixed-k", "3",

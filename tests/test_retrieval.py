@@ -1,8 +1,9 @@
 """Corpus pooling and dense retrieval, on the library and on real HotpotQA."""
 import pytest
 
-from dynakrag_lite.corpus import Corpus, doc_id_for, gold_titles, normalize_title
-from dynakrag_lite.data import DataError, load_dataset
+from dynakrag_lite.data.corpus import Corpus, doc_id_for, gold_titles, normalize_title
+from dynakrag_lite.data.schema import DataError
+from dynakrag_lite.data.sources import load_dataset
 from dynakrag_lite.metrics import support_recall
 from dynakrag_lite.retriever import DenseRetriever
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite import models
+from dynakrag_lite.generators import models
 from helpers import CI_MODELS, require_model
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data_scripts" / "run_experiments.py"

@@ -3,7 +3,7 @@ one asked for, an impossible offset is a clear error, and an IRCoT run on the tr
 never shows one of its own questions as a demonstration."""
 import json
 
-from dynakrag_lite.cli import main
+from dynakrag_lite.experiments.cli import main
 from helpers import require_model
 
 

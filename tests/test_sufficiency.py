@@ -8,10 +8,10 @@ import pytest
 
 from dynakrag_lite import sufficiency as S
 from dynakrag_lite.actions import apply_action
-from dynakrag_lite.cache import CallCache
+from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.features import state_features
-from dynakrag_lite.generators import CachedGenerator, Generation
+from dynakrag_lite.generators.base import CachedGenerator, Generation
 from dynakrag_lite.state import RetrievedDoc, initial_state
 from dynakrag_lite.validity import valid_actions
 
@@ -204,7 +204,7 @@ def test_default_text_probe_is_unchanged():
 @pytest.mark.slow
 def test_first_token_logprobs_with_a_real_model_are_finite_and_cached(tmp_path):
     require_model("qwen2.5-coder-0.5b")
-    from dynakrag_lite.generators import make_generator
+    from dynakrag_lite.generators.base import make_generator
     from dynakrag_lite import prompts
     gen = make_generator("qwen2.5-coder-0.5b", cache=CallCache(tmp_path / "c.sqlite"))
     d = (RetrievedDoc("a", "Paris", "Paris is the capital of France.", 0.5, "x", 0),)

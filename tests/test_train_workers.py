@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from dynakrag_lite.cli import main
+from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.sufficiency import calibration_states, signal_scores

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dynakrag_lite.generators as generators_mod
+import dynakrag_lite.generators.base as generators_mod
 import dynakrag_lite.pipeline as pipeline_mod
 from dynakrag_lite.actions import ControlConfig, Environment
-from dynakrag_lite.cli import main
-from dynakrag_lite.data import load_dataset, split_questions
+from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.data.sources import load_dataset, split_questions
 from dynakrag_lite.policy import Policy, check_policy
 from dynakrag_lite.sufficiency import train_signal
 from dynakrag_lite.training_data import TrainingData, build_calibration, same_signal

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import dynakrag_lite.generators as generators_mod
-from dynakrag_lite.cache import CallCache
-from dynakrag_lite.cli import main
-from dynakrag_lite.data import load_dataset, split_questions
-from dynakrag_lite.experiments import read_predictions
-from dynakrag_lite.generators import CachedGenerator, Generation
+import dynakrag_lite.generators.base as generators_mod
+from dynakrag_lite.generators.cache import CallCache
+from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.data.sources import load_dataset, split_questions
+from dynakrag_lite.experiments.run import read_predictions
+from dynakrag_lite.generators.base import CachedGenerator, Generation
 
 from helpers import load_script, untimed
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.cache import CallCache
-from dynakrag_lite.cli import main
+from dynakrag_lite.generators.cache import CallCache
+from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.experiments import check_workers, evaluate, read_predictions
-from dynakrag_lite.generators import make_generator
+from dynakrag_lite.experiments.run import check_workers, evaluate, read_predictions
+from dynakrag_lite.generators.base import make_generator
 
 from helpers import ScriptedGenerator, assert_same_run, lines, require_modules, untimed
 

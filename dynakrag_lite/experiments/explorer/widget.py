@@ -4,13 +4,13 @@ A question dropdown (question text and type), a method dropdown and a second met
 side-by-side view, a step slider with prev/next buttons that reveals the trajectory step by
 step, and an HTML pane. ipywidgets is imported only when the widget is first built; without a
 live kernel (a static book build, nbval) the object still shows the static HTML view of
-:mod:`dynakrag_lite.explorer_render`.
+:mod:`dynakrag_lite.experiments.explorer.render`.
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .explorer_render import _E, _FONT, render_comparison_html, render_html
+from .render import _E, _FONT, render_comparison_html, render_html
 
 __all__ = ["Explorer"]
 

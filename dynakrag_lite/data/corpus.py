@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .data import DataError, Question, iter_jsonl
+from .schema import DataError, Question, iter_jsonl
 
 
 def normalize_title(title: str) -> str:

@@ -1,6 +1,6 @@
 """Smoke check: every installed bundled model decodes a few tokens, each in its own process.
 
-``python -m dynakrag_lite.smoke`` runs before the test suite (``make test``, ``.ci/run``). A
+``python data_scripts/smoke.py`` runs before the test suite (``make test``, ``.ci/run``). A
 llama.cpp build compiled for instructions this CPU does not execute dies with SIGILL at the
 first decode; inside pytest that kills the whole test runner at some unrelated test. Here the
 crash happens in a child process and becomes a named failure with a hint.
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from . import models
+from dynakrag_lite.generators import models
 
 _CHILD = r"""
 import json, sys, time
@@ -66,7 +66,7 @@ def check_model(name: str, timeout: float = 300.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dynakrag_lite.smoke", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python data_scripts/smoke.py", description=__doc__)
     ap.add_argument("--require", nargs="*", default=[],
                     help="models that must be installed (a missing one fails)")
     ap.add_argument("--timeout", type=float, default=300.0)

@@ -6,16 +6,16 @@
 * :func:`plot_sr_curve` draws SR after each step for several methods on one question
   (matplotlib is imported only when it is called).
 
-The steps come from :mod:`dynakrag_lite.explorer_replay`.
+The steps come from :mod:`dynakrag_lite.experiments.explorer.replay`.
 """
 from __future__ import annotations
 
 import html
 from typing import Iterable, Mapping, Sequence
 
-from .explorer_replay import (DocView, OptionView, StepView, _num, answer_from_record, n_gold_of,
-                              sr_curve, steps_from_record)
-from .state import RETRIEVAL_ACTIONS
+from .replay import (DocView, OptionView, StepView, _num, answer_from_record, n_gold_of, sr_curve,
+    steps_from_record)
+from ...state import RETRIEVAL_ACTIONS
 
 __all__ = ["render_html", "render_comparison_html", "plot_sr_curve"]
 

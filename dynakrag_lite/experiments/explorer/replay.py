@@ -1,7 +1,7 @@
 """Replay: a predictions.jsonl record turned into steps (no widgets, no HTML, no kernel).
 
 A record (one line of ``results/experiments/<dataset>/<generator>/<run>/predictions.jsonl``,
-built by :func:`dynakrag_lite.experiments.score`) holds the whole trajectory of one method on
+built by :func:`dynakrag_lite.experiments.run.score`) holds the whole trajectory of one method on
 one question: at every step the valid set A(s), the chooser's numbers for each valid action,
 the chosen action, the documents it brought, the gap and the sufficiency verdict; then the
 final answer.
@@ -12,12 +12,12 @@ final answer.
 * :func:`sr_curve` -> SR before any step and after each step.
 * :func:`answer_from_record` -> :class:`AnswerView` (prediction vs gold answers, EM/F1).
 * :func:`load_records` / :func:`load_runs` / :func:`find_result_sets` read predictions files
-  (with :func:`dynakrag_lite.experiments.read_predictions`: a torn final line of a run still
+  (with :func:`dynakrag_lite.experiments.run.read_predictions`: a torn final line of a run still
   writing is ignored, a bad line elsewhere raises
-  :class:`~dynakrag_lite.experiments.ResultsError` naming the file and line).
+  :class:`~dynakrag_lite.experiments.run.ResultsError` naming the file and line).
 
-Rendering lives in :mod:`dynakrag_lite.explorer_render`, the widget in
-:mod:`dynakrag_lite.explorer_widget`; :mod:`dynakrag_lite.explorer` re-exports all three.
+Rendering lives in :mod:`dynakrag_lite.experiments.explorer.render`, the widget in
+:mod:`dynakrag_lite.experiments.explorer.widget`; :mod:`dynakrag_lite.experiments.explorer` re-exports all three.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .corpus import normalize_title
-from .experiments import is_error, read_predictions
+from ...data.corpus import normalize_title
+from ..run import is_error, read_predictions
 
 __all__ = [
     "DocView", "OptionView", "StepView", "AnswerView", "n_gold_of", "steps_from_record",

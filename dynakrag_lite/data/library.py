@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .data import Paragraph, Question
+from .schema import Paragraph, Question
 
 __all__ = ["build_library", "library_corpus_note", "content_words"]
 

@@ -24,7 +24,7 @@ ACQUISITION = ("retrieve_more", "gap_query", "rewrite_query", "bridge_entity_exp
 def read_rows(path: str | Path) -> list[dict]:
     """The rows of a predictions.jsonl file (error rows included; callers filter), read by the
     experiments' own reader: a torn final line is ignored, a bad middle line raises."""
-    from .experiments import read_predictions
+    from .run import read_predictions
     return read_predictions(path)
 
 
@@ -157,7 +157,7 @@ def run_behaviour(rows: list[dict]) -> dict:
 def summarise_runs(runs_dir: str | Path) -> dict[str, dict]:
     """:func:`run_behaviour` and :func:`action_gold_hits` of every ``<run>/predictions.jsonl``
     under ``runs_dir`` (the latest row of each question; a damaged file raises)."""
-    from .experiments import latest_rows
+    from .run import latest_rows
     out = {}
     for pred in sorted(Path(runs_dir).glob("*/predictions.jsonl")):
         rows = latest_rows(read_rows(pred), errors=False)

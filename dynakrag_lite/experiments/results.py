@@ -13,7 +13,7 @@ come from the folder names, so two runs of one method (an ablation and the full 
 collapse into one row even though both summaries say ``"method": "dynakrag"``.
 
 Everything here only reads: no function of this module writes a file (a torn last line of a
-predictions file is ignored, not cut; the writer in :mod:`dynakrag_lite.experiments` does that
+predictions file is ignored, not cut; the writer in :mod:`dynakrag_lite.experiments.run` does that
 when it resumes).
 
 :func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
@@ -43,7 +43,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from .experiments import SUMMARY_KEYS, latest_rows, read_predictions, row_diagnostics
+from .run import SUMMARY_KEYS, latest_rows, read_predictions, row_diagnostics
 
 DEFAULT_ROOT = Path("results/experiments")
 ID_COLUMNS = ("dataset", "generator", "run")
@@ -185,7 +185,7 @@ def run_status(dataset: str, generator: str, run: str,
     (:func:`status_label`: :data:`NOT_RUN` without a predictions file, :data:`STARTED` with
     no answered question), ``answered`` (questions with a real row in predictions.jsonl),
     ``expected`` (questions requested, from summary.json; None when not recorded) and
-    ``complete``. Raises :class:`~dynakrag_lite.experiments.ResultsError` for a damaged
+    ``complete``. Raises :class:`~dynakrag_lite.experiments.run.ResultsError` for a damaged
     predictions file."""
     return _state(dataset, generator, run, root)[1]
 
@@ -204,7 +204,7 @@ def load_predictions(dataset: str, generator: str, run: str,
     """The per-question records of one run: the latest line of each question id in
     predictions.jsonl (a retried question's success supersedes its error row). Error rows
     (``"error"`` column) are left out unless ``errors=True``. Never writes; raises
-    :class:`~dynakrag_lite.experiments.ResultsError` for a damaged file."""
+    :class:`~dynakrag_lite.experiments.run.ResultsError` for a damaged file."""
     return pd.DataFrame(_latest(dataset, generator, run, root, errors))
 
 
@@ -220,7 +220,7 @@ def load_diagnostics(dataset: str, generator: str, run: str,
                      root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
     """One row per question of a run: stop reason, vetoes, sufficiency verdicts, parse
     fallbacks and action counts (``n_<action>``), as recorded in each row or derived from its
-    trace for older rows (see :mod:`dynakrag_lite.experiments`)."""
+    trace for older rows (see :mod:`dynakrag_lite.experiments.run`)."""
     recs = []
     for r in _latest(dataset, generator, run, root, errors=False):
         d = row_diagnostics(r)
@@ -332,7 +332,7 @@ def run_policy(dataset: str, generator: str, run: str,
     ``root``) still holds that policy, ``"changed"`` when it holds another one (retrained after
     the run: the run's results are the earlier policy's), ``"missing"`` when there is no such
     file now. None for a run that records no policy (a baseline) or has no summary."""
-    from .storage import sha256_file
+    from ..storage import sha256_file
     try:
         rec = load_summary(dataset, generator, run, root).get("policy")
     except (FileNotFoundError, ValueError):
@@ -490,7 +490,7 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
     """``base`` against every other run of ``dataset``/``generator`` (or ``runs``), paired per
     question: one row per (run, metric) with n, both means, the difference base - run, its
     paired bootstrap 95 % interval, the paired permutation p-value and the verdict
-    (:mod:`dynakrag_lite.comparison`; 10,000 resamples, fixed seed).
+    (:mod:`dynakrag_lite.experiments.comparison`; 10,000 resamples, fixed seed).
 
     Only the questions both runs answered are paired, and ``n`` counts them: a partial run is
     compared on what it has, and ``status`` (:func:`status_label` of the other run) says it
@@ -727,7 +727,7 @@ def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = N
     ``base`` has answered questions) ``n_paired`` (questions of the group both runs answered: a
     partial run is compared on what it has), the F1 difference base - run ``diff``, its paired
     bootstrap 95 % interval ``lo``/``hi``, the sign-flip permutation ``p_value`` and the
-    ``verdict`` (:func:`dynakrag_lite.comparison.compare_runs`). ``too_few`` flags rows whose
+    ``verdict`` (:func:`dynakrag_lite.experiments.comparison.compare_runs`). ``too_few`` flags rows whose
     ``n`` or ``n_paired`` is below ``min_n``: their numbers are printed, not read, and their
     verdict is ``"too few to read"``. ``status``: the run's :func:`status_label`.
 

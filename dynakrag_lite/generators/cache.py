@@ -17,7 +17,7 @@ Default file: ``$DYNAKRAG_CACHE_DIR/llm_calls.sqlite`` if the variable is set, e
 :func:`merge_cache` adds the rows of one cache file that another lacks (the book's recorded
 calls into a working copy, and a working copy's new calls back into the book's file):
 
-    python -m dynakrag_lite.cache merge SRC DST [--missing-ok] [--vacuum]
+    python -m dynakrag_lite.generators.cache merge SRC DST [--missing-ok] [--vacuum]
 """
 from __future__ import annotations
 
@@ -338,12 +338,12 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dynakrag_lite.cache merge SRC DST``: see :func:`merge_cache`. A bad file
+    """``python -m dynakrag_lite.generators.cache merge SRC DST``: see :func:`merge_cache`. A bad file
     (missing, not a call cache, damaged) is reported as one line ``error: ...`` naming it, exit
     code 2, as by ``python -m dynakrag_lite``."""
     parser = argparse.ArgumentParser(
-        prog="python -m dynakrag_lite.cache",
-        description="Maintain LLM call cache files (SQLite, see dynakrag_lite.cache).")
+        prog="python -m dynakrag_lite.generators.cache",
+        description="Maintain LLM call cache files (SQLite, see dynakrag_lite.generators.cache).")
     sub = parser.add_subparsers(dest="command", required=True)
     merge = sub.add_parser(
         "merge", help="add the calls of SRC that DST lacks",
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("--vacuum", action="store_true",
                        help="compact DST after adding rows (for a file kept in git)")
     args = parser.parse_args(argv)
-    from .cli import run_reporting_errors  # the main CLI's: one line on stderr, exit code 2
+    from ..experiments.cli import run_reporting_errors
     # this module's own CacheError (a second copy of the module under python -m), and OSError
     # (a folder that cannot be created)
     return run_reporting_errors(_merge_command, args, also=(CacheError, OSError))

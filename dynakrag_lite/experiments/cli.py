@@ -22,7 +22,7 @@ policy is never evaluated on its training questions. Errors go to stderr, exit c
 ``--policy`` (generator transfer). The policy is checked against the run first
 (``policy.check_policy``). ``--policy`` with ``uniform`` or ``oracle`` takes only the policy's
 calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate``
-resumes into ``--out`` (see :mod:`dynakrag_lite.experiments`): it refuses a folder of another setup, a folder another
+resumes into ``--out`` (see :mod:`dynakrag_lite.experiments.run`): it refuses a folder of another setup, a folder another
 process is evaluating into, and a damaged predictions file; questions that failed are retried.
 Recorded commands have relative paths and no credentials (``storage.relative_command``).
 """
@@ -37,15 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .data import DataError
-from .generators import GeneratorError
-from .models import ModelError
-from .policy import PolicyError
-from .retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from .storage import LockedError, redact, relative_command
-from .sufficiency import SIGNAL_CHOICES
+from ..data.schema import DataError
+from ..generators.base import GeneratorError
+from ..generators.models import ModelError
+from ..policy import PolicyError
+from ..retriever import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
+from ..storage import LockedError, redact, relative_command
+from ..sufficiency import SIGNAL_CHOICES
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
@@ -96,7 +96,7 @@ def _check_selector(args, eval_ids: list[str]) -> None:
     otherwise have seen those questions' gold sentences."""
     if not (getattr(args, "selector", None) and args.compressor == "extractive"):
         return
-    from .compression import load_selector
+    from ..compression import load_selector
     train = set(map(str, load_selector(args.selector).meta.get("train_ids") or ()))
     overlap = [i for i in dict.fromkeys(map(str, eval_ids)) if i in train]
     if overlap:
@@ -107,7 +107,7 @@ def _check_selector(args, eval_ids: list[str]) -> None:
 
 
 def _config(args, dataset: str):
-    from .actions import ControlConfig
+    from ..actions import ControlConfig
     return ControlConfig.for_dataset(
         dataset, use_compression=not args.no_compression,
         use_sufficiency=not args.no_sufficiency, retrieval_cap=args.retrieval_cap,
@@ -144,7 +144,7 @@ def default_policy_path(dataset: str, generator: str, folder: Path | None = None
     exact = folder / policy_file_name(dataset, generator)
     if exact.exists():
         return exact
-    from .storage import relative_command
+    from ..storage import relative_command
     shown = relative_command([str(exact)], prefix="")
     raise PolicyError(
         f"no policy for dataset '{dataset}' and generator '{generator}': looked for {shown}. "
@@ -171,8 +171,8 @@ def cmd_index(args) -> int:
 
 
 def cmd_retrieval_eval(args) -> int:
-    from .corpus import gold_titles
-    from .metrics import support_recall
+    from ..data.corpus import gold_titles
+    from ..metrics import support_recall
     setup, questions = _setup(args)
     ks = [int(k) for k in str(args.k).split(",")]
     hits = setup.retriever.search_many([q.question for q in questions], max(ks))
@@ -187,7 +187,7 @@ def cmd_retrieval_eval(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .generators import make_generator
+    from ..generators.base import make_generator
     gen = make_generator(args.generator, cache=not args.no_cache)
     g = gen.generate([{"role": "user", "content": args.prompt}], max_tokens=args.max_tokens)
     print(json.dumps({"text": g.text, "prompt_tokens": g.prompt_tokens,
@@ -198,7 +198,7 @@ def cmd_generate(args) -> int:
 
 def _setup(args, generator: str | None = None):
     """Questions, corpus, retriever, generator and the train/eval split, as build_setup does."""
-    from .pipeline import build_setup
+    from ..pipeline import build_setup
     setup = build_setup(args.data, generator=generator, data_dir=args.data_dir,
                         embedder=args.embedder, n_eval=args.n_eval,
                         split_seed=args.split_seed, corpus_file=args.corpus,
@@ -227,8 +227,8 @@ def training_setup(args):
     command, the environment configured with the signal: the trajectories depend on it, so a
     process that warms the cache for a training run (data_scripts/warm_cache.py train)
     must build exactly this."""
-    from .concurrency import check_workers
-    from .sufficiency import train_signal
+    from ..concurrency import check_workers
+    from ..sufficiency import train_signal
     _check_control_args(args)
     workers = getattr(args, "workers", 1)  # train's option (upgrade-data has none)
     check_workers(workers, args.generator)  # from the spec: before any model is loaded
@@ -257,8 +257,8 @@ def _collection_run(args, dataset: str, config, generator_model_id: str | None,
     --save-data); :func:`_from_data_problems` compares a later run's settings with it.
     ``hashes=False``: leave the corpus and data hashes out (None), for settings parsed from
     a recorded command, whose files this run cannot vouch for."""
-    from .experiments import data_sha256
-    from .storage import sha256_file
+    from .run import data_sha256
+    from ..storage import sha256_file
     return {
         "dataset": dataset, "generator": args.generator,
         "generator_model_id": redact(generator_model_id) if generator_model_id else None,
@@ -285,7 +285,7 @@ def _from_data_problems(saved: dict, now: dict, source: str = "file",
     "field: file X, this run Y" (``source`` names where ``saved`` came from; ``skip``: fields
     it cannot know). The split is not compared (serving another split is the point), nor the
     continuation target (recomputed from stored components) or the command."""
-    from .policy import _embedder_key
+    from ..policy import _embedder_key
     keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
             "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
     keys = [k for k in keys if k not in skip]
@@ -314,7 +314,7 @@ def _split_ids(questions, split: str, n_eval: int, split_seed: int, offset: int 
     """(ids of the questions a run with these split options takes, in order; ids of the
     split's evaluation questions): the split build_setup makes (pipeline.build_setup), then
     --offset/--limit as _setup does."""
-    from .data import split_questions
+    from ..data.sources import split_questions
     train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
     qs = {"train": train, "eval": evals, "all": questions}[split]
     offset = offset or 0
@@ -374,7 +374,7 @@ def _signal_source(args, data, path: Path, shown: str, questions, dataset: str, 
     train_ids. Raises ValueError naming the files and every mismatching field."""
     import os
     import sklearn
-    from .policy import Policy, data_hash
+    from ..policy import Policy, data_hash
     pol = Policy.load(args.signal_from)  # a committed one is checked against its manifest
     prov = pol.provenance()
     pshown = relative_command([str(args.signal_from)], prefix="")
@@ -457,8 +457,8 @@ def _data_from_file(args):
     ``train --from-data``: the file checked against this run's settings and cut to this
     split's training questions (after --offset/--limit). No index, no generator."""
     import hashlib
-    from .data import load_dataset
-    from .training_data import TrainingData
+    from ..data.sources import load_dataset
+    from ..training_data import TrainingData
     path = Path(args.from_data)
     try:
         raw = path.read_bytes()
@@ -564,9 +564,8 @@ def cmd_train(args) -> int:
     by --save-data, cut to this split's training questions; no model call. A format-1 file
     (no run settings, no calibration states) needs --signal-from, the policy its run trained:
     that policy's recorded settings stand for the file's and its signal is reused."""
-    from .concurrency import check_workers
-    from .policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, \
-        tune_continuation
+    from ..concurrency import check_workers
+    from ..policy import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, train_policy, tune_continuation
     t0 = time.perf_counter()
     extra: dict = {}
     check_workers(args.workers, args.generator)  # from the spec: before anything is loaded
@@ -597,8 +596,8 @@ def cmd_train(args) -> int:
                   "trajectories were collected under the file's signal "
                   f"({(data.calibration.signal_info or {}).get('kind')})", file=sys.stderr)
     else:
-        from .training_data import build_calibration
-        from .trajectories import collect
+        from ..training_data import build_calibration
+        from ..trajectories import collect
         setup, train_qs, signal = training_setup(args)
         env, dataset = setup.env, setup.dataset
         cfg = env.config
@@ -646,7 +645,7 @@ def cmd_train(args) -> int:
                            "tuning": tuning, **extra,
                            "command": relative_command(args.argv)})
     path = pol.save(args.out)
-    from .policy import register_policy
+    from ..policy import register_policy
     register_policy(path)  # keep results/policies/MANIFEST.sha256 in step with the file
     print(json.dumps({"policy": str(path), "questions": len(train_ids),
                       "samples": pol.meta["n_samples"], "prefixes": pol.meta["n_prefixes"],
@@ -681,7 +680,7 @@ def cmd_upgrade_data(args) -> int:
     signals replay their calls from the call cache ($DYNAKRAG_REPLAY_ONLY: a miss is an
     error). A table that does not reproduce the policy's signal is refused and nothing is
     written. The input is never overwritten (nor is any existing --out); the write is atomic."""
-    from .generators import REPLAY_ONLY_ENV
+    from ..generators.base import REPLAY_ONLY_ENV
     before = os.environ.get(REPLAY_ONLY_ENV)
     os.environ[REPLAY_ONLY_ENV] = "1"  # never generate: a cache miss stops with an error
     try:
@@ -696,10 +695,10 @@ def cmd_upgrade_data(args) -> int:
 def _upgrade_data(args) -> int:
     """:func:`cmd_upgrade_data`, replay-only mode set."""
     import hashlib
-    from .data import load_dataset
-    from .experiments import data_sha256
-    from .storage import sha256_file
-    from .training_data import TrainingData, build_calibration
+    from ..data.sources import load_dataset
+    from .run import data_sha256
+    from ..storage import sha256_file
+    from ..training_data import TrainingData, build_calibration
     t0 = time.perf_counter()
     _check_control_args(args)
     path, out = Path(args.from_data), Path(args.out)
@@ -768,7 +767,7 @@ def _upgrade_data(args) -> int:
 @dataclass
 class EvaluationSetup:
     """What an ``evaluate`` command runs (:func:`evaluation_setup`): its questions in order,
-    its run folder, and every other argument it passes to :func:`experiments.evaluate`
+    its run folder, and every other argument it passes to :func:`experiments.run.evaluate`
     (``options``: method, env, policy, dataset, generator, fixed_k, seed, run_info,
     data_sha256, policy_sha256, summary_extra, demos, workers)."""
     questions: list
@@ -781,7 +780,7 @@ class EvaluationSetup:
 
     def fingerprint(self) -> dict:
         """The fingerprint the run records in ``out/run.json``."""
-        from .experiments import evaluation_fingerprint
+        from .run import evaluation_fingerprint
         o = self.options
         return evaluation_fingerprint(self.questions, o["method"], o["env"], policy=o["policy"],
                                       policy_sha256=o["policy_sha256"],
@@ -789,11 +788,11 @@ class EvaluationSetup:
                                       seed=o["seed"], demos=o["demos"])
 
     def run(self, questions=None, out: str | Path | None = None, **changes) -> dict:
-        """:func:`experiments.evaluate` of this setup, on ``questions`` into ``out`` when given
+        """:func:`experiments.run.evaluate` of this setup, on ``questions`` into ``out`` when given
         (a subset run makes the calls the whole run makes for those questions: every choice
         is seeded per question, IRCoT's demonstrations were drawn for the whole list), with
         ``changes`` to the other arguments."""
-        from .experiments import evaluate
+        from .run import evaluate
         return evaluate(self.questions if questions is None else list(questions),
                         out_dir=self.out if out is None else Path(out),
                         **{**self.options, **changes})
@@ -803,8 +802,8 @@ def evaluation_setup(args) -> EvaluationSetup:
     """The questions, folder and setup of an ``evaluate`` command (its parsed ``args``), every
     check made: what :func:`cmd_evaluate` runs, and what a process warming the LLM cache for
     that run (data_scripts/warm_cache.py evaluate) must build."""
-    from .experiments import check_workers, data_sha256
-    from .policy import Policy, check_policy
+    from .run import check_workers, data_sha256
+    from ..policy import Policy, check_policy
     _check_control_args(args)
     check_workers(args.workers, args.generator)  # from the spec: before any model is loaded
     policy, path = None, None
@@ -838,7 +837,7 @@ def evaluation_setup(args) -> EvaluationSetup:
     out = Path(args.out or f"runs/{dataset}-{args.method}")
     demos = None
     if args.method == "ircot":  # few-shot, as the original: demonstrations from training
-        from .demonstrations import build_ircot_demos
+        from ..demonstrations import build_ircot_demos
         # Never one of the evaluated questions (a run on the training split draws its
         # demonstrations from the rest of that split).
         evaluated = {q.id for q in eval_qs}
@@ -870,7 +869,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from . import models
+    from ..generators import models
     if args.action == "list":
         for name in models.list_models():
             print(name)
@@ -981,7 +980,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "(openai:<model>@<base_url>); the trajectories are the "
                                "sequential run's")
         else:
-            from .experiments import METHODS
+            from .run import METHODS
             p.add_argument("--method", required=True, choices=METHODS)
             p.add_argument("--policy", default=None)
             p.add_argument("--out", default=None)
@@ -1017,7 +1016,7 @@ def run_reporting_errors(func: Callable[..., int], *args,
     """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``: the
     calling module's own error classes) becomes one line ``error: MESSAGE`` on stderr and exit
     code 2 instead of a traceback. Every entry point ends this way: ``python -m dynakrag_lite``,
-    ``python -m dynakrag_lite.cache``, ``python -m dynakrag_lite.policy``."""
+    ``python -m dynakrag_lite.generators.cache``, ``python -m dynakrag_lite.policy``."""
     errors = (*user_errors(), *also)
     try:
         return func(*args)
@@ -1031,6 +1030,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # what ran, for the records (relative paths, no credentials)
     if getattr(args, "replay_only", False):
-        from .generators import REPLAY_ONLY_ENV
+        from ..generators.base import REPLAY_ONLY_ENV
         os.environ[REPLAY_ONLY_ENV] = "1"  # read by every cached call of this process
     return run_reporting_errors(args.func, args)

@@ -3,7 +3,7 @@
 Backends (chosen by a spec string, see :func:`make_generator`):
 
 * ``smollm2-135m`` / ``qwen2.5-coder-0.5b`` / ``qwen2.5-coder-1.5b``: bundled GGUF models
-  assembled from registry packages (:mod:`dynakrag_lite.models`), run with llama.cpp.
+  assembled from registry packages (:mod:`dynakrag_lite.generators.models`), run with llama.cpp.
 * ``gguf:<path>``: any local GGUF file with llama.cpp.
 * ``hf:<hub-id-or-folder>[#file.gguf]``: transformers (hub id where a network exists).
 * ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .storage import redact
+from ..storage import redact
 
 if TYPE_CHECKING:
     from .cache import CallCache
@@ -704,7 +704,7 @@ class OpenAIGenerator(_DecodingMixin):
 # ---------------------------------------------------------------------------------------------
 
 class CachedGenerator:
-    """Wraps a generator with a :class:`~dynakrag_lite.cache.CallCache`.
+    """Wraps a generator with a :class:`~dynakrag_lite.generators.cache.CallCache`.
 
     The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
     inner generator's ``decoding`` parameters. A hit returns the stored text and token counts

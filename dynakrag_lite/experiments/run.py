@@ -87,17 +87,17 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .actions import Environment
+from ..actions import Environment
 # check_workers, is_server_generator and WINDOW_PER_WORKER lived here: still importable from here
-from .concurrency import (WINDOW_PER_WORKER, check_workers, is_server_generator,  # noqa: F401
-                          locked_runner, run_in_order)
-from .controller import MethodResult, UniformChooser, run_controller
-from .corpus import gold_titles, normalize_title
-from .data import Question
-from .generators import ReplayMissError
-from .metrics import em_f1, support_recall
-from .storage import FolderLock, atomic_write_json, redact, sha256_file
-from .trajectories import OracleChooser
+from ..concurrency import (WINDOW_PER_WORKER, check_workers, is_server_generator, locked_runner,
+    run_in_order)
+from ..controller import MethodResult, UniformChooser, run_controller
+from ..data.corpus import gold_titles, normalize_title
+from ..data.schema import Question
+from ..generators.base import ReplayMissError
+from ..metrics import em_f1, support_recall
+from ..storage import FolderLock, atomic_write_json, redact, sha256_file
+from ..trajectories import OracleChooser
 
 METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
 SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_recall",
@@ -132,7 +132,7 @@ def run_method(method: str, q: Question, env: Environment, policy=None,
     if method == "oracle":
         return run_controller(q.question, env, OracleChooser(env, gold_titles(q)), q.id,
                               method="oracle")
-    from . import baselines
+    from .. import baselines
     if method == "fixed_k":
         return baselines.run_fixed_k(q.question, env, k=fixed_k, qid=q.id)
     if method == "ircot":
@@ -293,7 +293,8 @@ def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = N
                 ) -> str | None:
     """sha256 of the dataset file named by ``spec`` (a path or a dataset name); for the
     embedded library, of its generated questions as JSON lines. None if it cannot be found."""
-    from .data import DataError, load_dataset, resolve_data
+    from ..data.schema import DataError
+    from ..data.sources import load_dataset, resolve_data
     if str(spec).lower() in ("library", "embedded"):
         text = "\n".join(json.dumps(q.to_json(), sort_keys=True) for q in load_dataset("library"))
         return hashlib.sha256(text.encode()).hexdigest()

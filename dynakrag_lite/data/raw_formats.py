@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data import DataError, Paragraph, Question, iter_jsonl
+from .schema import DataError, Paragraph, Question, iter_jsonl
 
 __all__ = ["RawLoadReport", "convert_raw_record", "detect_format", "load_raw", "read_raw"]
 
