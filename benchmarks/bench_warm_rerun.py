@@ -394,7 +394,7 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def bench_run(run_dir: Path, args: argparse.Namespace, work: Path, cache_src: Path) -> dict:
-    from dynakrag_lite.experiments.run import fingerprint_diff, read_predictions
+    from dynakrag_lite.experiments.folder import fingerprint_diff, read_predictions
     name = "-".join(run_dir.resolve().parts[-3:])
     out_dir = work / name
     if out_dir.exists():

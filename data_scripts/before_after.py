@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.comparison import compare_runs  # noqa: E402
 from dynakrag_lite.experiments.diagnostics import run_behaviour  # noqa: E402
-from dynakrag_lite.experiments.run import latest_rows, read_predictions  # noqa: E402
+from dynakrag_lite.experiments.folder import latest_rows, read_predictions  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text  # noqa: E402
 
 

@@ -136,7 +136,7 @@ def runs_part(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict:
 def run_rows(dataset: str, generator: str, root: Path = TRAIN_RUNS) -> dict[str, list[dict]]:
     """Per run name: the latest rows of ``generator``'s training-split runs (own folder and
     policy-transfer folders alike)."""
-    from dynakrag_lite.experiments.run import latest_rows, read_predictions
+    from dynakrag_lite.experiments.folder import latest_rows, read_predictions
     out = {}
     for folder in run_folders(dataset, generator, root):
         for pred in sorted(folder.glob("*/predictions.jsonl")):

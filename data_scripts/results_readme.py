@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynakrag_lite.experiments.run import diagnostics, latest_rows, read_predictions
+from dynakrag_lite.experiments.diagnostics import diagnostics
+from dynakrag_lite.experiments.folder import latest_rows, read_predictions
 from dynakrag_lite.experiments.results import (MIN_GROUP_N, STARTED, TRANSFER_RUNS, best_baseline,
                                    breakdown_table, is_partial, load_summaries, markdown_table,
                                    paired_table, results_table, run_policy, run_status,

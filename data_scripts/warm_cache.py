@@ -117,8 +117,8 @@ def check_slice(start: int, stop: int | None, n: int, what: str) -> int:
 
 def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[str]) -> int:
     from dynakrag_lite.experiments.cli import evaluation_setup
-    from dynakrag_lite.experiments.run import (PREDICTIONS_FILE, RUN_FILE, fingerprint_diff,
-                                               latest_rows, read_predictions)
+    from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, RUN_FILE, fingerprint_diff,
+        latest_rows, read_predictions)
     from dynakrag_lite.storage import relative_command
     if args.replay_only:
         raise ValueError("--replay-only: that run never calls the model; there is nothing to "

@@ -104,7 +104,7 @@ def assert_same_run(seq_dir: Path, seq: dict, par_dir: Path, par: dict, ids: lis
     sequential run wrote to ``seq_dir`` (summary ``seq``) except for timing fields: the same
     rows in question order, byte for byte once ``seconds`` is dropped; the same summary and
     fingerprint."""
-    from dynakrag_lite.experiments.run import read_predictions
+    from dynakrag_lite.experiments.folder import read_predictions
     a = read_predictions(seq_dir / "predictions.jsonl")
     b = read_predictions(par_dir / "predictions.jsonl")
     assert [r["id"] for r in b] == [r["id"] for r in a] == list(ids)

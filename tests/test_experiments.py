@@ -25,10 +25,10 @@ from helpers import ScriptedGenerator
 
 from dynakrag_lite.actions import ControlConfig, Environment
 from dynakrag_lite.data.corpus import Corpus
-from dynakrag_lite.experiments.run import (FingerprintError, ResultsError, SUMMARY_KEYS,
-                                       diagnostics, evaluate, latest_rows, prompts_fingerprint,
-                                       read_predictions, repair_predictions, run_fingerprint,
-                                       trace_diagnostics)
+from dynakrag_lite.experiments.folder import (FingerprintError, ResultsError, latest_rows,
+    prompts_fingerprint, read_predictions, repair_predictions, run_fingerprint)
+from dynakrag_lite.experiments.run import SUMMARY_KEYS, evaluate
+from dynakrag_lite.experiments.diagnostics import diagnostics, trace_diagnostics
 from dynakrag_lite.generators.base import GeneratorError
 from dynakrag_lite.storage import LockedError
 
@@ -320,8 +320,8 @@ def test_fingerprint_records_the_setup(tmp_path, monkeypatch):
     env.generator.model_id = "gpt-4o-mini@https://user:s3cret@host/v1"
     assert "s3cret" not in json.dumps(run_fingerprint("fixed_k", env))
     # an edit of prompts.py is another setup
-    import dynakrag_lite.experiments.run as ex
-    monkeypatch.setattr(ex, "prompts_fingerprint", lambda: "0" * 64)
+    import dynakrag_lite.experiments.folder as folder
+    monkeypatch.setattr(folder, "prompts_fingerprint", lambda: "0" * 64)
     env.generator.spec, env.generator.model_id = "scripted", "scripted"
     with pytest.raises(FingerprintError, match="prompts_sha256"):
         run(qs[:1], env, out, data_sha256="d" * 64)

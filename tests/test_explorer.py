@@ -8,6 +8,7 @@ The explorer is three modules behind one facade (``dynakrag_lite.experiments.exp
 without the heavier ones, and the facade exports the very objects of the layers."""
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -232,7 +233,7 @@ def test_facade_reexports_the_layers_objects():
 
 
 @pytest.mark.parametrize("module, forbidden", [
-    ("dynakrag_lite.experiments.explorer.replay", ("ipywidgets", "matplotlib", "IPython", "html")),
+    ("dynakrag_lite.experiments.explorer.replay", ("ipywidgets", "matplotlib", "IPython")),
     ("dynakrag_lite.experiments.explorer.render", ("ipywidgets", "matplotlib", "IPython")),
     ("dynakrag_lite.experiments.explorer.widget", ("ipywidgets", "matplotlib", "IPython")),
     ("dynakrag_lite.experiments.explorer", ("ipywidgets", "matplotlib", "IPython")),
@@ -246,6 +247,17 @@ def test_layers_import_without_heavier_dependencies(module, forbidden):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, check=True).stdout.strip()
     assert out == "", f"{module} imported {out}"
+
+
+def test_replay_needs_no_html():
+    """Replay's own imports hold no HTML (the package facade imports render, so importing the
+    submodule in a fresh interpreter loads ``html`` anyway: read the source instead)."""
+    tree = ast.parse(Path(explorer_replay.__file__).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.level == 0}
+    assert not imported & {"html", "ipywidgets", "matplotlib", "IPython"}
 
 
 def test_replay_option_order_primary_number_and_missing_actions():
@@ -284,12 +296,12 @@ def test_replay_loading_errors_and_result_sets(tmp_path):
 
 
 def test_replay_reads_predictions_with_the_runs_own_reader(tmp_path):
-    """One reader for predictions files (experiments.read_predictions): a torn final line (a
-    run still writing) is left out, the last successful row of an id wins over an earlier one
-    and over an error row, and a bad line before the end is an error naming file and line,
-    not a record silently dropped."""
-    from dynakrag_lite.experiments import run as experiments
-    assert explorer_replay.read_predictions is experiments.read_predictions
+    """One reader for predictions files (experiments.folder.read_predictions): a torn final
+    line (a run still writing) is left out, the last successful row of an id wins over an
+    earlier one and over an error row, and a bad line before the end is an error naming file
+    and line, not a record silently dropped."""
+    from dynakrag_lite.experiments import folder
+    assert explorer_replay.read_predictions is folder.read_predictions
     assert not hasattr(explorer_replay, "_read_jsonl")
     first, retried = hand_record(question="first try"), hand_record(question="retried")
     q2 = {**hand_record(), "id": "q2"}
@@ -306,12 +318,12 @@ def test_replay_reads_predictions_with_the_runs_own_reader(tmp_path):
     assert list(recs) == ["q1", "q2"] and recs["q1"]["question"] == "retried"
     assert "error" not in recs["q2"]  # q3 never succeeded: nothing to replay
     f.write_text(json.dumps(first) + "\n" + '{"id": "q2", "tor\n' + json.dumps(q2) + "\n")
-    with pytest.raises(experiments.ResultsError,
+    with pytest.raises(folder.ResultsError,
                        match=r"predictions\.jsonl, line 2: invalid JSON"):
         explorer_replay.load_records(run)
     f.write_text(json.dumps(first) + "\n" + json.dumps({"no": "id"}) + "\n"
                  + json.dumps(q2) + "\n")
-    with pytest.raises(experiments.ResultsError, match=r"line 2: a row without an \"id\""):
+    with pytest.raises(folder.ResultsError, match=r"line 2: a row without an \"id\""):
         explorer_replay.load_runs(tmp_path)
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.experiments.run import is_error, latest_rows, read_predictions
+from dynakrag_lite.experiments.folder import is_error, latest_rows, read_predictions
 from dynakrag_lite.metrics import (em_f1, exact_match, f1_precision_recall, f1_score,
                                    normalize_answer)
 from helpers import in_ci

@@ -408,7 +408,7 @@ def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_a
     of a chapter does not parse it again, but a line appended by a running experiment is
     seen at the next call."""
     from dynakrag_lite.experiments import results
-    from dynakrag_lite.experiments.run import read_predictions
+    from dynakrag_lite.experiments.folder import read_predictions
     from dynakrag_lite.experiments.results import run_status
     d = _run_folder(tmp_path, "fixed_k3", [_q(f"q{i}", 0.5) for i in range(3)], n_expected=5)
     reads = []

@@ -19,7 +19,7 @@ import dynakrag_lite.generators.base as generators_mod
 from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.data.sources import load_dataset, split_questions
-from dynakrag_lite.experiments.run import read_predictions
+from dynakrag_lite.experiments.folder import read_predictions
 from dynakrag_lite.generators.base import CachedGenerator, Generation
 
 from helpers import load_script, untimed

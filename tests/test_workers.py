@@ -21,7 +21,9 @@ import pytest
 from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.experiments.run import check_workers, evaluate, read_predictions
+from dynakrag_lite.concurrency import check_workers
+from dynakrag_lite.experiments.run import evaluate
+from dynakrag_lite.experiments.folder import read_predictions
 from dynakrag_lite.generators.base import make_generator
 
 from helpers import ScriptedGenerator, assert_same_run, lines, require_modules, untimed

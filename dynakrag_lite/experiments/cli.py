@@ -257,7 +257,7 @@ def _collection_run(args, dataset: str, config, generator_model_id: str | None,
     --save-data); :func:`_from_data_problems` compares a later run's settings with it.
     ``hashes=False``: leave the corpus and data hashes out (None), for settings parsed from
     a recorded command, whose files this run cannot vouch for."""
-    from .run import data_sha256
+    from .folder import data_sha256
     from ..storage import sha256_file
     return {
         "dataset": dataset, "generator": args.generator,
@@ -696,7 +696,7 @@ def _upgrade_data(args) -> int:
     """:func:`cmd_upgrade_data`, replay-only mode set."""
     import hashlib
     from ..data.sources import load_dataset
-    from .run import data_sha256
+    from .folder import data_sha256
     from ..storage import sha256_file
     from ..training_data import TrainingData, build_calibration
     t0 = time.perf_counter()
@@ -802,7 +802,8 @@ def evaluation_setup(args) -> EvaluationSetup:
     """The questions, folder and setup of an ``evaluate`` command (its parsed ``args``), every
     check made: what :func:`cmd_evaluate` runs, and what a process warming the LLM cache for
     that run (data_scripts/warm_cache.py evaluate) must build."""
-    from .run import check_workers, data_sha256
+    from ..concurrency import check_workers
+    from .folder import data_sha256
     from ..policy import Policy, check_policy
     _check_control_args(args)
     check_workers(args.workers, args.generator)  # from the spec: before any model is loaded

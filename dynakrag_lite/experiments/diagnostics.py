@@ -1,9 +1,39 @@
-"""Analyses of recorded runs (``predictions.jsonl`` rows), gold labels allowed: these are
-measurements of what the actions did, never inputs of the controller.
+"""Diagnostics of recorded runs (``predictions.jsonl`` rows): how each question ended, what
+the actions did, where a parser fell back. Measurements, gold labels allowed, never inputs of
+the controller (chapters 12-14 read them; :mod:`dynakrag_lite.experiments.run` records them).
 
-:func:`action_gold_hits` answers "which action brings the gold paragraphs?": for every
-action, how often it ran, how many documents it added and how many of those were gold.
-A row (as ``experiments.evaluate`` writes it) holds ``"docs"`` (each with ``"id"``,
+Diagnostics (per question in each row's ``"diagnostics"``, summed in the summary) make
+degenerate behaviour visible. What is counted:
+
+* ``stop_reasons``: how each question ended. Controller runs (dynakrag, uniform, oracle):
+  ``stop_answer_chosen`` (the chooser picked stop_answer), ``max_steps`` (step cap),
+  ``max_docs`` (document cap), ``only_stop_valid``. Baselines: ``fixed_k``; IRCoT
+  ``concluded`` / ``empty_thought`` / ``max_steps`` / ``max_docs`` / ``retrieval_cap``;
+  Self-Ask ``concluded`` / ``malformed`` / ``max_followups`` / ``repeated_followup`` /
+  ``max_docs`` / ``retrieval_cap`` (from ``MethodResult.extra["stop_reason"]``).
+* ``actions_mean``: mean number of trace steps of each action per question (baselines' steps
+  are named ``retrieve``, ``cot_step``, ``follow_up``, ``intermediate_answer``).
+* ``sufficiency``: verdicts of all sufficiency probes: ``sufficient``, ``insufficient`` (with
+  a gap to search for), ``unparsed`` (the parser's fallback: insufficient with no gap).
+* ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten
+  query equals the question: ``parse_query``'s fallback, or a model that echoed it),
+  ``compress`` (no snippet at all), ``answer`` (empty prediction), ``ircot`` / ``self_ask``
+  (a chain reply the parser could not read: trace note ``unparsed: ...``),
+  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports itself in
+  ``MethodResult.extra["parse_fallbacks"] = {kind: n}`` (the generic mechanism).
+  Not yet countable from what methods record: the compression parser's unstructured-reply
+  fallback (lines taken as snippets), Self-Ask's bare-question fallback, and the exact
+  ``parsed`` flag of a sufficiency probe other than the last one of a question (the trace
+  keeps only verdict and gap; an ``INSUFFICIENT`` reply with no missing fact looks like the
+  fallback there, so earlier probes' ``unparsed`` is an upper bound; a trace step that carries
+  ``"parsed"`` is counted exactly).
+* ``vetoes``: steps where the continuation model removed stop_answer (trace scores
+  ``"vetoed"``), in total and the number of questions with at least one.
+* ``errors`` and ``error_types``: error rows.
+
+Run behaviour: :func:`action_gold_hits` answers "which action brings the gold paragraphs?": for
+every action, how often it ran, how many documents it added and how many of those were gold.
+A row (as ``experiments.run.evaluate`` writes it) holds ``"docs"`` (each with ``"id"``,
 ``"source"`` — the action that brought it — and ``"gold"``) and ``"trace"`` (per step
 ``"action"`` and ``"added"``, the ids that step brought). The trace decides which step added
 which document; ``source`` is the fallback for a document no step claims (rows of methods
@@ -14,17 +44,123 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
-__all__ = ["action_gold_hits", "read_rows", "run_behaviour", "summarise_runs"]
+from .folder import is_error, latest_rows, read_predictions
 
+__all__ = ["action_gold_hits", "diagnostics", "read_rows", "row_diagnostics", "run_behaviour",
+           "summarise_runs", "trace_diagnostics"]
+
+# -- trace diagnostics (recorded in every row and summary) -------------------------------
+def _stop_reason(trace: Sequence[dict], method: str | None, extra: dict | None,
+                 stop_reason: str | None) -> str:
+    if extra and extra.get("stop_reason"):
+        return str(extra["stop_reason"])  # IRCoT / Self-Ask say why their chain ended
+    if stop_reason is None:  # an older row: find the stop in the trace
+        stops = [t for t in trace if t.get("action") == "stop_answer"]
+        if stops:
+            stop_reason = stops[-1].get("note") or "policy"
+        elif method == "fixed_k":
+            stop_reason = "fixed_k"
+    if not stop_reason:
+        return "unknown"
+    return "stop_answer_chosen" if stop_reason == "policy" else stop_reason
+
+
+def trace_diagnostics(trace: Sequence[dict], *, question: str = "", prediction: str = "",
+                      extra: dict | None = None, stop_reason: str | None = None,
+                      last_probe_parsed: bool | None = None, method: str | None = None
+                      ) -> dict:
+    """One question's diagnostics from its JSON trace (see the module docstring).
+    ``last_probe_parsed``: the final state's exact ``Sufficiency.parsed`` when known."""
+    actions = Counter(t.get("action", "?") for t in trace)
+    probes = [t for t in trace if t.get("action") == "sufficiency_check"]
+    suff = Counter()
+    for i, t in enumerate(probes):
+        parsed = t.get("parsed")  # exact when the trace records it
+        if parsed is None and i == len(probes) - 1:
+            parsed = last_probe_parsed
+        if parsed is False:
+            suff["unparsed"] += 1
+        elif t.get("sufficient"):
+            suff["sufficient"] += 1
+        elif parsed or (t.get("gap") or "").strip():
+            suff["insufficient"] += 1  # (parsed: also an INSUFFICIENT naming no missing fact)
+        else:
+            suff["unparsed"] += 1  # no flag: insufficient without a gap looks like the fallback
+    fallbacks = Counter()
+    if suff["unparsed"]:
+        fallbacks["sufficiency"] = suff["unparsed"]
+    q = " ".join(question.split())
+    for t in trace:
+        a, note = t.get("action"), str(t.get("note") or "")
+        if a == "rewrite_query" and ("fallback:" in note or (
+                q and " ".join(str(t.get("query", "")).split()) == q)):
+            fallbacks["rewrite"] += 1
+        elif a == "compress_answer_evidence" and note.startswith("0 snippets"):
+            fallbacks["compress"] += 1
+        elif a == "cot_step" and note.startswith("unparsed:"):
+            fallbacks["ircot"] += 1
+        elif a == "follow_up" and note.startswith("unparsed:"):
+            fallbacks["self_ask"] += 1
+        elif a == "intermediate_answer" and note == "unknown":
+            fallbacks["intermediate_answer"] += 1
+    if not str(prediction).strip():
+        fallbacks["answer"] += 1
+    for kind, n in ((extra or {}).get("parse_fallbacks") or {}).items():
+        fallbacks[str(kind)] += int(n)
+    vetoes = sum(1 for t in trace
+                 if ((t.get("scores") or {}).get("stop_answer") or {}).get("vetoed"))
+    return {"stop_reason": _stop_reason(trace, method, extra, stop_reason),
+            "actions": dict(actions),
+            "sufficiency": {k: suff[k] for k in ("sufficient", "insufficient", "unparsed")},
+            "parse_fallbacks": dict(fallbacks), "vetoes": vetoes}
+
+
+def row_diagnostics(row: dict) -> dict:
+    """A row's diagnostics: as recorded, or derived from its trace for rows written before
+    diagnostics were recorded (then the last probe's exact parse flag is unknown)."""
+    if isinstance(row.get("diagnostics"), dict):
+        return row["diagnostics"]
+    return trace_diagnostics(row.get("trace") or [], question=row.get("question", ""),
+                             prediction=row.get("prediction", ""), extra=row.get("extra"),
+                             stop_reason=row.get("stop_reason"), method=row.get("method"))
+
+
+def diagnostics(rows: Sequence[dict]) -> dict:
+    """The summary's ``"diagnostics"`` over the latest row of each question."""
+    ok = [r for r in rows if not is_error(r)]
+    errs = [r for r in rows if is_error(r)]
+    per = [row_diagnostics(r) for r in ok]
+    stops, suff, fallbacks, totals = Counter(), Counter(), Counter(), Counter()
+    veto_total, veto_questions = 0, 0
+    for d in per:
+        stops[d["stop_reason"]] += 1
+        suff.update(d["sufficiency"])
+        fallbacks.update(d["parse_fallbacks"])
+        totals.update(d["actions"])
+        veto_total += d["vetoes"]
+        veto_questions += d["vetoes"] > 0
+    n = len(per)
+    return {
+        "questions": n,
+        "errors": len(errs),
+        "error_types": dict(Counter(r["error"].get("type", "?") for r in errs)),
+        "stop_reasons": dict(stops.most_common()),
+        "actions_mean": {a: round(c / n, 4) for a, c in sorted(totals.items())} if n else {},
+        "sufficiency": {k: suff[k] for k in ("sufficient", "insufficient", "unparsed")},
+        "parse_fallbacks": dict(sorted(fallbacks.items())),
+        "vetoes": {"total": veto_total, "questions": veto_questions},
+    }
+
+
+# -- run behaviour ------------------------------------------------------------------------
 ACQUISITION = ("retrieve_more", "gap_query", "rewrite_query", "bridge_entity_expand")
 
 
 def read_rows(path: str | Path) -> list[dict]:
     """The rows of a predictions.jsonl file (error rows included; callers filter), read by the
     experiments' own reader: a torn final line is ignored, a bad middle line raises."""
-    from .run import read_predictions
     return read_predictions(path)
 
 
@@ -157,7 +293,6 @@ def run_behaviour(rows: list[dict]) -> dict:
 def summarise_runs(runs_dir: str | Path) -> dict[str, dict]:
     """:func:`run_behaviour` and :func:`action_gold_hits` of every ``<run>/predictions.jsonl``
     under ``runs_dir`` (the latest row of each question; a damaged file raises)."""
-    from .run import latest_rows
     out = {}
     for pred in sorted(Path(runs_dir).glob("*/predictions.jsonl")):
         rows = latest_rows(read_rows(pred), errors=False)

@@ -13,8 +13,8 @@ come from the folder names, so two runs of one method (an ablation and the full 
 collapse into one row even though both summaries say ``"method": "dynakrag"``.
 
 Everything here only reads: no function of this module writes a file (a torn last line of a
-predictions file is ignored, not cut; the writer in :mod:`dynakrag_lite.experiments.run` does that
-when it resumes).
+predictions file is ignored, not cut; the writer,
+:func:`dynakrag_lite.experiments.run.evaluate`, does that when it resumes).
 
 :func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
 arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),
@@ -43,7 +43,9 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from .run import SUMMARY_KEYS, latest_rows, read_predictions, row_diagnostics
+from .diagnostics import row_diagnostics
+from .folder import latest_rows, read_predictions
+from .run import SUMMARY_KEYS
 
 DEFAULT_ROOT = Path("results/experiments")
 ID_COLUMNS = ("dataset", "generator", "run")
@@ -185,7 +187,7 @@ def run_status(dataset: str, generator: str, run: str,
     (:func:`status_label`: :data:`NOT_RUN` without a predictions file, :data:`STARTED` with
     no answered question), ``answered`` (questions with a real row in predictions.jsonl),
     ``expected`` (questions requested, from summary.json; None when not recorded) and
-    ``complete``. Raises :class:`~dynakrag_lite.experiments.run.ResultsError` for a damaged
+    ``complete``. Raises :class:`~dynakrag_lite.experiments.folder.ResultsError` for a damaged
     predictions file."""
     return _state(dataset, generator, run, root)[1]
 
@@ -204,7 +206,7 @@ def load_predictions(dataset: str, generator: str, run: str,
     """The per-question records of one run: the latest line of each question id in
     predictions.jsonl (a retried question's success supersedes its error row). Error rows
     (``"error"`` column) are left out unless ``errors=True``. Never writes; raises
-    :class:`~dynakrag_lite.experiments.run.ResultsError` for a damaged file."""
+    :class:`~dynakrag_lite.experiments.folder.ResultsError` for a damaged file."""
     return pd.DataFrame(_latest(dataset, generator, run, root, errors))
 
 
@@ -220,7 +222,7 @@ def load_diagnostics(dataset: str, generator: str, run: str,
                      root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
     """One row per question of a run: stop reason, vetoes, sufficiency verdicts, parse
     fallbacks and action counts (``n_<action>``), as recorded in each row or derived from its
-    trace for older rows (see :mod:`dynakrag_lite.experiments.run`)."""
+    trace for older rows (see :mod:`dynakrag_lite.experiments.diagnostics`)."""
     recs = []
     for r in _latest(dataset, generator, run, root, errors=False):
         d = row_diagnostics(r)

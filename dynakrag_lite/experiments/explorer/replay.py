@@ -12,9 +12,9 @@ final answer.
 * :func:`sr_curve` -> SR before any step and after each step.
 * :func:`answer_from_record` -> :class:`AnswerView` (prediction vs gold answers, EM/F1).
 * :func:`load_records` / :func:`load_runs` / :func:`find_result_sets` read predictions files
-  (with :func:`dynakrag_lite.experiments.run.read_predictions`: a torn final line of a run still
-  writing is ignored, a bad line elsewhere raises
-  :class:`~dynakrag_lite.experiments.run.ResultsError` naming the file and line).
+  (with :func:`dynakrag_lite.experiments.folder.read_predictions`: a torn final line of a run
+  still writing is ignored, a bad line elsewhere raises
+  :class:`~dynakrag_lite.experiments.folder.ResultsError` naming the file and line).
 
 Rendering lives in :mod:`dynakrag_lite.experiments.explorer.render`, the widget in
 :mod:`dynakrag_lite.experiments.explorer.widget`; :mod:`dynakrag_lite.experiments.explorer` re-exports all three.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...data.corpus import normalize_title
-from ..run import is_error, read_predictions
+from ..folder import is_error, read_predictions
 
 __all__ = [
     "DocView", "OptionView", "StepView", "AnswerView", "n_gold_of", "steps_from_record",
