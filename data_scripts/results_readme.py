@@ -19,10 +19,10 @@ import pandas as pd
 
 from dynakrag_lite.experiments.diagnostics import diagnostics
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
-from dynakrag_lite.experiments.results import (MIN_GROUP_N, STARTED, TRANSFER_RUNS, best_baseline,
-                                   breakdown_table, is_partial, load_summaries, markdown_table,
-                                   paired_table, results_table, run_policy, run_status,
-                                   transfer_baselines, transfer_folder)
+from dynakrag_lite.experiments.breakdown import MIN_GROUP_N, breakdown_table
+from dynakrag_lite.experiments.results import (STARTED, TRANSFER_RUNS, best_baseline, is_partial,
+    load_summaries, markdown_table, paired_table, results_table, run_policy, run_status,
+    transfer_baselines, transfer_folder)
 from dynakrag_lite.storage import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1] / "results"

@@ -9,7 +9,8 @@ import pytest
 
 from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from dynakrag_lite.experiments.results import (SUMMARY_COLUMNS, load_predictions, load_summaries,
-                                   load_summary, paper_table, side_by_side)
+    load_summary)
+from dynakrag_lite.experiments.paper import paper_table, side_by_side
 
 
 def _write_run(root, dataset, generator, run, f1, tokens, method="dynakrag", n=2):
@@ -200,7 +201,7 @@ def test_paired_table_pairs_dynakrag_with_each_run_by_question():
 
 # -- breakdowns per question type and hop count -------------------------------------------
 def test_question_group_maps_types_and_folds_musique_hop_shapes():
-    from dynakrag_lite.experiments.results import UNTYPED, question_group
+    from dynakrag_lite.experiments.breakdown import UNTYPED, question_group
     assert question_group({"type": "bridge"}, "hotpotqa") == "bridge"
     assert question_group({"type": None}, "hotpotqa") == UNTYPED  # records without a type
     assert question_group({}, "hotpotqa") == UNTYPED
@@ -221,7 +222,7 @@ def _musique_rows(f1_2hop, f1_3hop, n2=12, n3=4):
 
 
 def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
-    from dynakrag_lite.experiments.results import breakdown_table
+    from dynakrag_lite.experiments.breakdown import breakdown_table
 
     def write(run, rows):
         d = tmp_path / "musique" / "g" / run
@@ -274,7 +275,8 @@ def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
 def test_breakdown_table_keeps_a_named_run_without_answers_as_a_row(tmp_path):
     """A chapter naming a run that was deleted for a re-run (or has just started) gets a row
     saying so, as ablation_table does, instead of FileNotFoundError."""
-    from dynakrag_lite.experiments.results import NOT_RUN, STARTED, breakdown_table
+    from dynakrag_lite.experiments.results import NOT_RUN, STARTED
+    from dynakrag_lite.experiments.breakdown import breakdown_table
     d = tmp_path / "musique" / "g"
     for run, rows in (("dynakrag", _musique_rows(1.0, 0.5)),
                       ("fixed_k3", _musique_rows(0.75, 0.5)), ("uniform", [])):
@@ -368,7 +370,8 @@ def test_paired_table_reports_a_run_it_cannot_pair_instead_of_raising(tmp_path):
 
 
 def test_ablation_table_keeps_a_missing_ablation_as_a_not_run_row(tmp_path):
-    from dynakrag_lite.experiments.results import ABLATION_RUNS, NOT_RUN, ablation_table
+    from dynakrag_lite.experiments.paper import ABLATION_RUNS, ablation_table
+    from dynakrag_lite.experiments.results import NOT_RUN
     _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 0.5) for i in range(4)])
     _run_folder(tmp_path, "dynakrag-cap1", [_q("q0", 0.25)], n_expected=4)
     _run_folder(tmp_path, "dynakrag-cap2", [_q("q0", 0.25)], dataset="musique")
@@ -429,7 +432,7 @@ def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_a
 def test_breakdown_table_pairs_a_run_named_generator_slash_run_from_another_folder(tmp_path):
     """A transferred run (its folder <A>-policy-<P>) is broken down against a baseline of the
     answer generator's own folder, named "<A>/<run>", paired per question across folders."""
-    from dynakrag_lite.experiments.results import breakdown_table
+    from dynakrag_lite.experiments.breakdown import breakdown_table
     for folder, f1 in (("big-policy-small/dynakrag", 1.0), ("big/fixed_k3", 0.75)):
         d = tmp_path / "musique" / folder
         d.mkdir(parents=True)

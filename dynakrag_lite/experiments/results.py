@@ -1,7 +1,10 @@
-"""Reading experiment results back, and the paper's reference numbers.
+"""Reading experiment results back: the runs' summaries and predictions, how far each run got,
+and the tables chapters 11b-14 print (results per run, paired comparisons per question,
+generator transfer, traces, stop-rule sweeps).
 
 Layout written by ``python -m dynakrag_lite evaluate --out ...`` (and by
-``data_scripts/run_experiments.py``)::
+``data_scripts/run_experiments.py``; the folder is
+:data:`dynakrag_lite.experiments.artifacts.EXPERIMENTS_DIR`)::
 
     results/experiments/<dataset>/<generator>/<run>/summary.json
     results/experiments/<dataset>/<generator>/<run>/predictions.jsonl
@@ -16,38 +19,38 @@ Everything here only reads: no function of this module writes a file (a torn las
 predictions file is ignored, not cut; the writer,
 :func:`dynakrag_lite.experiments.run.evaluate`, does that when it resumes).
 
-:func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
-arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),
-the ablation F1s, the retrieval-cap sweep and the GPT-4o-mini transfer F1. They are facts
-quoted from the paper, kept here so the book can put them next to ours.
-
 Runs are re-run and extended in place (a new policy, a larger evaluation split), so a run
 folder may be missing, just started or partial while the tables are rebuilt. Every table here
 says so (:func:`status_label`, :func:`run_status`): a partial run is labelled with how many
-questions it answered, paired comparisons use only the questions both runs answered and give
-that n, and a run that is not there gets a "not run yet" row rather than an exception or no
-row at all.
+questions it answered, paired comparisons (:mod:`dynakrag_lite.experiments.comparison`) use
+only the questions both runs answered and give that n, and a run that is not there gets a
+"not run yet" row rather than an exception or no row at all.
 
 :func:`stop_rule_table` turns the cross-validated stop-rule report of
 ``data_scripts/stop_rule.py`` (``results/diagnostics/<dataset>-<generator>-stop-rule.json``)
-into one tidy row per (stop rule, λ); :func:`~dynakrag_lite.figures.stop_rule_sweeps_figure`
-draws it.
+into one tidy row per (stop rule, λ);
+:func:`~dynakrag_lite.experiments.plots.stop_rule_sweeps_figure` draws it. The paper's own
+numbers, and our runs beside them, are :mod:`dynakrag_lite.experiments.paper`; the scores per
+question type and hop count are :mod:`dynakrag_lite.experiments.breakdown`.
 """
 from __future__ import annotations
 
 import json
 import math
-import re
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import pandas as pd
 
+from ..storage import sha256_file
+from .artifacts import EXPERIMENTS_DIR, POLICIES_DIR
+from .comparison import compare_runs, paired_rows
 from .diagnostics import row_diagnostics
 from .folder import latest_rows, read_predictions
 from .run import SUMMARY_KEYS
 
-DEFAULT_ROOT = Path("results/experiments")
+DEFAULT_ROOT = EXPERIMENTS_DIR
 ID_COLUMNS = ("dataset", "generator", "run")
 METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generator"))
 # errors: error rows (questions whose method raised); complete: every requested question
@@ -56,9 +59,6 @@ METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generato
 SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "n_expected", "status",
                                                  "command", "path")
 
-PAPER_CITATION = ("Wu et al. 2026, 'A Unified Framework for Learnable Evidence Control in "
-                  "Multi-Hop RAG', arXiv:2607.06507")
-DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
 def _find_root(root: str | Path) -> Path:
@@ -84,7 +84,6 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
     summary's path relative to ``root``. An empty DataFrame with these columns when nothing
     exists; unreadable summaries are skipped with a warning.
     """
-    import warnings
     base = _find_root(root)
     rows = []
     if base.is_dir():
@@ -163,9 +162,10 @@ def _answered(path: Path) -> list[dict]:
     return list(hit[2])
 
 
-def _state(dataset: str, generator: str, run: str, root: str | Path
-           ) -> tuple[list[dict], dict]:
-    """(answered rows, status record) of one run folder; see :func:`run_status`."""
+def read_run(dataset: str, generator: str, run: str, root: str | Path
+             ) -> tuple[list[dict], dict]:
+    """(answered rows, status record) of one run folder: the latest row of each question, error
+    rows left out, and :func:`run_status`'s record."""
     folder = _find_root(root) / dataset / generator / run
     rec = {"run": run, "status": NOT_RUN, "answered": 0, "expected": None, "complete": None}
     if not (folder / "predictions.jsonl").exists():
@@ -189,7 +189,7 @@ def run_status(dataset: str, generator: str, run: str,
     ``expected`` (questions requested, from summary.json; None when not recorded) and
     ``complete``. Raises :class:`~dynakrag_lite.experiments.folder.ResultsError` for a damaged
     predictions file."""
-    return _state(dataset, generator, run, root)[1]
+    return read_run(dataset, generator, run, root)[1]
 
 
 def load_summary(dataset: str, generator: str, run: str,
@@ -234,88 +234,12 @@ def load_diagnostics(dataset: str, generator: str, run: str,
     return pd.DataFrame(recs).fillna(0)
 
 
-# -- the paper's numbers ------------------------------------------------------------------
-# Table 1, Qwen2.5-7B-Instruct: (EM, F1, average tokens) per dataset.
-_TABLE1 = {
-    "Fixed-K": ((.3958, .5177, 1892), (.3177, .3757, 3089), (.1518, .2553, 2918)),
-    "IRCoT": ((.4339, .5617, 1724), (.3514, .4308, 2442), (.1862, .2889, 2110)),
-    "S2G-RAG": ((.4425, .5710, 2807), (.3818, .4621, 3544), (.1936, .2999, 3887)),
-    "CoRAG-s3": ((.4282, .5573, 2814), (.3490, .4273, 3676), (.1858, .2848, 3264)),
-    "Adaptive-RAG": ((.3862, .5042, 1596), (.2976, .3557, 2180), (.1647, .2579, 2160)),
-    "CRAG": ((.4181, .5445, 1720), (.3437, .4099, 2375), (.1676, .2740, 2480)),
-    "Self-Ask+Search": ((.4043, .5273, 3302), (.3494, .4345, 4566), (.1974, .2998, 4762)),
-    "DynaKRAG": ((.4732, .5998, 2373), (.4587, .5340, 3078), (.1986, .3061, 3082)),
-}
-# Our run name for the paper's methods we implement.
-RUN_OF_METHOD = {"Fixed-K": "fixed_k", "IRCoT": "ircot", "Self-Ask+Search": "self_ask",
-                 "DynaKRAG": "dynakrag"}
-# Ablations (Qwen, F1).
-_ABLATIONS = {
-    "full": ("dynakrag", (.5998, .5340, .3061)),
-    "no compression": ("dynakrag-no_compression", (.5826, .4963, .2978)),
-    "no sufficiency check": ("dynakrag-no_sufficiency", (.5835, .4623, .2800)),
-    "uniform-valid controller": ("uniform", (.5519, .4762, .2665)),
-    "retrieval cap 1": ("dynakrag-cap1", (.4938, .4111, .1970)),
-    "retrieval cap 2": ("dynakrag-cap2", (.5823, .5096, .2796)),
-    "retrieval cap 3": ("dynakrag-cap3", (.5996, .5340, .2641)),
-}
-_TRANSFER_GPT4O_MINI_F1 = (.6218, .6391, .3977)
-
-
-def paper_table(which: str = "main") -> pd.DataFrame:
-    """The paper's reported numbers (source: :data:`PAPER_CITATION`), in long form.
-
-    * ``"main"``: Table 1 with Qwen2.5-7B-Instruct; columns method, run (our run name or
-      None for methods we do not implement), dataset, em, f1, tokens_mean, generator.
-    * ``"ablations"``: F1 of the ablations and the retrieval-cap sweep; columns variant, run,
-      dataset, f1, generator.
-    * ``"transfer"``: DynaKRAG F1 with the Qwen-trained policy run unchanged on GPT-4o-mini,
-      next to the Qwen F1; columns method, run, dataset, generator, f1, policy_generator.
-    """
-    gen = "Qwen2.5-7B-Instruct"
-    if which == "main":
-        rows = [{"method": m, "run": RUN_OF_METHOD.get(m), "dataset": d, "em": v[0], "f1": v[1],
-                 "tokens_mean": float(v[2]), "generator": gen}
-                for m, vals in _TABLE1.items() for d, v in zip(DATASETS, vals)]
-    elif which == "ablations":
-        rows = [{"variant": name, "run": run, "dataset": d, "f1": f, "generator": gen}
-                for name, (run, vals) in _ABLATIONS.items() for d, f in zip(DATASETS, vals)]
-    elif which == "transfer":
-        rows = []
-        for d, f_q, f_g in zip(DATASETS, _ABLATIONS["full"][1], _TRANSFER_GPT4O_MINI_F1):
-            rows.append({"method": "DynaKRAG", "run": "dynakrag", "dataset": d,
-                         "generator": gen, "f1": f_q, "policy_generator": gen})
-            rows.append({"method": "DynaKRAG", "run": "dynakrag", "dataset": d,
-                         "generator": "GPT-4o-mini", "f1": f_g, "policy_generator": gen})
-    else:
-        raise ValueError(f"unknown table {which!r}; choose main, ablations or transfer")
-    df = pd.DataFrame(rows)
-    df.attrs["source"] = PAPER_CITATION
-    return df
-
-
-def side_by_side(ours: pd.DataFrame, dataset: str, metrics=("em", "f1", "tokens_mean")
-                 ) -> pd.DataFrame:
-    """Our rows of ``dataset`` (one per generator and run) joined with the paper's Table 1 row
-    of the same method (columns ``paper_<metric>``); runs the paper lacks get NaN there.
-    ``status`` (when ``ours`` has it, as :func:`load_summaries` gives it) follows ``n``, so a
-    partial run is read as one."""
-    paper = paper_table("main")
-    paper = paper[(paper.dataset == dataset) & paper.run.notna()]
-    paper = paper.rename(columns={m: f"paper_{m}" for m in metrics})[
-        ["run"] + [f"paper_{m}" for m in metrics]]
-    ids = ["generator", "run", "n"] + (["status"] if "status" in ours.columns else [])
-    mine = ours[ours.dataset == dataset][ids + list(metrics)]
-    return mine.merge(paper, on="run", how="left").sort_values(["generator", "run"]) \
-        .reset_index(drop=True)
-
-
 # Policies trained with other settings than the main one, saved beside it as
 # <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
 POLICY_VARIANT_SUFFIXES = ("-gain_stop",)
 
 
-def find_policies(dataset: str | None = None, root: str | Path = "results/policies",
+def find_policies(dataset: str | None = None, root: str | Path = POLICIES_DIR,
                   variants: bool = False) -> list[Path]:
     """Saved policies ``<root>/<dataset>-<generator>.joblib`` (all datasets when None); the
     variants (:data:`POLICY_VARIANT_SUFFIXES`) only with ``variants=True``."""
@@ -334,7 +258,6 @@ def run_policy(dataset: str, generator: str, run: str,
     ``root``) still holds that policy, ``"changed"`` when it holds another one (retrained after
     the run: the run's results are the earlier policy's), ``"missing"`` when there is no such
     file now. None for a run that records no policy (a baseline) or has no summary."""
-    from ..storage import sha256_file
     try:
         rec = load_summary(dataset, generator, run, root).get("policy")
     except (FileNotFoundError, ValueError):
@@ -501,10 +424,10 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
     ``"<base> not run yet"`` (or started) for the base, :data:`NO_COMMON` when they share no
     question. Only a damaged predictions file raises."""
     if runs is None:
-        runs = [r for r in _run_names(dataset, generator, root) if r != base]
-    base_run = _state(dataset, generator, base, root)
+        runs = [r for r in run_names(dataset, generator, root) if r != base]
+    base_run = read_run(dataset, generator, base, root)
     out = [{"run": run, **rec} for run in runs
-           for rec in _pair(base_run, _state(dataset, generator, run, root), metrics,
+           for rec in _pair(base_run, read_run(dataset, generator, run, root), metrics,
                             base, base)]
     cols = list(PAIRED_COLUMNS)
     return pd.DataFrame(out, columns=cols[:3] + [base] + cols[3:])
@@ -512,12 +435,11 @@ def paired_table(dataset: str, generator: str, base: str = "dynakrag",
 
 def _pair(a: tuple[list[dict], dict], b: tuple[list[dict], dict], metrics: Sequence[str],
           a_name: str, a_column: str) -> list[dict]:
-    """Run ``a`` against run ``b``, both as :func:`_state` gives them, paired per question:
+    """Run ``a`` against run ``b``, both as :func:`read_run` gives them, paired per question:
     one record per metric with n, the means (``a_column`` and ``other``), the difference
     a - b with its interval, p-value, wins, losses, verdict and ``status`` (of ``b``). A pair
     that cannot be made gives n 0, NaN numbers and the reason as the verdict (``a_name``
     prefixes the reason when ``a`` is the run that is missing)."""
-    from .comparison import compare_runs, paired_rows
     (a_rows, a_state), (b_rows, b_state) = a, b
     if not a_rows:
         why = f"{a_name} {a_state['status']}"
@@ -585,7 +507,7 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
     out = []
     for gen in transfers:
         answer, policy = transfer_folder(gen)
-        moved = _state(dataset, gen, "dynakrag", root)
+        moved = read_run(dataset, gen, "dynakrag", root)
         for comparison, whose, run in TRANSFER_COMPARISONS:
             if comparisons is not None and comparison not in comparisons:
                 continue
@@ -594,7 +516,7 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
                    "policy_generator": policy, "comparison": comparison,
                    "other_generator": other_gen, "other_run": run}
             out += [{**ids, **rec, "transferred_status": moved[1]["status"]}
-                    for rec in _pair(moved, _state(dataset, other_gen, run, root), metrics,
+                    for rec in _pair(moved, read_run(dataset, other_gen, run, root), metrics,
                                      "transferred dynakrag", "transferred")]
     return pd.DataFrame(out, columns=list(TRANSFER_PAIRED_COLUMNS))
 
@@ -620,44 +542,7 @@ def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:
     return f1[f1.n == f1.n.max()].sort_values("other", ascending=False).iloc[0]
 
 
-# The paper's ablation table, in its order: the full method, the component ablations, the
-# uniform-valid controller and the retrieval-cap sweep.
-ABLATION_RUNS = tuple(run for run, _ in _ABLATIONS.values())
-ABLATION_COLUMNS = ("variant", "run", "status", "n", "f1", "paper_f1", "em", "support_recall",
-                    "tokens_mean", "llm_calls_mean", "retrieval_calls_mean")
-
-
-def ablation_table(summaries: pd.DataFrame, dataset: str, generator: str,
-                   runs: Sequence[str] = ABLATION_RUNS) -> pd.DataFrame:
-    """One row per ablation run of ``dataset``/``generator`` in ``runs`` order, whether it
-    was run or not (columns :data:`ABLATION_COLUMNS`): ``variant`` is the paper's name of the
-    ablation, ``paper_f1`` its F1 in the paper (NaN for runs the paper lacks), ``status`` and
-    the metrics come from ``summaries`` (:func:`load_summaries`). A run without a summary
-    gets ``status`` :data:`NOT_RUN`, ``n`` 0 and NaN metrics: a missing ablation stays
-    visible instead of dropping out of the table."""
-    paper = paper_table("ablations")
-    paper = paper[paper.dataset == dataset].set_index("run")
-    mine = summaries[(summaries.dataset == dataset) & (summaries.generator == generator)]
-    mine = mine.set_index("run")
-    out = []
-    for run in runs:
-        rec = {"variant": paper.variant.get(run, run), "run": run,
-               "paper_f1": float(paper.f1.get(run, math.nan))}
-        if run in mine.index:
-            r = mine.loc[run]
-            status = r["status"] if "status" in mine.columns else status_label(
-                r["n"], r.get("n_expected"), r.get("complete"))
-            rec.update({k: r[k] for k in ABLATION_COLUMNS if k in r.index and k not in rec},
-                       status=status)
-        else:
-            rec.update(status=NOT_RUN, n=0)
-        out.append(rec)
-    df = pd.DataFrame(out, columns=list(ABLATION_COLUMNS))
-    df["n"] = df["n"].fillna(0).astype(int)
-    return df
-
-
-def _run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
+def run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
     """Run folders holding a predictions file, in :data:`RUN_ORDER` (then by name)."""
     folder = _find_root(root) / dataset / generator
     if not folder.exists():
@@ -665,122 +550,3 @@ def _run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
     order = {r: i for i, r in enumerate(RUN_ORDER)}
     return sorted((p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()),
                   key=lambda r: (order.get(r, len(order)), r))
-
-
-# -- breakdowns per question type and hop count ---------------------------------------------
-# The groups of each benchmark in reading order: the datasets' own question types, and
-# MuSiQue's hop shapes (2hop, 3hop1, 3hop2, 4hop1 ...) folded into their hop count, since the
-# shape variants split 100 questions into groups too small to read.
-QUESTION_GROUPS = {
-    "hotpotqa": ("bridge", "comparison"),
-    "2wikimultihopqa": ("compositional", "comparison", "bridge_comparison", "inference"),
-    "musique": ("2-hop", "3-hop", "4-hop"),
-}
-# Rows without a type: some HotpotQA records came from a source that did not keep it (see
-# ../shared/data/README.md); guessing it from the question would be a label we made up.
-UNTYPED = "untyped"
-MIN_GROUP_N = 10  # below this a group's mean or difference is reported but flagged
-BREAKDOWN_COLUMNS = ("run", "group", "n", "em", "f1", "support_recall", "too_few", "n_paired",
-                     "diff", "lo", "hi", "p_value", "verdict", "status")
-_HOPS = re.compile(r"^(\d+)hop")
-
-
-def question_group(row: Mapping, dataset: str) -> str:
-    """The breakdown group of a predictions row: its ``type`` for HotpotQA and
-    2WikiMultiHopQA, ``"<k>-hop"`` for MuSiQue (``"3hop2"`` -> ``"3-hop"``), :data:`UNTYPED`
-    when the row has no type."""
-    t = row.get("type")
-    if t is None or str(t).strip() == "":
-        return UNTYPED
-    t = str(t).strip()
-    m = _HOPS.match(t)
-    if m and dataset == "musique":
-        return f"{int(m.group(1))}-hop"
-    return t
-
-
-def _group_order(dataset: str, groups) -> list[str]:
-    known = QUESTION_GROUPS.get(dataset, ())
-    rank = {g: i for i, g in enumerate(known)}
-    # known groups first, then others by name, untyped last
-    return sorted(groups, key=lambda g: (g == UNTYPED, rank.get(g, len(rank)), g))
-
-
-def _mean(rows: Sequence[Mapping], key: str) -> float:
-    vals = [float(r[key]) for r in rows if r.get(key) is not None]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
-def _folder_run(generator: str, name: str) -> tuple[str, str]:
-    """(generator folder, run) of a run name: ``run`` of ``generator``'s folder, or
-    ``<other generator>/<run>`` (a run folder's name has no slash, so this is unambiguous)."""
-    other, sep, run = name.rpartition("/")
-    return (other, run) if sep else (generator, name)
-
-
-def breakdown_table(dataset: str, generator: str, runs: Sequence[str] | None = None,
-                    root: str | Path = DEFAULT_ROOT, base: str = "dynakrag",
-                    min_n: int = MIN_GROUP_N) -> pd.DataFrame:
-    """Each run's scores per question group (:func:`question_group`), and ``base`` against
-    every other run within each group.
-
-    One row per (run, group): ``n`` questions the run answered in the group (error rows left
-    out), mean ``em``, ``f1`` and ``support_recall``; for runs other than ``base`` (when
-    ``base`` has answered questions) ``n_paired`` (questions of the group both runs answered: a
-    partial run is compared on what it has), the F1 difference base - run ``diff``, its paired
-    bootstrap 95 % interval ``lo``/``hi``, the sign-flip permutation ``p_value`` and the
-    ``verdict`` (:func:`dynakrag_lite.experiments.comparison.compare_runs`). ``too_few`` flags rows whose
-    ``n`` or ``n_paired`` is below ``min_n``: their numbers are printed, not read, and their
-    verdict is ``"too few to read"``. ``status``: the run's :func:`status_label`.
-
-    A run (or ``base``) named ``<other generator>/<run>`` is read from that generator's folder
-    of ``dataset`` and paired per question across the two folders, as
-    :func:`transfer_paired_table` pairs a transferred run with the answer generator's
-    baselines. Runs default to every run folder, in table order (a folder with nothing
-    answered yet has no group, so no row). A run named in ``runs`` that has answered nothing
-    is one row, as a missing run in :func:`ablation_table`: group None, ``n`` 0, NaN numbers
-    and its status (:data:`NOT_RUN` without a folder, :data:`STARTED`) as verdict. Only a
-    damaged predictions file raises."""
-    from .comparison import compare_runs, paired_rows
-    named = runs is not None
-    runs = list(_run_names(dataset, generator, root) if runs is None else runs)
-    # base is compared against even when not listed; a base with no answers pairs nothing
-    states = {r: _state(dataset, *_folder_run(generator, r), root)
-              for r in dict.fromkeys([*runs, base])}
-    by_group = {r: {} for r in states}
-    for r, (rs, _) in states.items():
-        for row in rs:
-            by_group[r].setdefault(question_group(row, dataset), []).append(row)
-    groups = _group_order(dataset, {g for d in by_group.values() for g in d})
-    out = []
-    for run in runs:
-        status = states[run][1]["status"]
-        if not by_group[run] and named:  # asked for by name: said so, not dropped
-            out.append({"run": run, "group": None, "n": 0, "em": math.nan, "f1": math.nan,
-                        "support_recall": math.nan, "too_few": True, "n_paired": None,
-                        "diff": math.nan, "lo": math.nan, "hi": math.nan,
-                        "p_value": math.nan, "verdict": status, "status": status})
-            continue
-        for g in groups:
-            mine = by_group[run].get(g, [])
-            if not mine:
-                continue
-            rec = {"run": run, "group": g, "n": len(mine), "em": _mean(mine, "em"),
-                   "f1": _mean(mine, "f1"), "support_recall": _mean(mine, "support_recall"),
-                   "too_few": len(mine) < min_n, "n_paired": None, "diff": math.nan,
-                   "lo": math.nan, "hi": math.nan, "p_value": math.nan, "verdict": "",
-                   "status": status}
-            if run != base and by_group[base]:
-                theirs = by_group[base].get(g, [])
-                if paired_rows(theirs, mine):
-                    d = compare_runs(theirs, mine, ("f1",))["f1"]
-                    rec.update(n_paired=d.n, diff=d.diff, lo=d.lo, hi=d.hi,
-                               p_value=d.p_value, verdict=d.verdict)
-                else:  # no question of this group in both runs (a run just started)
-                    rec["n_paired"] = 0
-                if rec["n_paired"] < min_n:
-                    rec.update(too_few=True, verdict="too few to read")
-            out.append(rec)
-    df = pd.DataFrame(out, columns=list(BREAKDOWN_COLUMNS))
-    df["n_paired"] = df["n_paired"].astype("Int64")  # None for the base run's own rows
-    return df

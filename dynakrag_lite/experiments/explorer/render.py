@@ -238,7 +238,7 @@ def render_comparison_html(rec_a: Mapping | None, rec_b: Mapping | None,
 def plot_sr_curve(records: Mapping[str, Mapping] | Iterable[Mapping], ax=None):
     """SR after each step for several methods on one question (``{method: record}`` or a list
     of records labelled by their ``method``). Step 0 is s0 (SR 0)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: the HTML views need no plot
     items = list(records.items()) if isinstance(records, Mapping) else \
         [(r.get("method", f"run {i}"), r) for i, r in enumerate(records)]
     if ax is None:

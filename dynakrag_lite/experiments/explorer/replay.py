@@ -1,8 +1,8 @@
 """Replay: a predictions.jsonl record turned into steps (no widgets, no HTML, no kernel).
 
 A record (one line of ``results/experiments/<dataset>/<generator>/<run>/predictions.jsonl``,
-built by :func:`dynakrag_lite.experiments.run.score`) holds the whole trajectory of one method on
-one question: at every step the valid set A(s), the chooser's numbers for each valid action,
+built by :func:`dynakrag_lite.experiments.run.score`) holds the whole trajectory of one method
+on one question: at every step the valid set A(s), the chooser's numbers for each valid action,
 the chosen action, the documents it brought, the gap and the sufficiency verdict; then the
 final answer.
 
@@ -17,7 +17,8 @@ final answer.
   :class:`~dynakrag_lite.experiments.folder.ResultsError` naming the file and line).
 
 Rendering lives in :mod:`dynakrag_lite.experiments.explorer.render`, the widget in
-:mod:`dynakrag_lite.experiments.explorer.widget`; :mod:`dynakrag_lite.experiments.explorer` re-exports all three.
+:mod:`dynakrag_lite.experiments.explorer.widget`; :mod:`dynakrag_lite.experiments.explorer`
+gathers the public names of all three.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...data.corpus import normalize_title
+from ..artifacts import EXPERIMENTS_DIR
 from ..folder import is_error, read_predictions
 
 __all__ = [
@@ -237,7 +239,7 @@ def load_runs(root: str | Path, runs: Sequence[str] | None = None) -> dict[str, 
     return out
 
 
-def find_result_sets(root: str | Path = "results/experiments",
+def find_result_sets(root: str | Path = EXPERIMENTS_DIR,
                      need: Sequence[str] = ("dynakrag",)) -> list[Path]:
     """``<dataset>/<generator>`` folders under ``root`` that have every run in ``need``."""
     root = Path(root)

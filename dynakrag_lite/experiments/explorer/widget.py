@@ -103,7 +103,7 @@ class Explorer:
 
     # -- widget
     def _build(self):
-        import ipywidgets as w
+        import ipywidgets as w  # heavy optional dependency
         opts = [(self.question_label(q), q) for q in self.question_ids]
         self.w_question = w.Dropdown(options=opts, value=self.default_question(),
                                      description="question", layout=w.Layout(width="95%"))
@@ -151,11 +151,11 @@ class Explorer:
         return self._widget
 
     def display(self) -> None:
-        from IPython.display import display
+        from IPython.display import display  # heavy optional dependency
         display(self)
 
     def _ipython_display_(self) -> None:
-        from IPython.display import HTML, display
+        from IPython.display import HTML, display  # heavy optional dependency
         display(self.widget)
         display(HTML('<details open><summary style="color:#666;font-size:12px">static view '
                      '(full trajectory; shown without a live kernel too)</summary>'
