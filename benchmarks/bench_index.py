@@ -1,6 +1,6 @@
 """FAISS index kinds on a synthetic corpus: build time, size on disk, memory, query latency and
 recall@10 against exact (flat) search, through the library's own index code
-(:func:`dynakrag_lite.retriever.build_index`, ``write_index_atomic``, ``read_index``).
+(:func:`dynakrag_lite.ann.build_index`, ``write_index_atomic``, ``read_index``).
 
     python benchmarks/bench_index.py                 # 1,000,000 x 384: Flat, IVF4096,PQ48, HNSW32
     python benchmarks/bench_index.py --n 20000 --factories "IVF64,PQ16;HNSW32" \\
@@ -144,7 +144,7 @@ def _peak_rss_mb() -> float:
 
 def build_worker(vec_path: str, factory: str | None, index_path: str, opts: dict) -> dict:
     import faiss
-    from dynakrag_lite.retriever import build_index, write_index_atomic
+    from dynakrag_lite.ann import build_index, write_index_atomic
     faiss.omp_set_num_threads(opts["build_threads"])
     vecs = np.load(vec_path, mmap_mode="r")  # read back in chunks by build_index
     _reset_peak()
@@ -165,7 +165,7 @@ def build_worker(vec_path: str, factory: str | None, index_path: str, opts: dict
 def search_worker(index_path: str, query_path: str, ids_path: str, mmap: bool,
                   opts: dict) -> dict:
     import faiss
-    from dynakrag_lite.retriever import read_index, set_search_params
+    from dynakrag_lite.ann import read_index, set_search_params
     faiss.omp_set_num_threads(opts["threads"])
     queries = np.load(query_path)
     rss0 = _rss_mb()
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     factories = [None] + [f for f in factories if f.lower() != "flat"]
 
     import faiss
-    from dynakrag_lite.retriever import make_index
+    from dynakrag_lite.ann import make_index
     for f in factories:  # a typo fails now, not after generating and building
         make_index(args.dim, f)
 

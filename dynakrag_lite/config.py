@@ -1,15 +1,21 @@
-"""Budgets, switches and the environment the actions run in.
+"""Budgets, switches and the environment the actions run in (chapters 4-5).
 
 :class:`ControlConfig` holds the paper's budgets (top-3 new documents per retrieval action,
 at most 12 documents and 4 steps, optional retrieval cap) and the ablation switches.
-:class:`Environment` carries what actions use but a state must not hold: the retriever, the
-generator and the config. Gold labels are never in either.
+:class:`Environment` carries what actions use but a state must not hold, as loaded objects
+(never paths): the retriever, the generator, the config, the learned sufficiency estimator and
+the extractive compressor (:func:`dynakrag_lite.pipeline.build_setup` loads them once). Gold
+labels are never in either.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from .compression import ExtractiveCompressor
 from .generators.base import Generation, Generator
+from .retriever import Retriever
+from .state import EvidenceState
 
 
 @dataclass(frozen=True)
@@ -29,11 +35,10 @@ class ControlConfig:
     use_spacy: bool = True
     # Terminal compression (see dynakrag_lite.compression): "llm" (the paper's: the generator
     # copies snippets, each validated against the documents) or "extractive" (a learned sentence
-    # selector saved at selector_path, no LLM call). Fewer than min_valid_snippets valid
+    # selector, Environment.compressor, no LLM call). Fewer than min_valid_snippets valid
     # snippets, or snippets from fewer than min_snippet_docs documents on a state holding that
     # many: the answer reads the documents instead.
     compressor: str = "llm"
-    selector_path: str | None = None
     min_valid_snippets: int = 1
     min_snippet_docs: int = 2
     # The sufficiency probe's signal (see dynakrag_lite.sufficiency): "text" (the parsed reply,
@@ -54,13 +59,22 @@ class ControlConfig:
         return cls(**kw)
 
 
+class StateEstimator(Protocol):
+    """The fitted estimator of a "learned" sufficiency signal
+    (:class:`dynakrag_lite.sufficiency.SufficiencyEstimator`): P(sufficient | state)."""
+
+    def predict_state(self, state: EvidenceState) -> float: ...
+
+
 @dataclass
 class Environment:
-    retriever: object  # dynakrag_lite.retriever.Retriever
+    retriever: Retriever
     generator: Generator | None
     config: ControlConfig = field(default_factory=ControlConfig)
-    # The fitted estimator of a "learned" sufficiency signal (sufficiency.SufficiencyEstimator).
-    sufficiency_estimator: object | None = None
+    # Set by SufficiencySignal.configure for the "learned" signal, else None.
+    sufficiency_estimator: StateEstimator | None = None
+    # The extractive compressor (config.compressor == "extractive"), else None.
+    compressor: ExtractiveCompressor | None = None
 
     def generate(self, messages, max_tokens: int) -> Generation:
         if self.generator is None:

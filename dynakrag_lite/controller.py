@@ -1,4 +1,5 @@
-"""The control loop (paper, Algorithm 1) and the result record every method returns.
+"""The control loop (paper, Algorithm 1; chapter 9) and the result record every method
+returns.
 
     s <- s0
     while not stopped:
@@ -107,8 +108,7 @@ def finish(state: EvidenceState, env: Environment, trace: list[StepTrace],
         snippets = comp.snippets
         trace.append(StepTrace(step=len(before.history), action="compress_answer_evidence",
                                valid=("compress_answer_evidence",), scores={}, added=(),
-                               note=getattr(comp, "note", "") or f"{len(snippets)} snippets",
-                               compression=getattr(comp, "stats", None)))
+                               note=comp.note, compression=comp.stats))
     state, prediction, _ = answer(state, env, snippets)
     return state, prediction, snippets
 

@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .prompts import split_sentences
+from .text import split_sentences
 
 __all__ = ["Demonstration", "Demonstrations", "DemoLeakError", "SelfAskDemo",
            "SELF_ASK_DEMOS", "build_ircot_demos", "template_chain", "check_disjoint"]

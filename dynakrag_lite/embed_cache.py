@@ -1,8 +1,10 @@
-"""Persistent SQLite cache of embedder calls (query and sentence encodes).
+"""Persistent SQLite cache of embedder calls (query and sentence encodes); no chapter
+teaches it, chapter 2's retriever goes through it.
 
-A warm re-run of an experiment replays its LLM calls from :mod:`dynakrag_lite.generators.cache`, but it
-would still encode every query and every sentence the extractive compressor scores. This cache
-stores what the embedder returned, so a re-run reads the vectors instead of loading the model.
+A warm re-run of an experiment replays its LLM calls from
+:mod:`dynakrag_lite.generators.cache`, but it would still encode every query and every sentence
+the extractive compressor scores. This cache stores what the embedder returned, so a re-run
+reads the vectors instead of loading the model.
 
 Exactness. Sentence-transformers pads each batch to its longest text, and the padded length
 changes the last bits of the other texts' vectors (measured: up to 1.3e-7 between a text

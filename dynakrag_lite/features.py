@@ -1,4 +1,5 @@
-"""phi(s, a): the features the value model sees, computed from the observable state only.
+"""phi(s, a): the features the value model sees, computed from the observable state only
+(chapter 8).
 
 The paper's feature families: question length and shape; number of documents and of distinct
 titles; frontier position; retrieval-score statistics; lexical question-evidence overlap;
@@ -10,36 +11,25 @@ has none. :data:`FEATURE_DESCRIPTIONS` says in one line what each named feature 
 """
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
 import numpy as np
 
 from .state import ACTIONS, LLM_ACTIONS, RETRIEVAL_ACTIONS, EvidenceState
+from .text import ascii_words, feature_content_words
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOPWORDS = frozenset(
-    "a an the of in on at to for by with from and or is was were are be been who what which "
-    "when where why how whose whom did does do that this it its as than same both".split())
 _COMPARE = frozenset("which both same older younger first earlier later longer shorter larger "
                      "smaller more less than or".split())
 WH_WORDS = ("what", "who", "which", "when", "where", "how", "yesno", "other")
 _YESNO = ("is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have")
 
 
-@lru_cache(maxsize=65536)
-def content_words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
-
-
 def question_shape(question: str) -> dict[str, float]:
     words = question.split()
     first = words[0].lower() if words else ""
     wh = first if first in WH_WORDS else ("yesno" if first in _YESNO else "other")
-    toks = set(_WORD.findall(question.lower()))
+    toks = set(ascii_words(question))
     return {
         "q_len": float(len(words)),
-        "q_content_words": float(len(content_words(question))),
+        "q_content_words": float(len(feature_content_words(question))),
         "q_capitalized": float(sum(1 for w in words[1:] if w[:1].isupper())),
         "q_compare_words": float(len(toks & _COMPARE)),
         "q_of_count": float(question.lower().split().count("of")),
@@ -48,23 +38,20 @@ def question_shape(question: str) -> dict[str, float]:
     }
 
 
-def _gates(suff) -> bool:
-    return bool(getattr(suff, "gates", True))
-
-
 def state_features(state: EvidenceState) -> dict[str, float]:
     """Features of s alone (shared by every action's phi(s, a) and by the continuation model)."""
     f = question_shape(state.question)
     scores = [d.score for d in state.docs]
-    qw = content_words(state.question)
-    ev = frozenset().union(*(content_words(d.title + " " + d.text) for d in state.docs)) \
+    qw = feature_content_words(state.question)
+    ev = frozenset().union(*(feature_content_words(d.title + " " + d.text) for d in state.docs)) \
         if state.docs else frozenset()
-    per_doc = [len(qw & content_words(d.title + " " + d.text)) / max(1, len(qw))
+    per_doc = [len(qw & feature_content_words(d.title + " " + d.text)) / max(1, len(qw))
                for d in state.docs]
     last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs),
                                                           default=-1)]
     ranking = state.initial_ranking or ()
     suff = state.sufficiency
+    gap_words = feature_content_words(state.gap)
     f.update({
         "n_docs": float(len(state.docs)),
         "n_titles": float(len(state.title_keys)),
@@ -86,13 +73,12 @@ def state_features(state: EvidenceState) -> dict[str, float]:
         "n_bridges_expanded": float(len(state.expanded_bridges)),
         "suff_none": float(suff is None),
         # A verdict that gates nothing (its signal is at chance) is not shown either.
-        "suff_yes": float(suff is not None and _gates(suff) and suff.sufficient),
-        "suff_no": float(suff is not None and _gates(suff) and not suff.sufficient),
+        "suff_yes": float(suff is not None and suff.gates and suff.sufficient),
+        "suff_no": float(suff is not None and suff.gates and not suff.sufficient),
         "suff_stale": float(suff is not None and suff.doc_ids != state.doc_ids),
         "gap_present": float(bool(state.gap.strip())),
         "gap_len": float(len(state.gap.split())),
-        "gap_overlap_q": len(content_words(state.gap) & qw) / max(1, len(content_words(state.gap)))
-        if state.gap else 0.0,
+        "gap_overlap_q": len(gap_words & qw) / max(1, len(gap_words)) if state.gap else 0.0,
         "tokens_so_far": float(state.ledger.tokens),
         "retrieval_calls": float(state.ledger.retrieval_calls),
         **{f"count_{a}": float(state.count(a)) for a in ACTIONS},

@@ -1,19 +1,25 @@
 """One call from a dataset name to a ready environment (questions, corpus, retriever,
-generator, budgets): what the CLI, the experiments and every chapter start from.
+generator, budgets, and the extractive compressor when asked for): what the CLI, the
+experiments and every chapter start from (chapter 4 first).
 
     setup = build_setup("hotpotqa", generator="qwen2.5-coder-0.5b")
     setup.env, setup.questions, setup.train, setup.eval
+
+Everything the environment needs is loaded here, once: the actions never read a file.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
+from .compression import ExtractiveCompressor, SentenceSelector, load_selector
 from .config import ControlConfig, Environment
 from .data.corpus import Corpus
 from .data.schema import Question
 from .data.sources import load_dataset, split_questions
-from .retriever import DEFAULT_EF_SEARCH, DEFAULT_EMBEDDER, DEFAULT_NPROBE, DenseRetriever
+from .generators.spec import make_generator
+from .retriever import DEFAULT_EMBEDDER, DenseRetriever
 
 QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: quick mode, tests
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # the experiments' generator on 2 CPU cores
@@ -33,6 +39,19 @@ class Setup:
         return self.env.retriever
 
 
+def extractive_compressor(selector: SentenceSelector, retriever: DenseRetriever
+                          ) -> ExtractiveCompressor:
+    """The extractive compressor of ``selector`` with the retriever's embedder for its
+    embedding features, through the persistent embedding cache (a re-run reads the vectors
+    its first run computed, bit for bit, instead of re-encoding every sentence). ValueError
+    when the selector was trained with another embedder."""
+    want, have = selector.meta.get("embedder"), retriever.embedder_name
+    if selector.meta.get("use_embeddings") and want and have and want != have:
+        raise ValueError(f"the sentence selector was trained with embedder {want!r}, the "
+                         f"retriever uses {have!r}")
+    return ExtractiveCompressor(selector, retriever.encode_cached)
+
+
 def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATOR,
                 config: ControlConfig | None = None, data_dir: str | Path | None = None,
                 embedder: str = DEFAULT_EMBEDDER, n_eval: int = 100, split_seed: int = 0,
@@ -40,14 +59,19 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                 cache: bool | str = True, index_dir: str | Path | None = None,
                 index_factory: str | None = None, index_mmap: bool = False,
                 nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH,
-                vectors_path: str | Path | None = None) -> Setup:
+                vectors_path: str | Path | None = None,
+                selector: str | Path | None = None) -> Setup:
     """Load ``dataset`` (a name or a path), pool its corpus (or read ``corpus_file``), index it
     (loaded from disk when built before), load the generator (None: retrieval only) and split
     the questions into disjoint train/eval parts exactly as the CLI does.
 
-    ``index_factory``, ``index_mmap`` (:class:`DenseRetriever`'s ``mmap``), ``nprobe``,
-    ``ef_search`` and ``vectors_path`` are the retriever's large-corpus options; their defaults
-    give the exact flat index every earlier run used."""
+    ``selector``: a sentence selector file (:func:`~dynakrag_lite.compression.load_selector`,
+    checked against its folder's manifest), loaded once into ``env.compressor``
+    (:func:`extractive_compressor`); the config must then say ``compressor="extractive"`` for
+    the actions to use it. ``index_factory``, ``index_mmap`` (:class:`DenseRetriever`'s
+    ``mmap``), ``nprobe``, ``ef_search`` and ``vectors_path`` are the retriever's large-corpus
+    options (:mod:`dynakrag_lite.ann`); their defaults give the exact flat index every earlier
+    run used."""
     questions = load_dataset(dataset, data_root=data_dir)
     name = questions[0].dataset
     corpus = Corpus.from_jsonl(corpus_file) if corpus_file else \
@@ -56,10 +80,9 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                                show_progress=show_progress, index_factory=index_factory,
                                mmap=index_mmap, nprobe=nprobe, ef_search=ef_search,
                                vectors_path=vectors_path)
-    gen = None
-    if generator:
-        from .generators.base import make_generator
-        gen = make_generator(generator, cache=cache)
-    env = Environment(retriever, gen, config or ControlConfig.for_dataset(name))
+    compressor = extractive_compressor(load_selector(selector), retriever) if selector else None
+    gen = make_generator(generator, cache=cache) if generator else None
+    env = Environment(retriever, gen, config or ControlConfig.for_dataset(name),
+                      compressor=compressor)
     train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
     return Setup(name, questions, corpus, env, train, evals)

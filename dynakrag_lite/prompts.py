@@ -1,4 +1,4 @@
-"""Every prompt template of the project, and the parsers of the model's replies.
+"""Every prompt template of the project, and the parsers of the model's replies (chapter 3).
 
 The paper released no prompts; these are ours. Two layout rules:
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .generators.base import Message
+from .text import split_sentences
 
 SYSTEM = ("You answer multi-hop questions using the numbered documents you are given. "
           "Be brief and precise.")
@@ -286,29 +287,6 @@ def wiki_paragraphs(paragraphs: Sequence, max_chars: int | None = None) -> str:
         title, text = (p if isinstance(p, tuple) else (p.title, p.text))
         parts.append(f"Wikipedia Title: {title}\n{_clip(text, max_chars)}")
     return "\n\n".join(parts) if parts else "(no paragraphs)"
-
-
-# Sentence boundary: end punctuation, space, then an opening capital/quote/bracket/digit. Not
-# after an initial or a common abbreviation ('J. R. R. Tolkien', 'St. Louis', 'U.S. Army').
-_ABBREV = re.compile(r"(?:\b[A-Z]|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Mt|Ft|Gen|Col|Lt|Sgt|Capt|Rev|"
-                     r"Prof|Inc|Ltd|Co|No|vs|etc|U\.S|U\.K|D\.C))\.$")
-_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of one line of prose (a simple rule-based splitter, no model)."""
-    text = " ".join(text.split())
-    out, start = [], 0
-    for m in _BOUNDARY.finditer(text):
-        head = text[start:m.start()].rstrip("\"')]")
-        if _ABBREV.search(head):
-            continue
-        out.append(text[start:m.start()].strip() if text[m.start()] == " "
-                   else text[start:m.end()].strip())
-        start = m.end()
-    if text[start:].strip():
-        out.append(text[start:].strip())
-    return [s for s in out if s]
 
 
 def _chain_turns(chain: Sequence[str]) -> list[Message]:

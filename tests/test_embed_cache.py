@@ -195,16 +195,15 @@ def test_disabled_cache_encodes_and_writes_no_file(library_corpus, library_retri
     assert not (private_cache / "embeddings.sqlite").exists()
 
 
-def test_extractive_compressor_encodes_through_the_cache(library_retriever, monkeypatch):
-    from dynakrag_lite import actions
+def test_extractive_compressor_encodes_through_the_cache(library_retriever):
     from dynakrag_lite.compression import SentenceSelector
-    from dynakrag_lite.config import ControlConfig, Environment
+    from dynakrag_lite.pipeline import extractive_compressor
     sel = SentenceSelector(object(), meta={"use_embeddings": True,
                                            "embedder": library_retriever.embedder_name})
-    monkeypatch.setattr(actions, "load_selector", lambda path: sel)
-    env = Environment(library_retriever, None,
-                      ControlConfig(compressor="extractive", selector_path="sel.joblib"))
-    assert actions.extractive_compressor(env).encode == library_retriever.encode_cached
+    assert extractive_compressor(sel, library_retriever).encode == library_retriever.encode_cached
+    other = SentenceSelector(object(), meta={"use_embeddings": True, "embedder": "other-model"})
+    with pytest.raises(ValueError, match="trained with embedder 'other-model'"):
+        extractive_compressor(other, library_retriever)
 
 
 # -- scikit-learn's OpenMP threads (the sentence selector) -----------------------------------

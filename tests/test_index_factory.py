@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from dynakrag_lite import retriever as retriever_mod
+from dynakrag_lite.ann import (build_index, iter_chunks, read_index, training_sample,
+                               write_index_atomic)
 from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
-from dynakrag_lite.retriever import (DenseRetriever, build_index, iter_chunks, read_index,
-                                     resolve_embedder, training_sample, write_index_atomic)
+from dynakrag_lite.retriever import DenseRetriever, resolve_embedder
 
 from helpers import HashEmbedder, require_modules
 

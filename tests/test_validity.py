@@ -1,7 +1,7 @@
 """One test per validity rule of A(s) (paper Table 5 and our documented readings)."""
 from dataclasses import replace
 
-from dynakrag_lite.actions import ControlConfig
+from dynakrag_lite.config import ControlConfig
 from dynakrag_lite.state import (EvidenceState, Ledger, RankedEntry, RetrievedDoc, Sufficiency,
                                  initial_state)
 from dynakrag_lite.validity import valid_actions

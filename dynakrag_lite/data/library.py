@@ -37,162 +37,21 @@ Determinism
 from __future__ import annotations
 
 import random
-import re
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
+from ..text import content_words
+from .library_world import (BAND_NOUNS, BOOK_PATTERNS, COMPANY_KIND, FILM_PATTERNS, GENRES,
+                            INSTRUMENTS, MONTHS, OCCUPATIONS, PRODUCT_PATTERNS, PRONOUNS,
+                            SONG_PATTERNS, STUDIO_KIND, World, with_article)
 from .schema import Paragraph, Question
 
-__all__ = ["build_library", "library_corpus_note", "content_words"]
-
-# ---------------------------------------------------------------------------------------------
-# Name generation: syllable soup, checked for uniqueness.
-
-_ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "r",
-           "s", "sk", "st", "t", "th", "v", "z", "c", "j")
-_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ou")
-_CODAS = ("", "", "", "n", "r", "l", "s", "m", "th", "v", "nd", "sk")
-_SOFT_CODAS = ("", "", "", "", "n", "r", "l")
-_TOWN_SUFFIX = ("ford", "mere", "wick", "dale", "haven", "holm", "stead", "by", "brook")
-_COUNTRY_SUFFIX = ("ia", "land", "ora", "avia", "esh", "onia", "ary")
-_COMPANY_KIND = (("Motors", "touring cars"), ("Textiles", "woollen cloth"),
-                 ("Foods", "tinned fish"), ("Instruments", "precision scales"),
-                 ("Cycleworks", "bicycles"), ("Ceramics", "glazed tiles"))
-_STUDIO_KIND = ("Pictures", "Films", "Studios", "Cinema")
-_FILM_PATTERNS = ("The Lantern of {s}", "Winter in {s}", "Return to {s}", "The {s} Affair",
-                  "A Harvest for {s}", "The Mirror of {s}", "Last Train to {s}")
-_BAND_NOUNS = ("Sparrows", "Lanterns", "Orchards", "Tides", "Engines", "Foxes", "Mirrors")
-_BOOK_PATTERNS = ("The Salt Road to {s}", "Letters from {s}", "The Clockmaker of {s}",
-                  "Autumn at {s}", "The {s} Ledger")
-_SONG_PATTERNS = ("Lullaby for {s}", "The {s} Waltz", "Rain over {s}", "{s} by Night")
-_PRODUCT_PATTERNS = ("{s} Roadster", "{s} Mk II", "{s} Tourer", "{s} 300")
-_GENRES = ("folk-rock", "post-punk", "synth-pop", "bluegrass", "shoegaze", "jazz-funk")
-_INSTRUMENTS = ("cello", "accordion", "banjo", "oboe", "harp", "mandolin", "trombone",
-                "clarinet")
-_OCCUPATIONS = ("painter", "engineer", "cartographer", "chemist", "architect", "diplomat",
-                "carpenter", "novelist")
-_INDUSTRIES = ("fishing", "wool", "glassmaking", "timber", "salt mining", "boatbuilding")
-_EXPORTS = ("copper and rye", "amber and timber", "wool and cheese", "salt and tin")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December")
-
-# Filler sentences: neutral facts that pad a paragraph to 2-4 sentences.
-_FILLERS: dict[str, tuple[str, ...]] = {
-    "person": (
-        "{Pron} trained as a bookbinder before changing careers.",
-        "{Pron} is known for a long-running radio programme about coastal birds.",
-        "In {year} {pron} received a regional prize for public service.",
-        "{Pron} keeps a small orchard and writes a weekly newspaper column.",
-        "{Pron} spent several winters teaching evening classes in carpentry.",
-        "Colleagues describe {obj} as meticulous and quietly funny.",
-        "{Pron} speaks four languages and collects antique maps.",
-    ),
-    "town": (
-        "It has a population of about {pop}.",
-        "Its old market hall dates from {year}.",
-        "The local economy relies on {industry}.",
-        "A narrow-gauge railway reached the settlement in {year}.",
-        "A lantern festival is held there every autumn.",
-    ),
-    "country": (
-        "It is a parliamentary republic of about {mil} million people.",
-        "Its main exports are {exports}.",
-        "It adopted its present constitution in {year}.",
-    ),
-    "river": (
-        "Its basin is known for {industry}.",
-        "Several stone bridges built before {year} still cross it.",
-        "Its upper course freezes for part of the winter.",
-    ),
-    "label": (
-        "Its catalogue lists more than {n} releases.",
-        "The label is known for reissuing out-of-print folk recordings.",
-        "It moved into a converted warehouse in {year}.",
-    ),
-    "studio": (
-        "It employs around {n} people.",
-        "Its back lot was rebuilt after a fire in {year}.",
-    ),
-    "film": (
-        "It premiered at a regional festival in {year}.",
-        "The film runs for {mins} minutes.",
-        "Critics praised its cinematography.",
-    ),
-    "band": (
-        "Their debut album appeared in {year}.",
-        "They have toured widely since {year}.",
-        "The group has released {small} studio albums.",
-    ),
-    "company": (
-        "The firm employs around {n} people.",
-        "Its annual report for {year} showed its highest profits to date.",
-        "It opened a second plant in {year}.",
-    ),
-    "product": (
-        "Production began in {year}.",
-        "About {n} units were sold in the first year.",
-    ),
-    "book": (
-        "It was shortlisted for a regional fiction prize in {year}.",
-        "It has been translated into {small} languages.",
-    ),
-    "song": (
-        "It was later covered by several choirs.",
-        "It became a minor radio hit in {year}.",
-    ),
-    "mountain": (
-        "Its first recorded ascent was in {year}.",
-        "Its slopes are covered in pine forest.",
-    ),
-    "landmark": (
-        "It was restored in {year}.",
-        "It is a protected monument.",
-        "Visitors can reach it by a footpath from the nearest village.",
-    ),
-    "academy": (
-        "It enrols about {n} students.",
-        "Its library holds a notable collection of early maps.",
-    ),
-}
-_PRONOUNS = {"he": {"pron": "he", "Pron": "He", "obj": "him", "poss": "his"},
-             "she": {"pron": "she", "Pron": "She", "obj": "her", "poss": "her"}}
-
-# Words a generated name must never equal (template vocabulary), so names stay names.
-_RESERVED = frozenset(re.findall(r"[a-z]+", " ".join(
-    [s for pool in _FILLERS.values() for s in pool]
-    + list(_GENRES) + list(_INSTRUMENTS) + list(_OCCUPATIONS) + list(_INDUSTRIES)
-    + ["born", "town", "river", "founder", "native", "country", "capital", "sea", "mount",
-       "records", "studios", "bridge", "lake", "valley", "company", "film", "band", "play",
-       "lead", "singer", "author", "study", "spouse", "married", "flows", "into", "same"]
-).lower()))
-
-# Question words that carry no topic (for the lexical-overlap design check).
-_STOPWORDS = frozenset("""a an the of in on at to for by and or is was were are be been does
-did do which what who whom where when how that this it its as with from into than his her he
-she their they""".split())
-
-
-def content_words(text: str) -> list[str]:
-    """Lowercased topical words of ``text`` (stopwords removed), in order of appearance."""
-    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS]
+__all__ = ["build_library", "library_corpus_note"]
 
 
 def _stems(text: str) -> set[str]:
     # Crude 5-letter prefix "stem": stricter than exact match (catches study/studies,
     # founder/founded), so the design check errs toward rejecting a paragraph.
     return {w[:5] for w in content_words(text)}
-
-
-def _a(noun: str) -> str:
-    return ("an " if noun[0] in "aeiou" else "a ") + noun
-
-
-@dataclass(frozen=True)
-class _Person:
-    name: str
-    first: str
-    last: str
-    gender: str  # "he" | "she"
 
 
 @dataclass
@@ -207,147 +66,10 @@ class _Draft:
     second_hop: Paragraph | None = None      # bridge only: the paragraph one-shot retrieval misses
 
 
-@dataclass
-class _World:
-    """The seeded RNG plus a registry of every name handed out (titles stay unique)."""
-    rng: random.Random
-    used: set[str] = field(default_factory=set)       # lowercased names/stems (membership only)
-    titles: set[str] = field(default_factory=set)
-
-    # -- names ---------------------------------------------------------------------------------
-    def stem(self, syllables: int | None = None) -> str:
-        """A fresh pronounceable invented word, never handed out before."""
-        for _ in range(10_000):
-            k = syllables or self.rng.choice((2, 2, 3))
-            # Inner syllables take only soft codas, so names stay pronounceable.
-            w = "".join(self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS)
-                        + self.rng.choice(_CODAS if j == k - 1 else _SOFT_CODAS)
-                        for j in range(k))
-            if not 5 <= len(w) <= 9 or w in _RESERVED or w in self.used:
-                continue
-            self.used.add(w)
-            return w.capitalize()
-        raise RuntimeError("name space exhausted")
-
-    def fresh(self, make: Callable[[], str]) -> str:
-        for _ in range(1000):
-            name = make()
-            if name.lower() not in self.used:
-                self.used.add(name.lower())
-                return name
-        raise RuntimeError("name space exhausted")
-
-    def person(self, last: str | None = None) -> _Person:
-        first = self.stem(2)
-        last = last or self.stem()
-        name = self.fresh(lambda: f"{first} {last}")
-        return _Person(name, first, last, self.rng.choice(("he", "she")))
-
-    def relative(self, p: _Person) -> _Person:
-        """Another person sharing p's surname: a distractor for the bridge entity itself."""
-        return self.person(last=p.last)
-
-    def town(self) -> str:
-        return self.stem(2) + self.rng.choice(_TOWN_SUFFIX)
-
-    def country(self) -> str:
-        return self.stem(2) + self.rng.choice(_COUNTRY_SUFFIX)
-
-    def pattern(self, patterns: tuple[str, ...], s: str | None = None) -> str:
-        s = s or self.stem()
-        return self.fresh(lambda: self.rng.choice(patterns).format(s=s))
-
-    def year(self, lo: int = 1900, hi: int = 2015) -> int:
-        return self.rng.randint(lo, hi)
-
-    # -- paragraphs ----------------------------------------------------------------------------
-    def _filler_values(self, gender: str, since: int) -> dict[str, object]:
-        r = self.rng
-        vals: dict[str, object] = dict(_PRONOUNS[gender])
-        vals.update(year=r.randint(min(since, 2020), 2020), n=r.randint(40, 900),
-                    small=r.randint(2, 9),
-                    pop=f"{r.randint(2, 90) * 1000 + r.randint(1, 9) * 100:,}",
-                    mil=r.randint(2, 40), mins=r.randint(82, 140),
-                    industry=r.choice(_INDUSTRIES), exports=r.choice(_EXPORTS))
-        return vals
-
-    def para(self, title: str, lead: list[str], kind: str, supporting: bool = False,
-             person: _Person | None = None, n_fill: int | None = None) -> Paragraph:
-        """A 2-4 sentence paragraph: the lead fact sentence(s) plus neutral filler."""
-        if title in self.titles:  # a bug in a template, not bad luck: names are registered
-            raise RuntimeError(f"duplicate library title {title!r}")
-        self.titles.add(title)
-        gender = person.gender if person else "he"
-        pool = list(_FILLERS[kind])
-        self.rng.shuffle(pool)
-        k = n_fill if n_fill is not None else self.rng.randint(1, max(1, 4 - len(lead)))
-        # Filler years never precede the paragraph's own dates (a prize before birth, a
-        # move before founding), and for people start at adulthood.
-        years = [int(y) for y in re.findall(r"\b(1[89]\d\d|20[0-2]\d)\b", " ".join(lead))]
-        since = (max(years) if years else 1950) + (18 if kind == "person" and years else 0)
-        vals = self._filler_values(gender, since)
-        sentences = lead + [s.format(**vals) for s in pool[:k]]
-        return Paragraph(title=title, text=" ".join(sentences), is_supporting=supporting)
-
-    # -- generic distractors: a fresh unrelated entity of a given kind --------------------------
-    def generic(self, kind: str) -> Paragraph:
-        r = self.rng
-        if kind == "person":
-            p = self.person()
-            return self.para(p.name, [f"{p.name} was born in the town of {self.town()} in "
-                                      f"{self.year(1930, 1995)}."], "person", person=p)
-        if kind == "town":
-            t = self.town()
-            return self.para(t, [f"{t} is a small market town in {self.country()}."], "town")
-        if kind == "country":
-            c = self.country()
-            return self.para(c, [f"{c} is a country whose capital is {self.town()}."],
-                             "country")
-        if kind == "river":
-            rv = self.stem()
-            return self.para(f"{rv} River", [f"The {rv} River flows through {self.town()} "
-                                             f"and is {r.randint(80, 900)} kilometres long."],
-                             "river")
-        if kind == "label":
-            lb = f"{self.stem()} Records"
-            return self.para(lb, [f"{lb} is a record label founded by {self.person().name} "
-                                  f"in {self.year(1950, 2010)}."], "label")
-        if kind == "film":
-            f = self.pattern(_FILM_PATTERNS)
-            return self.para(f, [f"{f} is a {self.year(1950, 2015)} film directed by "
-                                 f"{self.person().name}."], "film")
-        if kind == "band":
-            b = f"The {self.stem()} {r.choice(_BAND_NOUNS)}"
-            return self.para(b, [f"{b} are a {r.choice(_GENRES)} band from {self.town()}."],
-                             "band")
-        if kind == "company":
-            word, goods = r.choice(_COMPANY_KIND)
-            c = f"{self.stem()} {word}"
-            return self.para(c, [f"{c} is a company making {goods}, founded in "
-                                 f"{self.year()} in {self.town()}."], "company")
-        if kind == "book":
-            bk = self.pattern(_BOOK_PATTERNS)
-            return self.para(bk, [f"{bk} is a {self.year(1950, 2015)} novel by "
-                                  f"{self.person().name}."], "book")
-        if kind == "mountain":
-            m = f"Mount {self.stem()}"
-            return self.para(m, [f"{m} is a peak rising to {r.randint(900, 4800)} metres."],
-                             "mountain")
-        if kind == "studio":
-            s = f"{self.stem()} {r.choice(_STUDIO_KIND)}"
-            return self.para(s, [f"{s} is a film studio founded in {self.country()} in "
-                                 f"{self.year(1920, 2000)}."], "studio")
-        if kind == "song":
-            s = self.pattern(_SONG_PATTERNS)
-            return self.para(s, [f"\"{s}\" is a ballad written for the film "
-                                 f"{self.pattern(_FILM_PATTERNS)}."], "song")
-        raise ValueError(kind)
-
-
 # ---------------------------------------------------------------------------------------------
 # Bridge templates (2 hops). Paragraph B (second hop) names only the bridge entity.
 
-def _bridge_label_founder_town(w: _World) -> _Draft:
+def _bridge_label_founder_town(w: World) -> _Draft:
     stem = w.stem()
     label, x, town = f"{stem} Records", w.person(), w.town()
     a = w.para(label, [f"{label} is an independent record label founded in "
@@ -364,16 +86,17 @@ def _bridge_label_founder_town(w: _World) -> _Draft:
                   [a, b], d, ("person", "town", "label"), second_hop=b)
 
 
-def _bridge_film_director_country(w: _World) -> _Draft:
+def _bridge_film_director_country(w: World) -> _Draft:
     s = w.stem()
-    film = w.pattern(_FILM_PATTERNS, s)
+    film = w.pattern(FILM_PATTERNS, s)
     x, country = w.person(), w.country()
     a = w.para(film, [f"{film} is a {w.year(1960, 2015)} drama film directed by {x.name}."],
                "film", True)
-    b = w.para(x.name, [f"{x.name} resides in {country}, where {_PRONOUNS[x.gender]['pron']} "
-                        f"works as {_a(w.rng.choice(_OCCUPATIONS))}."], "person", True, x, 1)
+    b = w.para(x.name, [f"{x.name} resides in {country}, where {PRONOUNS[x.gender]['pron']} "
+                        f"works as {with_article(w.rng.choice(OCCUPATIONS))}."],
+               "person", True, x, 1)
     y, rel = w.person(), w.relative(x)
-    film2 = w.pattern(_FILM_PATTERNS)
+    film2 = w.pattern(FILM_PATTERNS)
     d = [w.para(film2, [f"{film2} is a drama film directed by {y.name}."], "film"),
          w.para(y.name, [f"{y.name} is a film director who lives in the country of "
                          f"{w.country()}."], "person", person=y),
@@ -383,15 +106,15 @@ def _bridge_film_director_country(w: _World) -> _Draft:
                   [a, b], d, ("person", "country", "film"), second_hop=b)
 
 
-def _bridge_band_singer_instrument(w: _World) -> _Draft:
-    noun = w.rng.choice(_BAND_NOUNS)
+def _bridge_band_singer_instrument(w: World) -> _Draft:
+    noun = w.rng.choice(BAND_NOUNS)
     band = f"The {w.stem()} {noun}"
     x = w.person()
-    inst, inst2 = w.rng.choice(_INSTRUMENTS), w.rng.choice(_INSTRUMENTS)
-    a = w.para(band, [f"{band} are a {w.rng.choice(_GENRES)} group formed in "
+    inst, inst2 = w.rng.choice(INSTRUMENTS), w.rng.choice(INSTRUMENTS)
+    a = w.para(band, [f"{band} are a {w.rng.choice(GENRES)} group formed in "
                       f"{w.year(1975, 2012)}; their lead singer is {x.name}."], "band", True)
     b = w.para(x.name, [f"{x.name} performs mainly on the {inst}, which "
-                        f"{_PRONOUNS[x.gender]['pron']} took up as a child."],
+                        f"{PRONOUNS[x.gender]['pron']} took up as a child."],
                "person", True, x)
     y, rel = w.person(), w.relative(x)
     band2 = f"The {w.stem()} {noun}"
@@ -405,10 +128,10 @@ def _bridge_band_singer_instrument(w: _World) -> _Draft:
                   [a, b], d, ("person", "band"), second_hop=b)
 
 
-def _bridge_person_hometown_river(w: _World) -> _Draft:
+def _bridge_person_hometown_river(w: World) -> _Draft:
     p, town, river = w.person(), w.town(), w.stem()
-    a = w.para(p.name, [f"{p.name} is {_a(w.rng.choice(_OCCUPATIONS))} who grew up in {town}."],
-               "person", True, p)
+    a = w.para(p.name, [f"{p.name} is {with_article(w.rng.choice(OCCUPATIONS))} who grew up "
+                        f"in {town}."], "person", True, p)
     b = w.para(town, [f"{town} lies on the banks of the {river}."], "town", True)
     rel = w.relative(p)
     t2 = w.town()
@@ -421,17 +144,17 @@ def _bridge_person_hometown_river(w: _World) -> _Draft:
                   second_hop=b)
 
 
-def _bridge_product_company_founder(w: _World) -> _Draft:
+def _bridge_product_company_founder(w: World) -> _Draft:
     s = w.stem()
-    product = w.pattern(_PRODUCT_PATTERNS, s)
-    word, goods = w.rng.choice(_COMPANY_KIND)
+    product = w.pattern(PRODUCT_PATTERNS, s)
+    word, goods = w.rng.choice(COMPANY_KIND)
     company, founder = f"{w.stem()} {word}", w.person()
     a = w.para(product, [f"The {product} is manufactured by {company}, a maker of {goods}."],
                "product", True)
     b = w.para(company, [f"{company} was established in {w.year()} by {founder.name}."],
                "company", True)
     company2, y = f"{w.stem()} {word}", w.person()
-    product2 = w.pattern(_PRODUCT_PATTERNS)
+    product2 = w.pattern(PRODUCT_PATTERNS)
     d = [w.para(product2, [f"The {product2} is manufactured by {company2}."], "product"),
          w.para(company2, [f"{company2} is a company founded by {y.name}."], "company"),
          w.para(f"{s} Bank", [f"{s} Bank is a savings company founded by "
@@ -441,14 +164,14 @@ def _bridge_product_company_founder(w: _World) -> _Draft:
                   "bridge", [a, b], d, ("company", "person"), second_hop=b)
 
 
-def _bridge_book_author_academy(w: _World) -> _Draft:
-    book = w.pattern(_BOOK_PATTERNS)
+def _bridge_book_author_academy(w: World) -> _Draft:
+    book = w.pattern(BOOK_PATTERNS)
     x, academy = w.person(), f"{w.stem()} Academy"
     a = w.para(book, [f"{book} is a {w.year(1950, 2015)} novel by {x.name}."], "book", True)
     b = w.para(x.name, [f"{x.name} was educated at {academy} and later worked as "
-                        f"{_a(w.rng.choice(_OCCUPATIONS))}."], "person", True, x, 1)
+                        f"{with_article(w.rng.choice(OCCUPATIONS))}."], "person", True, x, 1)
     y, rel = w.person(), w.relative(x)
-    book2 = w.pattern(_BOOK_PATTERNS)
+    book2 = w.pattern(BOOK_PATTERNS)
     d = [w.para(book2, [f"{book2} is a novel whose author, {y.name}, wrote it in "
                         f"{w.year(1950, 2015)}."], "book"),
          w.para(y.name, [f"{y.name} is an author who studied at {w.stem()} Academy."],
@@ -467,14 +190,14 @@ _BRIDGE = (_bridge_label_founder_town, _bridge_film_director_country,
 # ---------------------------------------------------------------------------------------------
 # Comparison templates: numeric (answer = a name) and yes/no.
 
-def _two_distinct(w: _World, lo: int, hi: int, gap: int) -> tuple[int, int]:
+def _two_distinct(w: World, lo: int, hi: int, gap: int) -> tuple[int, int]:
     while True:
         a, b = w.rng.randint(lo, hi), w.rng.randint(lo, hi)
         if abs(a - b) >= gap:
             return a, b
 
 
-def _cmp_river_length(w: _World) -> _Draft:
+def _cmp_river_length(w: World) -> _Draft:
     r1, r2 = w.stem(), w.stem()
     l1, l2 = _two_distinct(w, 60, 1200, 40)
     sup = [w.para(f"{r} River", [f"The {r} River rises in the {w.stem()} Hills and runs for "
@@ -491,7 +214,7 @@ def _cmp_river_length(w: _World) -> _Draft:
                   "comparison", sup, d, ("river", "town"))
 
 
-def _cmp_mountain_height(w: _World) -> _Draft:
+def _cmp_mountain_height(w: World) -> _Draft:
     m1, m2 = w.stem(), w.stem()
     h1, h2 = _two_distinct(w, 900, 4800, 150)
     sup = [w.para(f"Mount {m}", [f"Mount {m} is a peak in the {w.stem()} range, rising to "
@@ -507,8 +230,8 @@ def _cmp_mountain_height(w: _World) -> _Draft:
                   (f"Mount {win}", win), "comparison", sup, d, ("mountain", "town"))
 
 
-def _cmp_company_founded(w: _World) -> _Draft:
-    (word1, goods1), (word2, goods2) = w.rng.choice(_COMPANY_KIND), w.rng.choice(_COMPANY_KIND)
+def _cmp_company_founded(w: World) -> _Draft:
+    (word1, goods1), (word2, goods2) = w.rng.choice(COMPANY_KIND), w.rng.choice(COMPANY_KIND)
     c1, c2 = f"{w.stem()} {word1}", f"{w.stem()} {word2}"
     y1, y2 = _two_distinct(w, 1850, 2010, 5)
     sup = [w.para(c, [f"{c} is a maker of {g}, founded in {y} in {w.town()}."], "company", True)
@@ -521,14 +244,15 @@ def _cmp_company_founded(w: _World) -> _Draft:
                   d, ("company", "town"))
 
 
-def _cmp_person_born_first(w: _World) -> _Draft:
+def _cmp_person_born_first(w: World) -> _Draft:
     p1, p2 = w.person(), w.person()
     y1, y2 = _two_distinct(w, 1900, 1995, 2)
     sup = []
     for p, y in ((p1, y1), (p2, y2)):
-        born = f"{w.rng.randint(1, 28)} {w.rng.choice(_MONTHS)} {y}"
-        sup.append(w.para(p.name, [f"{p.name} (born {born}) is {_a(w.rng.choice(_OCCUPATIONS))} "
-                                   f"from {w.town()}."], "person", True, p))
+        born = f"{w.rng.randint(1, 28)} {w.rng.choice(MONTHS)} {y}"
+        job = with_article(w.rng.choice(OCCUPATIONS))
+        sup.append(w.para(p.name, [f"{p.name} (born {born}) is {job} from {w.town()}."],
+                          "person", True, p))
     win = p1 if y1 < y2 else p2
     d = [w.para(r.name, [f"{r.name} was born in {w.year(1900, 1995)}."], "person", person=r)
          for r in (w.relative(p1), w.relative(p2))] + [w.generic("person")]
@@ -536,7 +260,7 @@ def _cmp_person_born_first(w: _World) -> _Draft:
                   sup, d, ("person",))
 
 
-def _cmp_same_birth_country(w: _World) -> _Draft:
+def _cmp_same_birth_country(w: World) -> _Draft:
     p1, p2 = w.person(), w.person()
     c1 = w.country()
     same = w.rng.random() < 0.5
@@ -550,20 +274,20 @@ def _cmp_same_birth_country(w: _World) -> _Draft:
                   ("yes" if same else "no",), "comparison", sup, d, ("person", "country"))
 
 
-def _cmp_bands_same_town(w: _World) -> _Draft:
-    b1 = f"The {w.stem()} {w.rng.choice(_BAND_NOUNS)}"
-    b2 = f"The {w.stem()} {w.rng.choice(_BAND_NOUNS)}"
+def _cmp_bands_same_town(w: World) -> _Draft:
+    b1 = f"The {w.stem()} {w.rng.choice(BAND_NOUNS)}"
+    b2 = f"The {w.stem()} {w.rng.choice(BAND_NOUNS)}"
     t1 = w.town()
     same = w.rng.random() < 0.5
     t2 = t1 if same else w.town()
-    sup = [w.para(b, [f"{b} are a {w.rng.choice(_GENRES)} band formed in {t} in "
+    sup = [w.para(b, [f"{b} are a {w.rng.choice(GENRES)} band formed in {t} in "
                       f"{w.year(1965, 2015)}."], "band", True) for b, t in ((b1, t1), (b2, t2))]
     d = [w.generic("band"), w.generic("band"), w.generic("town")]
     return _Draft(f"Were {b1} and {b2} formed in the same town?", ("yes" if same else "no",),
                   "comparison", sup, d, ("band", "town"))
 
 
-def _cmp_rivers_same_sea(w: _World) -> _Draft:
+def _cmp_rivers_same_sea(w: World) -> _Draft:
     r1, r2 = w.stem(), w.stem()
     s1 = f"{w.stem()} Sea"
     same = w.rng.random() < 0.5
@@ -585,14 +309,14 @@ _COMPARISON = (_cmp_river_length, _cmp_same_birth_country, _cmp_mountain_height,
 # ---------------------------------------------------------------------------------------------
 # Compositional templates: 3-hop and 4-hop chains, one supporting paragraph per hop.
 
-def _country_capital_para(w: _World, country: str, capital: str) -> Paragraph:
+def _country_capital_para(w: World, country: str, capital: str) -> Paragraph:
     return w.para(country, [f"{country} is a country in the northern hills. Its capital is "
                             f"{capital}."], "country", True, n_fill=1)
 
 
-def _comp3_film_studio_capital(w: _World) -> _Draft:
-    film = w.pattern(_FILM_PATTERNS)
-    studio = f"{w.stem()} {w.rng.choice(_STUDIO_KIND)}"
+def _comp3_film_studio_capital(w: World) -> _Draft:
+    film = w.pattern(FILM_PATTERNS)
+    studio = f"{w.stem()} {w.rng.choice(STUDIO_KIND)}"
     country, capital = w.country(), w.town()
     sup = [w.para(film, [f"{film} is a {w.year(1950, 2015)} adventure film produced by "
                          f"{studio}."], "film", True),
@@ -604,10 +328,10 @@ def _comp3_film_studio_capital(w: _World) -> _Draft:
                   f"was founded?", (capital,), "compositional", sup, d, ("country", "film"))
 
 
-def _comp3_band_label_spouse(w: _World) -> _Draft:
-    band = f"The {w.stem()} {w.rng.choice(_BAND_NOUNS)}"
+def _comp3_band_label_spouse(w: World) -> _Draft:
+    band = f"The {w.stem()} {w.rng.choice(BAND_NOUNS)}"
     label, x, spouse = f"{w.stem()} Records", w.person(), w.person()
-    sup = [w.para(band, [f"{band} are a {w.rng.choice(_GENRES)} band signed to {label}."],
+    sup = [w.para(band, [f"{band} are a {w.rng.choice(GENRES)} band signed to {label}."],
                   "band", True),
            w.para(label, [f"{label} was founded by {x.name} in {w.year(1955, 2010)}."],
                   "label", True),
@@ -620,7 +344,7 @@ def _comp3_band_label_spouse(w: _World) -> _Draft:
                   (spouse.name,), "compositional", sup, d, ("person", "label"))
 
 
-def _comp3_person_river_sea(w: _World) -> _Draft:
+def _comp3_person_river_sea(w: World) -> _Draft:
     p, town, river, sea = w.person(), w.town(), w.stem(), f"{w.stem()} Sea"
     rel = w.relative(p)
     sup = [w.para(p.name, [f"{p.name} was born in {town}."], "person", True, p),
@@ -635,8 +359,8 @@ def _comp3_person_river_sea(w: _World) -> _Draft:
                   f"{p.name} empty?", (sea,), "compositional", sup, d, ("river", "town"))
 
 
-def _comp4_song_film_director_country(w: _World) -> _Draft:
-    song, film = w.pattern(_SONG_PATTERNS), w.pattern(_FILM_PATTERNS)
+def _comp4_song_film_director_country(w: World) -> _Draft:
+    song, film = w.pattern(SONG_PATTERNS), w.pattern(FILM_PATTERNS)
     x, town, country = w.person(), w.town(), w.country()
     rel = w.relative(x)
     sup = [w.para(song, [f"\"{song}\" is a ballad written for the film {film}."], "song", True),
@@ -651,7 +375,7 @@ def _comp4_song_film_director_country(w: _World) -> _Draft:
                   f"\"{song}\" born?", (country,), "compositional", sup, d, ("town", "person"))
 
 
-def _comp4_label_founder_capital_river(w: _World) -> _Draft:
+def _comp4_label_founder_capital_river(w: World) -> _Draft:
     label, x = f"{w.stem()} Records", w.person()
     country, capital, river = w.country(), w.town(), w.stem()
     sup = [w.para(label, [f"{label} was founded in {w.year(1955, 2010)} by {x.name}."],
@@ -665,9 +389,9 @@ def _comp4_label_founder_capital_river(w: _World) -> _Draft:
                   ("river", "country"))
 
 
-def _comp4_product_company_capital(w: _World) -> _Draft:
-    product = w.pattern(_PRODUCT_PATTERNS)
-    word, goods = w.rng.choice(_COMPANY_KIND)
+def _comp4_product_company_capital(w: World) -> _Draft:
+    product = w.pattern(PRODUCT_PATTERNS)
+    word, goods = w.rng.choice(COMPANY_KIND)
     company, town, country, capital = f"{w.stem()} {word}", w.town(), w.country(), w.town()
     sup = [w.para(product, [f"The {product} is made by {company}, a maker of {goods}."],
                   "product", True),
@@ -722,7 +446,7 @@ def build_library(n_questions: int = 60, seed: int = 0) -> list[Question]:
     if n_questions < 1:
         raise ValueError("n_questions must be >= 1")
     rng = random.Random(seed)
-    w = _World(rng)
+    w = World(rng)
     plan = _type_plan(n_questions, rng)
     # Rotate through templates from a seeded offset so every template is used.
     offsets = {k: rng.randint(0, 100) for k in ("bridge", "comparison", "c3", "c4")}
