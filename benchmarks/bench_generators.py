@@ -38,11 +38,10 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 from benchlib import cpu_model, loadavg, versions  # noqa: E402
-from dynakrag_lite.generators import models  # noqa: E402
-from dynakrag_lite.generators.cache import CallCache  # noqa: E402
+from dynakrag_lite.generators import (CachedGenerator, CallCache,  # noqa: E402
+                                      LlamaCppGenerator, TransformersGenerator, models,
+                                      unload_models)
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
-from dynakrag_lite.generators.base import (CachedGenerator, LlamaCppGenerator,  # noqa: E402
-                                      TransformersGenerator, unload_models)
 
 NEW_TOKENS = 48
 VERSIONS = ("llama_cpp", "transformers", "torch", "gguf", "openai")  # the backends' stacks

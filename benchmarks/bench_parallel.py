@@ -126,7 +126,7 @@ def worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from bench_prefix_reuse import prepare_method, run_method_rows
-    from dynakrag_lite.generators.base import make_generator
+    from dynakrag_lite.generators.spec import make_generator
     from dynakrag_lite.pipeline import build_setup
 
     setup = build_setup(args.dataset, generator=None, data_dir=args.data_dir,

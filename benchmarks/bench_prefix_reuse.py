@@ -3,8 +3,9 @@
 llama.cpp keeps the KV cache of its previous evaluation and evaluates only the part of a new
 prompt after the longest common prefix of token ids (less one token when the whole prompt
 matched). The library's prompts put the documents first for that reason. This benchmark
-reads :class:`~dynakrag_lite.generators.base.LlamaCppGenerator`'s counters (``last_reused_tokens``,
-``prompt_tokens_sent``, ``prompt_tokens_evaluated``...), which count live calls only.
+reads :class:`~dynakrag_lite.generators.llamacpp.LlamaCppGenerator`'s counters
+(``last_reused_tokens``, ``prompt_tokens_sent``, ``prompt_tokens_evaluated``...), which
+count live calls only.
 
 Micro (``micro``): one real question (the first of the evaluation split), its top 2 x
 ``--docs`` documents as the library retrieves them: D = the first ``--docs``, D' = the next.
@@ -190,7 +191,7 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
     from dynakrag_lite.generators.cache import CallCache
     from dynakrag_lite.experiments.cli import _check_selector, default_policy_path
     from dynakrag_lite.config import ControlConfig, Environment
-    from dynakrag_lite.generators.base import CachedGenerator
+    from dynakrag_lite.generators.cache import CachedGenerator
     from dynakrag_lite.policy import Policy, PolicyError, check_policy
     from dynakrag_lite.retriever import DEFAULT_EMBEDDER
     from dynakrag_lite.storage import ManifestError
@@ -310,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from dynakrag_lite.generators import models
-    from dynakrag_lite.generators.base import LlamaCppGenerator, make_generator
+    from dynakrag_lite.generators.llamacpp import LlamaCppGenerator
+    from dynakrag_lite.generators.spec import make_generator
     from dynakrag_lite.pipeline import build_setup
 
     dataset = args.dataset or default_dataset(args.data_dir)

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
 from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
-from dynakrag_lite.training_data import TrainingData  # noqa: E402
+from dynakrag_lite.training.files import load_training_data  # noqa: E402
+from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
                 "sufficiency_check")
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for path in args.trajectories:
         t = time.perf_counter()
-        data = TrainingData.load(path)
+        data = load_training_data(path)
         key = name_of(path, data)
         results[key] = diagnose(data, folds=args.folds, sizes=args.sizes,
                                 n_repeats=args.repeats)

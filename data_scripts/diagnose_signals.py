@@ -5,15 +5,15 @@ generator, on TRAINING questions only (the evaluation split is never read)?
         --limit 20 [--signals text,margin,learned,answer_conf] [--per-question 4] \
         [--learned-questions 300] [--runs-dir results/experiments/hotpotqa/qwen2.5-coder-0.5b]
 
-States: :func:`dynakrag_lite.sufficiency.calibration_states` on the first ``--limit`` training
-questions (retrieval-only walks: retrieve_more 1-3 times and a seeded retrieve/bridge walk, so
-documents at different support recall; no LLM call to build them). Label: 1[SR(s) = 1].
-Per signal: AUC (with a bootstrap standard error over questions), the within-question AUC
-(pairs of states of the same question only), the SUFFICIENT rate (text: share of replies
-parsed SUFFICIENT; margin: share with log P(S) > log P(INS), i.e. what greedy decoding of the
-first token prefers; every signal: share at the calibrated threshold), and what
-:func:`~dynakrag_lite.sufficiency.calibrate` would choose. The learned estimator's AUC is
-out-of-fold (folds grouped by question) over the states of ``--learned-questions`` training
+States: :func:`dynakrag_lite.training.calibration.calibration_states` on the first ``--limit``
+training questions (retrieval-only walks: retrieve_more 1-3 times and a seeded retrieve/bridge
+walk, so documents at different support recall; no LLM call to build them). Label: 1[SR(s) =
+1]. Per signal: AUC (with a bootstrap standard error over questions), the within-question AUC
+(pairs of states of the same question only), the SUFFICIENT rate (text: share of replies parsed
+SUFFICIENT; margin: share with log P(S) > log P(INS), i.e. what greedy decoding of the first
+token prefers; every signal: share at the calibrated threshold), and what
+:func:`~dynakrag_lite.training.calibration.calibrate` would choose. The learned estimator's AUC
+is out-of-fold (folds grouped by question) over the states of ``--learned-questions`` training
 questions (cheap: no LLM), and also reported on the ``--limit`` subset.
 
 With ``--runs-dir``, every ``*/predictions.jsonl`` below it is summarised as well: acquisition
@@ -38,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite import sufficiency as S  # noqa: E402
+from dynakrag_lite.training import calibration as C  # noqa: E402
 from dynakrag_lite.experiments.diagnostics import summarise_runs  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 
@@ -50,7 +51,7 @@ def within_question_auc(scores, labels, groups) -> float | None:
     for q in dict.fromkeys(g.tolist()):
         m = g == q
         if len(set(y[m].tolist())) == 2:
-            vals.append(S.auc(s[m], y[m]))
+            vals.append(C.auc(s[m], y[m]))
     return round(float(np.mean(vals)), 4) if vals else None
 
 
@@ -59,9 +60,9 @@ def _r(x):
 
 
 def signal_report(kind, scores, y, groups, seconds, extra=None, reachable=None) -> dict:
-    a = S.auc(scores, y)
-    thr = 0.5 if kind == "text" else S.youden_threshold(scores, y)
-    out = {"auc": _r(a), "auc_se": _r(S.grouped_auc_se(scores, y, groups)),
+    a = C.auc(scores, y)
+    thr = 0.5 if kind == "text" else C.youden_threshold(scores, y)
+    out = {"auc": _r(a), "auc_se": _r(C.grouped_auc_se(scores, y, groups)),
            "within_question_auc": within_question_auc(scores, y, groups),
            "youden_threshold": _r(float(thr)),
            "sufficient_rate_at_threshold": _r(float(np.mean(scores >= thr))),
@@ -71,7 +72,7 @@ def signal_report(kind, scores, y, groups, seconds, extra=None, reachable=None) 
            else None,
            "seconds": round(seconds, 1)}
     if reachable is not None and reachable.any():
-        out["auc_reachable_only"] = _r(S.auc(scores[reachable], y[reachable]))
+        out["auc_reachable_only"] = _r(C.auc(scores[reachable], y[reachable]))
     if kind == "text":
         out["sufficient_rate"] = _r(float(np.mean(extra)))
     if kind == "margin":
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
     env.config = replace(env.config, doc_chars=args.doc_chars or None, max_docs=args.max_docs)
     train = setup.train  # never setup.eval
     qs = train[: args.limit]
-    states = S.calibration_states(qs, env, per_question=args.per_question, seed=args.seed)
+    states = C.calibration_states(qs, env, per_question=args.per_question, seed=args.seed)
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
     reach = np.array([c.kind == "reachable" for c in states])
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
     llm_kinds = [k for k in kinds if k != "learned"]
     if llm_kinds:  # one pass over the states (their signals share the KV cache)
         t1 = time.perf_counter()
-        got = S.signal_scores(states, env, llm_kinds, seed=args.seed, progress=True)
+        got = C.signal_scores(states, env, llm_kinds, seed=args.seed, progress=True)
         secs = (time.perf_counter() - t1) / len(llm_kinds)
         for kind in llm_kinds:
             scores[kind] = got[kind]["score"]
@@ -141,27 +142,27 @@ def main(argv=None) -> int:
     if "learned" in kinds:
         t1 = time.perf_counter()
         lq = train[: max(args.learned_questions, args.limit)]
-        all_states = S.calibration_states(lq, env, per_question=args.per_question,
+        all_states = C.calibration_states(lq, env, per_question=args.per_question,
                                           seed=args.seed)
         X = np.stack([S.learned_features(c.state) for c in all_states])
         ya = np.array([float(c.sufficient) for c in all_states])
         ga = np.array([c.qid for c in all_states], dtype=object)
         ra = np.array([c.kind == "reachable" for c in all_states])
-        oof = S.oof_estimator_scores(X, ya, ga, seed=args.seed, train_mask=ra)
+        oof = C.oof_estimator_scores(X, ya, ga, seed=args.seed, train_mask=ra)
         key = {(c.qid, c.state.doc_ids): i for i, c in enumerate(all_states)}
         sub = np.array([oof[key[(c.qid, c.state.doc_ids)]] for c in states])
         scores["learned"] = sub
         rec = signal_report("learned", sub, y, groups, time.perf_counter() - t1,
                             reachable=reach)
         rec["all_states"] = {"n_questions": len(lq), "n_states": len(all_states),
-                             "positives": int(ya.sum()), "auc_oof": _r(S.auc(oof, ya)),
-                             "auc_se": _r(S.grouped_auc_se(oof, ya, ga)),
+                             "positives": int(ya.sum()), "auc_oof": _r(C.auc(oof, ya)),
+                             "auc_se": _r(C.grouped_auc_se(oof, ya, ga)),
                              "within_question_auc": within_question_auc(oof, ya, ga),
-                             "auc_oof_reachable_only": _r(S.auc(oof[ra], ya[ra])),
+                             "auc_oof_reachable_only": _r(C.auc(oof[ra], ya[ra])),
                              "note": "trained on reachable states only (out-of-fold)"}
         report["signals"]["learned"] = rec
         print("learned", json.dumps(rec), flush=True)
-    chosen = S.calibrate(scores, y, groups, generator=args.generator,
+    chosen = C.calibrate(scores, y, groups, generator=args.generator,
                          text_sufficient=text_extra, seed=args.seed)
     report["calibrated_choice"] = {"kind": chosen.kind, "threshold": _r(chosen.threshold),
                                    "gates": chosen.gates,

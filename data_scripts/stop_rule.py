@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 from dynakrag_lite.policy import (GAIN_LAMBDA_GRID, LAMBDA_GRID, STOP_RULES,  # noqa: E402
                                   VETO_GRID, tune_continuation)
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
-from dynakrag_lite.training_data import TrainingData  # noqa: E402
+from dynakrag_lite.training.files import load_training_data  # noqa: E402
+from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 
 def compare(data: TrainingData, folds: int = 5, metric: str = "f1", trees: int = 300,
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                     "<trajectories stem>-stop-rule.json)")
     args = ap.parse_args(argv)
     path = Path(args.trajectories)
-    data = TrainingData.load(path)
+    data = load_training_data(path)
     result = compare(data, args.folds, args.metric, args.trees)
     out = Path(args.out) if args.out else \
         ROOT / "results" / "diagnostics" / f"{path.stem}-stop-rule.json"

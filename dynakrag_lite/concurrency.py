@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+from .generators.server import OpenAIGenerator
+from .generators.spec import parse_spec
 from .storage import redact
 
 __all__ = ["WINDOW_PER_WORKER", "is_server_generator", "check_workers", "ReleasingGenerator",
@@ -39,7 +41,6 @@ WINDOW_PER_WORKER = 4
 
 def is_server_generator(generator: Any) -> bool:
     """True for an OpenAI-compatible server backend, also behind wrappers (the call cache)."""
-    from .generators.base import OpenAIGenerator
     g, depth = generator, 0
     while g is not None and depth < 10:
         if isinstance(g, OpenAIGenerator):
@@ -58,7 +59,6 @@ def check_workers(workers: int, generator: Any, items: str = "questions") -> Non
     if workers == 1:
         return
     if isinstance(generator, str):
-        from .generators.base import parse_spec
         server, spec = parse_spec(generator)[0] == "openai", generator
     else:
         server = is_server_generator(generator)
@@ -89,13 +89,16 @@ class ReleasingGenerator:
         with released(self):
             return self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
 
+    def option_logprobs(self, messages, options, mode: str = "auto"):
+        with released(self):  # a server's log-prob request (or a cache lookup)
+            return self.inner.option_logprobs(messages, options, mode)
+
 
 @contextmanager
 def released(generator: Any) -> Iterator[None]:
     """Within the block the calling worker does not hold the shared lock, when ``generator``
     is its :class:`ReleasingGenerator` (the block must be a server call and nothing else);
-    a no-op for any other generator. For server calls that bypass ``generate`` (log-prob
-    scoring, ``sufficiency.score_options``)."""
+    a no-op for any other generator."""
     if not isinstance(generator, ReleasingGenerator):
         yield
         return

@@ -9,7 +9,7 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
   mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
 * Continuation model: a random forest on trajectory prefixes (state features only) estimating
   the answer utility of continuing against stopping now (the paper's wording). Its target is
-  chosen at collection time (:mod:`dynakrag_lite.training_data`): ``f1`` = F1(answer at the end
+  chosen at collection time (:mod:`dynakrag_lite.trajectories`): ``f1`` = F1(answer at the end
   of the continued rollout) - F1(answer if stopping at this prefix) (default), ``sr`` = the same
   with SR (cheap: no answer calls), ``onestep`` = the best one-step SR gain (the earlier target).
   When its estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is

@@ -1,6 +1,6 @@
 """$DYNAKRAG_N_THREADS: one thread count for every compute library a run uses.
 
-llama.cpp reads it in :class:`~dynakrag_lite.generators.base.LlamaCppGenerator`, torch (the
+llama.cpp reads it in :class:`~dynakrag_lite.generators.llamacpp.LlamaCppGenerator`, torch (the
 query/sentence encoder) in :func:`~dynakrag_lite.retriever.limit_torch_threads`, and
 scikit-learn's OpenMP code (the gradient-boosting sentence selector's ``predict_proba``)
 through :func:`openmp_limit`. On two cores shared with another process, OpenMP's default of

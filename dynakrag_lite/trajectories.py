@@ -1,4 +1,5 @@
-"""Training data: trajectories on training questions and support-recall targets (paper Eq. 1).
+"""Training data (chapter 7): trajectories on training questions and support-recall targets
+(paper Eq. 1), and the records they produce.
 
 At every state s visited by a seeded uniform-valid rollout each valid action a gets its label:
 
@@ -14,38 +15,194 @@ logged. SR uses the gold support labels, which exist only here and in the metric
 state. The rollout continues with the action the uniform controller picks until a cap forces
 the stop. LLM actions call the generator; the call cache makes re-collection cheap.
 
-Every visited state with documents is also a prefix for the continuation model
-(:class:`PrefixSample`): its SR and, with ``continuation="f1"``, the reader's answer F1 from
-its documents (one answer call per prefix; these calls share the documents prefix of the
-state's other prompts, so llama.cpp reuses the KV cache, and they go through the call cache).
-The target ``gain`` is F1(end of rollout) - F1(now) (``"f1"``), SR(end) - SR(now) (``"sr"``),
-or the best one-step SR gain (``"onestep"``); see :mod:`dynakrag_lite.training_data`.
+The records:
+
+* :class:`Sample`: one (state, action) pair with its feature vector phi(s, a), its Eq. 1 target
+  and the tokens the action really cost.
+* :class:`PrefixSample`: one trajectory prefix (a visited state with documents) with its state
+  features, what stopping there would give (SR, and the reader's answer F1 from those
+  documents) and what the rollout reached at its end; ``gain`` is the continuation model's
+  training target, chosen by :data:`CONTINUATION_TARGETS`.
+* :class:`TrainingData`: both lists plus the training question ids, the settings the
+  trajectories were collected under (``run``) and, optionally, the sufficiency calibration
+  states. :mod:`dynakrag_lite.training.files` writes them to a pickle-free ``.npz`` and reads
+  them back (``python -m dynakrag_lite train --save-data`` / ``--from-data``).
+
+Continuation targets (the paper: "a random forest on trajectory prefixes estimating the answer
+utility of continuing"; the exact target is not stated). Every visited state with documents is
+a prefix: its SR and, with ``continuation="f1"``, the reader's answer F1 from its documents (one
+answer call per prefix; these calls share the documents prefix of the state's other prompts, so
+llama.cpp reuses the KV cache, and they go through the call cache).
+
+* ``f1`` (default): F1(answer at the end of the continued rollout) - F1(answer if stopping at
+  this prefix). Both answers come from the reader on the documents alone (no compression), so
+  the difference is the answer utility of the rest of the rollout.
+* ``sr``: SR(end of the rollout) - SR(now): the cheap variant (no answer calls).
+* ``onestep``: the best one-step SR gain among the valid acquisition actions (the earlier
+  target of this project; kept for comparison).
+
+The rollout that continues is the seeded uniform-valid exploration, so the targets estimate the
+utility of continuing *under that exploration*, not under the learned policy.
 """
 from __future__ import annotations
 
 import math
 import random
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
 
 import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
 
 from .actions import answer, apply_action
 from .concurrency import check_workers, locked_runner, run_in_order
 from .config import Environment
 from .data.corpus import gold_titles
 from .data.schema import Question
-from .features import heuristic_cost, phi, state_features
+from .features import FEATURE_NAMES, heuristic_cost, phi, state_features
 from .metrics import em_f1
 from .state import EvidenceState, RETRIEVAL_ACTIONS, initial_state
-from .training_data import CONTINUATION_TARGETS, PrefixSample, Sample, TrainingData
-from .validity import valid_actions
 from .oracle import sr
+from .validity import valid_actions
 
-# OracleChooser and the TrainingData records used to live here; re-exported for old imports.
-from .oracle import OracleChooser  # noqa: F401
+__all__ = ["CONTINUATION_TARGETS", "Sample", "PrefixSample", "TrainingData", "label",
+           "answer_f1", "collect_question", "collect", "sr"]
 
-__all__ = ["label", "collect_question", "collect", "sr", "Sample", "PrefixSample",
-           "TrainingData", "OracleChooser", "CONTINUATION_TARGETS", "answer_f1"]
+CONTINUATION_TARGETS = ("f1", "sr", "onestep")
+
+
+# ---------------------------------------------------------------------------------------------
+# the records
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    qid: str
+    step: int
+    action: str
+    features: np.ndarray
+    target: float
+    cost_tokens: float  # tokens the action actually cost (for the cost model)
+    n_docs: int
+    chosen: bool = False  # the rollout continued with this action (the path tau)
+    # False for a counterfactual branch that was labelled without being executed
+    # (sufficiency_check: its target 1[SR(s) = 1] needs no call); cost_tokens is then 0.
+    executed: bool = True
+
+
+@dataclass
+class PrefixSample:
+    """A visited state with documents, for the continuation model (see the module text)."""
+    qid: str
+    features: np.ndarray  # state features (STATE_FEATURE_NAMES order)
+    gain: float  # the continuation target in use (TrainingData.continuation_target)
+    step: int = -1  # len(history) of the prefix (pairs it with the Samples of that state)
+    onestep: float = math.nan  # best one-step SR gain among the valid acquisition actions
+    sr_now: float = math.nan  # SR of this state
+    sr_end: float = math.nan  # SR at the end of the rollout
+    f1_now: float = math.nan  # reader's answer F1 from this state's documents
+    f1_end: float = math.nan  # ... from the rollout's final documents
+    tokens: float = math.nan  # ledger tokens spent to reach this state
+    answer_tokens: float = math.nan  # tokens of the answer call from this state
+
+    def target(self, kind: str) -> float:
+        if kind == "f1":
+            return self.f1_end - self.f1_now
+        if kind == "sr":
+            return self.sr_end - self.sr_now
+        if kind == "onestep":
+            return self.onestep
+        raise ValueError(f"unknown continuation target {kind!r}; one of {CONTINUATION_TARGETS}")
+
+
+@dataclass
+class TrainingData:
+    """The samples and prefixes of collected trajectories plus the training question ids
+    (written to and read from ``.npz`` files by :mod:`dynakrag_lite.training.files`)."""
+    samples: list[Sample] = field(default_factory=list)
+    prefixes: list[PrefixSample] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    # Which target (CONTINUATION_TARGETS) the prefixes' ``gain`` holds. None: not stated, as
+    # in records built by hand (collect() and the file loader always state it). Nothing
+    # guesses it: saving refuses prefixes without it and train_policy() refuses to fit the
+    # continuation model on them; set_continuation_target() states it (and recomputes gains).
+    continuation_target: str | None = None
+    # What the trajectories were collected under (the training recipe fills it; {} in files
+    # written before it existed): train --from-data refuses a file whose settings differ.
+    run: dict = field(default_factory=dict)
+    # The sufficiency calibration states (a training.files.CalibrationTable), or None.
+    calibration: Any = None
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        X = np.stack([s.features for s in self.samples]) if self.samples else \
+            np.zeros((0, len(FEATURE_NAMES)))
+        y = np.array([s.target for s in self.samples])
+        return X, y, [s.action for s in self.samples]
+
+    def action_gains(self, retrieval_actions: tuple[str, ...] = (
+            "retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query")
+                     ) -> dict[str, dict[str, float]]:
+        """Per acquisition action, over every executed branch (chosen or counterfactual):
+        ``calls``, ``questions`` reached, ``mean_sr_gain`` (its Eq. 1 label, SR(s') - SR(s)),
+        ``hit_rate`` (share of calls that added a gold document) and ``chosen`` (calls on the
+        exploration path). A measurement of what each action finds, gold labels allowed."""
+        out: dict[str, dict[str, float]] = {}
+        for a in retrieval_actions:
+            ss = [s for s in self.samples if s.action == a and s.executed]
+            if not ss:
+                continue
+            gains = np.array([s.target for s in ss], dtype=np.float64)
+            out[a] = {"calls": len(ss), "questions": len({s.qid for s in ss}),
+                      "mean_sr_gain": round(float(gains.mean()), 4),
+                      "hit_rate": round(float((gains > 0).mean()), 4),
+                      "chosen": sum(s.chosen for s in ss)}
+        return out
+
+    def set_continuation_target(self, kind: str) -> "TrainingData":
+        """Recompute every prefix's ``gain`` as ``kind`` from the stored components (no model
+        call). Raises ValueError when the data lacks them (``f1`` needs answer F1s, collected
+        with ``continuation="f1"``)."""
+        if kind not in CONTINUATION_TARGETS:
+            raise ValueError(f"unknown continuation target {kind!r}; one of "
+                             f"{CONTINUATION_TARGETS}")
+        vals = [p.target(kind) for p in self.prefixes]
+        if any(not np.isfinite(v) for v in vals):
+            raise ValueError(f"these trajectories lack the components of the {kind!r} target; "
+                             f"collect them with continuation={kind!r}")
+        for p, v in zip(self.prefixes, vals):
+            p.gain = float(v)
+        self.continuation_target = kind
+        return self
+
+    def subset(self, qids) -> "TrainingData":
+        """The records of the given questions only (cross-validation folds)."""
+        keep = set(qids)
+        return TrainingData([s for s in self.samples if s.qid in keep],
+                            [p for p in self.prefixes if p.qid in keep],
+                            [q for q in self.questions if q in keep], self.continuation_target,
+                            dict(self.run),
+                            None if self.calibration is None else self.calibration.subset(keep))
+
+    def to_frame(self):
+        """The samples as a pandas DataFrame (one row per labelled (s, a); no features)."""
+        return pd.DataFrame([{"qid": s.qid, "step": s.step, "action": s.action,
+                              "target": s.target, "chosen": s.chosen, "n_docs": s.n_docs,
+                              "cost_tokens": s.cost_tokens} for s in self.samples],
+                            columns=["qid", "step", "action", "target", "chosen", "n_docs",
+                                     "cost_tokens"])
+
+    def prefix_frame(self):
+        """The prefixes as a DataFrame (no features): what stopping at each would give."""
+        cols = ["qid", "step", "gain", "onestep", "sr_now", "sr_end", "f1_now", "f1_end",
+                "tokens", "answer_tokens"]
+        return pd.DataFrame([{c: getattr(p, c) for c in cols} for p in self.prefixes],
+                            columns=cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# collection
+# ---------------------------------------------------------------------------------------------
 
 
 def label(state: EvidenceState, action: str, gold: Sequence[str],
@@ -145,7 +302,6 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     (:func:`~dynakrag_lite.concurrency.check_workers`). Only the server calls overlap
     (:mod:`dynakrag_lite.concurrency`) and results are taken in question order, so the data
     is the sequential run's (for a server whose greedy replies do not depend on its load)."""
-    from tqdm.auto import tqdm
     check_workers(workers, env.generator)
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)

@@ -74,7 +74,7 @@ def retriever(library_retriever):
 @pytest.fixture(scope="module")
 def real_generator():
     require_model("smollm2-135m")  # skips on a dev machine without it; fails under CI
-    from dynakrag_lite.generators.base import make_generator
+    from dynakrag_lite.generators.spec import make_generator
     return make_generator("smollm2-135m", cache=False)
 
 

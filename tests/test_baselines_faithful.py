@@ -334,7 +334,7 @@ def test_real_model_ircot_iterates_and_self_ask_does_not_copy_demos(shared_data_
     require_model("qwen2.5-coder-0.5b")
     from dynakrag_lite.data.corpus import Corpus
     from dynakrag_lite.data.sources import load_dataset, split_questions
-    from dynakrag_lite.generators.base import make_generator
+    from dynakrag_lite.generators.spec import make_generator
     from dynakrag_lite.retriever import DenseRetriever
     train, evals = split_questions(load_dataset(shared_data_dir / "hotpotqa.jsonl"), 100, 0)
     qs = train[:3]

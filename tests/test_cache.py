@@ -10,9 +10,10 @@ import threading
 
 import pytest
 
-from dynakrag_lite.generators.cache import (CacheError, CallCache, default_cache_path, main, make_key,
-                                 merge_cache)
-from dynakrag_lite.generators.base import CachedGenerator, Generation
+from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.generators.base import Generation
+from dynakrag_lite.generators.cache import (CacheError, CachedGenerator, CallCache,
+                                            default_cache_path, make_key, merge_cache)
 
 MSGS = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "Who wrote Hamlet?"}]
@@ -268,14 +269,14 @@ def test_merge_refuses_another_schema_naming_the_file(tmp_path):
 def test_merge_command_line(tmp_path, capsys):
     src, dst = tmp_path / "book.sqlite", tmp_path / "work.sqlite"
     _cache_with(src, {"a": "x", "b": "y"})
-    assert main(["merge", str(src), str(dst)]) == 0
+    assert main(["cache", "merge", str(src), str(dst)]) == 0
     assert "2 new calls merged" in capsys.readouterr().out
-    assert main(["merge", str(src), str(dst)]) == 0
+    assert main(["cache", "merge", str(src), str(dst)]) == 0
     assert "0 new calls merged" in capsys.readouterr().out
-    assert main(["merge", "--missing-ok", str(tmp_path / "none.sqlite"), str(dst)]) == 0
-    assert main(["merge", str(tmp_path / "none.sqlite"), str(dst)]) == 2
+    assert main(["cache", "merge", "--missing-ok", str(tmp_path / "none.sqlite"), str(dst)]) == 0
+    assert main(["cache", "merge", str(tmp_path / "none.sqlite"), str(dst)]) == 2
     assert "none.sqlite: no cache file" in capsys.readouterr().err
-    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.generators.cache", "merge", "--help"],
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite", "cache", "merge", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "SRC" in out and "DST" in out and "--missing-ok" in out
 
@@ -307,7 +308,7 @@ def test_merge_command_reports_a_bad_source_in_one_line_with_exit_code_2(kind, t
     """As python -m dynakrag_lite does: `error: ...` naming the file, exit 2, no traceback
     (an exception escaping main would fail this test)."""
     src, dst = _bad_cache(kind, tmp_path), tmp_path / "work.sqlite"
-    assert main(["merge", str(src), str(dst)]) == 2
+    assert main(["cache", "merge", str(src), str(dst)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert str(src) in err
@@ -318,7 +319,7 @@ def test_merge_command_reports_a_bad_destination_in_one_line(tmp_path, capsys):
     _cache_with(src, {"a": "x"})
     dst = _bad_cache("text", tmp_path)
     before = dst.read_bytes()
-    assert main(["merge", str(src), str(dst)]) == 2
+    assert main(["cache", "merge", str(src), str(dst)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and str(dst) in err
     assert dst.read_bytes() == before
@@ -326,9 +327,9 @@ def test_merge_command_reports_a_bad_destination_in_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["text", "damaged"])
 def test_python_m_cache_reports_a_bad_file_without_traceback(kind, tmp_path):
-    """The module run as a script (a second copy of it: its own CacheError) ends the same way."""
+    """The command run as a program (python -m dynakrag_lite cache merge) ends the same way."""
     src = _bad_cache(kind, tmp_path)
-    out = subprocess.run([sys.executable, "-m", "dynakrag_lite.generators.cache", "merge", str(src),
+    out = subprocess.run([sys.executable, "-m", "dynakrag_lite", "cache", "merge", str(src),
                           str(tmp_path / "work.sqlite")], capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("error: ") and str(src) in out.stderr

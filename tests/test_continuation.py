@@ -11,7 +11,7 @@ from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import (CostModel, replay_decisions, replay_outcomes, train_policy,
                                   tune_continuation, lambda_sweep)
 from dynakrag_lite.state import initial_state
-from dynakrag_lite.training_data import PrefixSample, TrainingData
+from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.trajectories import collect, collect_question, sr
 
 from helpers import ScriptedGenerator

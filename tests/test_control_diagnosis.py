@@ -7,7 +7,7 @@ from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES
 from dynakrag_lite.training.diagnosis import (
     ChoiceState, choice_metrics, choice_states, constant_chooser, diagnose_choice,
     feature_constancy, forest_chooser, oracle_chooser, stop_at_k, stop_auc, verdict)
-from dynakrag_lite.training_data import PrefixSample, Sample, TrainingData
+from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}
 

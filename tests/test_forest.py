@@ -21,7 +21,7 @@ from dynakrag_lite.forest import FlatForest, UnsupportedEstimator, flat_forest_f
 from dynakrag_lite.policy import Policy, replay_decisions, train_policy
 from dynakrag_lite.state import (ACTIONS, EvidenceState, Ledger, RankedEntry, RetrievedDoc,
                                  Sufficiency)
-from dynakrag_lite.training_data import PrefixSample, Sample, TrainingData
+from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 from dynakrag_lite.validity import valid_actions
 
 

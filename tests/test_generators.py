@@ -15,10 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dynakrag_lite.generators import models
-from dynakrag_lite.generators.base import (CachedGenerator, Generation, Generator, GeneratorError,
+from dynakrag_lite.generators import (CachedGenerator, Generation, Generator, GeneratorError,
                                       LlamaCppGenerator, OpenAIGenerator, make_generator,
-                                      parse_spec)
+                                      models, parse_spec)
 from helpers import (free_port, require_llama_server, require_model, require_modules,
                      start_llama_server, stop_process)
 

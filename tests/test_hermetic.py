@@ -47,7 +47,7 @@ def test_the_llm_cache_starts_empty_in_every_test(run):
 
 def test_subprocesses_inherit_the_private_cache(private_cache, monkeypatch):
     code = ("from dynakrag_lite.generators.cache import default_cache_path; "
-            "from dynakrag_lite import models; "
+            "from dynakrag_lite.generators import models; "
             "print(default_cache_path()); print(models.cache_root())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

@@ -22,15 +22,15 @@ MSGS = [{"role": "user", "content": "Name one colour. Answer in one word."}]
 def fresh_llamas(monkeypatch):
     """An empty table of loaded Llama objects for the test (a new process, as far as the
     generators can tell); the session's loaded models are left alone."""
-    from dynakrag_lite.generators import base as generators
-    monkeypatch.setattr(generators, "_LLAMA_CACHE", {})
-    return generators._LLAMA_CACHE
+    from dynakrag_lite.generators import llamacpp
+    monkeypatch.setattr(llamacpp, "_LLAMA_CACHE", {})
+    return llamacpp._LLAMA_CACHE
 
 
 @pytest.mark.slow
 def test_cache_hit_never_loads_the_llama_model(tmp_path, fresh_llamas):
     require_model("smollm2-135m")
-    from dynakrag_lite.generators.base import make_generator
+    from dynakrag_lite.generators.spec import make_generator
     cache = tmp_path / "calls.sqlite"
     cold = make_generator("smollm2-135m", cache=cache)
     assert not cold.inner.loaded and not fresh_llamas  # made lazily behind the cache
@@ -51,34 +51,45 @@ def test_cache_hit_never_loads_the_llama_model(tmp_path, fresh_llamas):
 def test_generator_made_directly_or_without_a_cache_loads_at_once(fresh_llamas):
     require_model("smollm2-135m")
     from dynakrag_lite.generators import models
-    from dynakrag_lite.generators.base import LlamaCppGenerator, make_generator
+    from dynakrag_lite.generators.llamacpp import LlamaCppGenerator
+    from dynakrag_lite.generators.spec import make_generator
     path, sha = models.gguf_path("smollm2-135m"), models.REGISTRY["smollm2-135m"].sha256
     assert LlamaCppGenerator(path, model_id=sha).loaded
     assert make_generator("smollm2-135m", cache=False).loaded
 
 
 def test_lazy_generator_still_refuses_a_missing_file_at_once(tmp_path):
-    from dynakrag_lite.generators.base import GeneratorError, LlamaCppGenerator
+    from dynakrag_lite.generators.base import GeneratorError
+    from dynakrag_lite.generators.llamacpp import LlamaCppGenerator
     with pytest.raises(GeneratorError, match="GGUF file not found"):
         LlamaCppGenerator(tmp_path / "absent.gguf", model_id="x", lazy=True)
 
 
 @pytest.mark.slow
-def test_option_scoring_backend_check_does_not_load_the_model(tmp_path, fresh_llamas):
+def test_option_scoring_cache_hit_does_not_load_the_model(tmp_path, fresh_llamas):
     require_model("smollm2-135m")
-    from dynakrag_lite.generators.base import make_generator
-    from dynakrag_lite.sufficiency import _backend_kind
+    from dynakrag_lite.generators.cache import canonical_json
+    from dynakrag_lite.generators.spec import make_generator
+    from dynakrag_lite.sufficiency import score_options
     gen = make_generator("smollm2-135m", cache=tmp_path / "calls.sqlite")
-    assert _backend_kind(gen.inner) == "llama" and not gen.inner.loaded
+    stored = {"logprobs": {"Red": -0.5, "Blue": -1.5}, "method": "first_token",
+              "n_tokens": {"Red": 1, "Blue": 1}}
+    gen.cache.put(gen.option_key(MSGS, ["Red", "Blue"], "auto"), canonical_json(stored), 12, 1,
+                  0.0)
+    sc = score_options(gen, MSGS, ["Red", "Blue"])
+    assert sc.cached and sc.logprobs == stored["logprobs"] and sc.prompt_tokens == 12
+    assert not gen.inner.loaded and not fresh_llamas
 
 
 # -- a whole experiment, cold then warm, in fresh processes ----------------------------------
 DRIVER = """
 import json, sys
-from dynakrag_lite import cli, generators, retriever
+from dynakrag_lite import retriever
+from dynakrag_lite.experiments import cli
+from dynakrag_lite.generators import llamacpp
 code = cli.main(sys.argv[1:])
 print(json.dumps({"code": code, "embedder_loaded": bool(retriever._MODELS),
-                  "llama_loaded": bool(generators._LLAMA_CACHE)}))
+                  "llama_loaded": bool(llamacpp._LLAMA_CACHE)}))
 """
 
 

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from dynakrag_lite.experiments import run as experiments
-from dynakrag_lite.generators.cache import CallCache
-from dynakrag_lite.generators.base import CachedGenerator, ReplayMissError
+from dynakrag_lite.generators import CachedGenerator, CallCache, ReplayMissError
 from helpers import ScriptedGenerator, require_model
 
 MSGS = [{"role": "system", "content": "Answer briefly."},

@@ -17,8 +17,9 @@ import pytest
 from dynakrag_lite import retriever as retriever_mod
 from dynakrag_lite.generators.cache import CacheError, CallCache
 from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
-from dynakrag_lite.generators.base import (TIMEOUT_ENV, CachedGenerator, Generation, GeneratorError,
-                                      OpenAIGenerator)
+from dynakrag_lite.generators.base import TIMEOUT_ENV, Generation, GeneratorError
+from dynakrag_lite.generators.cache import CachedGenerator
+from dynakrag_lite.generators.server import OpenAIGenerator
 from dynakrag_lite.storage import FolderLock
 
 from helpers import HashEmbedder, require_model, require_modules
@@ -152,7 +153,7 @@ STORY = [{"role": "user", "content": "Write a long story about a cat who travels
 def test_llama_cpp_decoding_stops_at_the_time_limit_and_is_marked_truncated(tmp_path):
     require_model("smollm2-135m")
     from dynakrag_lite.generators import models
-    from dynakrag_lite.generators.base import LlamaCppGenerator
+    from dynakrag_lite.generators.llamacpp import LlamaCppGenerator
     gen = LlamaCppGenerator(models.gguf_path("smollm2-135m"), model_id="smollm2-timeout",
                             n_threads=1, timeout=600)
     full = gen.generate(STORY, max_tokens=24)
@@ -174,7 +175,7 @@ def test_transformers_decoding_stops_at_the_time_limit_and_is_marked_truncated()
     require_model("smollm2-135m", llama=False)
     require_modules("torch", "transformers", "gguf")
     from dynakrag_lite.generators import models
-    from dynakrag_lite.generators.base import TransformersGenerator
+    from dynakrag_lite.generators.hf import TransformersGenerator
     path = models.gguf_path("smollm2-135m")
     gen = TransformersGenerator(str(path.parent), gguf_file=path.name, timeout=0.3)
     t0 = time.perf_counter()

@@ -1,12 +1,12 @@
 """The selection rule and its two stop rules (policy.select), and the trajectories saved for
-re-tuning without model calls (TrainingData.save / load, data_scripts/stop_rule.py)."""
+re-tuning without model calls (training.files save/load, data_scripts/stop_rule.py)."""
 import json
 
 import numpy as np
 import pytest
 
 from dynakrag_lite.policy import replay_decisions, select, train_policy, tune_continuation
-from dynakrag_lite.training_data import TrainingData
+from dynakrag_lite.training.files import load_training_data, save_training_data
 from helpers import load_script
 
 from test_continuation import collected, qs  # noqa: F401  (module-scoped fixtures)
@@ -59,8 +59,8 @@ def test_replayed_decisions_follow_the_policys_stop_rule(collected):  # noqa: F8
 
 def test_saved_trajectories_load_back_identical(collected, tmp_path):  # noqa: F811
     data, _ = collected
-    path = data.save(tmp_path / "t.npz")
-    back = TrainingData.load(path)
+    path = save_training_data(data, tmp_path / "t.npz")
+    back = load_training_data(path)
     assert back.questions == data.questions
     assert back.continuation_target == data.continuation_target
     assert len(back.samples) == len(data.samples) and len(back.prefixes) == len(data.prefixes)
@@ -83,12 +83,12 @@ def test_a_file_that_is_not_saved_trajectories_is_named_in_the_error(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="bad.npz"):
-        TrainingData.load(bad)
+        load_training_data(bad)
 
 
 def test_stop_rule_script_writes_both_rules_grids(collected, tmp_path):  # noqa: F811
     data, _ = collected
-    traj = data.save(tmp_path / "t.npz")
+    traj = save_training_data(data, tmp_path / "t.npz")
     out = tmp_path / "stop.json"
     script = load_script("stop_rule")
     assert script.main(["--trajectories", str(traj), "--folds", "3", "--trees", "5",

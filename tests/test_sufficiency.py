@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from dynakrag_lite import sufficiency as S
+from dynakrag_lite.training import calibration as C
 from dynakrag_lite.actions import apply_action
-from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.features import state_features
-from dynakrag_lite.generators.base import CachedGenerator, Generation
+from dynakrag_lite.generators import CachedGenerator, CallCache, Generation
 from dynakrag_lite.state import RetrievedDoc, initial_state
 from dynakrag_lite.validity import valid_actions
 
@@ -96,13 +96,13 @@ def test_learned_estimator_learns_a_separable_problem(kind):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, len(S.LEARNED_FEATURE_NAMES)))
     y = (X[:, 3] + 0.5 * X[:, 7] > 0).astype(float)
-    est = S.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
-    assert S.auc(est.predict(X[300:]), y[300:]) > 0.9
-    again = S.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
+    est = C.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
+    assert C.auc(est.predict(X[300:]), y[300:]) > 0.9
+    again = C.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
     assert np.allclose(est.predict(X[300:]), again.predict(X[300:]))  # seeded
-    oof = S.oof_estimator_scores(X, y, groups=np.arange(400) // 4, folds=4, kind=kind)
-    assert S.auc(oof, y) > 0.85
-    one_class = S.fit_estimator(X[:10], np.ones(10))
+    oof = C.oof_estimator_scores(X, y, groups=np.arange(400) // 4, folds=4, kind=kind)
+    assert C.auc(oof, y) > 0.85
+    one_class = C.fit_estimator(X[:10], np.ones(10))
     assert np.all(one_class.predict(X[:3]) == 1.0)
 
 
@@ -115,11 +115,11 @@ def test_estimator_features_exclude_the_probe_verdict():
 def test_youden_and_precision_thresholds():
     scores = np.array([0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9])
     y = np.array([0, 0, 0, 1, 1, 0, 1, 1])
-    assert S.youden_threshold(scores, y) == pytest.approx(0.4)  # TPR 1, FPR .25: J .75
-    assert S.precision_threshold(scores, y, 1.0) == pytest.approx(0.8)
-    assert S.precision_threshold(scores, y, 0.8) == pytest.approx(0.4)  # 4 of 5 from 0.4 up
-    assert S.precision_threshold(scores, y, 1.01) is None
-    assert S.auc(scores, y) == pytest.approx(14 / 16)
+    assert C.youden_threshold(scores, y) == pytest.approx(0.4)  # TPR 1, FPR .25: J .75
+    assert C.precision_threshold(scores, y, 1.0) == pytest.approx(0.8)
+    assert C.precision_threshold(scores, y, 0.8) == pytest.approx(0.4)  # 4 of 5 from 0.4 up
+    assert C.precision_threshold(scores, y, 1.01) is None
+    assert C.auc(scores, y) == pytest.approx(14 / 16)
 
 
 def test_calibrate_picks_the_informative_signal_and_sets_its_threshold():
@@ -129,20 +129,20 @@ def test_calibrate_picks_the_informative_signal_and_sets_its_threshold():
     scores = {"text": np.ones(180),  # always SUFFICIENT: AUC .5 exactly
               "margin": y * 1.5 + rng.normal(0, 1.0, 180),
               "learned": rng.random(180)}  # noise
-    sig = S.calibrate(scores, y, groups, text_sufficient=np.ones(180))
+    sig = C.calibrate(scores, y, groups, text_sufficient=np.ones(180))
     assert sig.kind == "margin" and sig.gates
     st = sig.stats
     assert st["margin"].informative and not st["text"].informative
     assert st["text"].auc == pytest.approx(0.5) and st["text"].text_sufficient_rate == 1.0
-    assert sig.threshold == pytest.approx(S.youden_threshold(scores["margin"], y))
-    prec = S.calibrate(scores, y, groups, rule="precision:0.9")
+    assert sig.threshold == pytest.approx(C.youden_threshold(scores["margin"], y))
+    prec = C.calibrate(scores, y, groups, rule="precision:0.9")
     assert prec.threshold >= sig.threshold and prec.stats["margin"].precision >= 0.9
     assert sig.describe()["stats"]["text"]["informative"] is False
 
 
 def test_no_informative_signal_keeps_a_text_probe_that_does_not_gate():
     y = np.array([0.0, 1.0] * 30)
-    sig = S.calibrate({"text": np.ones(60)}, y, np.arange(60) // 2)
+    sig = C.calibrate({"text": np.ones(60)}, y, np.arange(60) // 2)
     assert sig.kind == "text" and not sig.gates
 
 
@@ -171,7 +171,7 @@ def test_margin_signal_writes_a_gap_only_when_insufficient():
 
 def test_learned_signal_needs_no_call_for_its_verdict():
     X = np.stack([S.learned_features(state_with(n)) for n in (1, 2, 3, 6, 7, 8)])
-    est = S.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
+    est = C.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
     env = env_with(S.SufficiencySignal("learned", threshold=0.5, estimator=est))
     s = apply_action(state_with(8), "sufficiency_check", env)
     assert s.sufficiency.sufficient and s.ledger.llm_calls == 0 and env.generator.calls == []
@@ -204,7 +204,7 @@ def test_default_text_probe_is_unchanged():
 @pytest.mark.slow
 def test_first_token_logprobs_with_a_real_model_are_finite_and_cached(tmp_path):
     require_model("qwen2.5-coder-0.5b")
-    from dynakrag_lite.generators.base import make_generator
+    from dynakrag_lite.generators.spec import make_generator
     from dynakrag_lite import prompts
     gen = make_generator("qwen2.5-coder-0.5b", cache=CallCache(tmp_path / "c.sqlite"))
     d = (RetrievedDoc("a", "Paris", "Paris is the capital of France.", 0.5, "x", 0),)
@@ -223,13 +223,13 @@ def test_first_token_logprobs_with_a_real_model_are_finite_and_cached(tmp_path):
 def test_policy_keeps_its_signal_through_save_and_load(tmp_path):
     from dynakrag_lite.features import FEATURE_NAMES
     from dynakrag_lite.policy import Policy, train_policy
-    from dynakrag_lite.training_data import Sample, TrainingData
+    from dynakrag_lite.trajectories import Sample, TrainingData
     rng = np.random.default_rng(0)
     data = TrainingData([Sample(f"q{i}", 0, "stop_answer", rng.random(len(FEATURE_NAMES)),
                                 float(i % 2), 0.0, 3) for i in range(20)],
                         questions=[f"q{i}" for i in range(20)])
     X = np.stack([S.learned_features(state_with(n)) for n in (1, 2, 3, 6, 7, 8)])
-    est = S.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
+    est = C.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
     sig = S.SufficiencySignal("learned", threshold=0.4, estimator=est)
     pol = train_policy(data, n_estimators=5, min_samples_leaf=2, n_jobs=1, sufficiency=sig)
     assert pol.meta["sufficiency"]["kind"] == "learned"
@@ -245,7 +245,7 @@ def test_calibration_states_cover_sr_levels_with_matched_contrasts(library_quest
                                                                    library_retriever):
     env = Environment(library_retriever, None, ControlConfig(use_spacy=False))
     qs = library_questions[:6]
-    states = S.calibration_states(qs, env, per_question=3)
+    states = C.calibration_states(qs, env, per_question=3)
     assert {c.qid for c in states} == {q.id for q in qs}
     reach = [c for c in states if c.kind == "reachable"]
     assert all(sum(c.qid == q.id for c in reach) <= 3 for q in qs)
@@ -258,4 +258,4 @@ def test_calibration_states_cover_sr_levels_with_matched_contrasts(library_quest
             assert len(c.state.docs) == len(src.state.docs)
             assert len(set(c.state.doc_ids) ^ set(src.state.doc_ids)) == 2
     assert any(c.kind == "contrast" for c in states)
-    assert S.calibration_states(qs, env, per_question=3) == states  # deterministic
+    assert C.calibration_states(qs, env, per_question=3) == states  # deterministic

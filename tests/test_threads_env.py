@@ -8,7 +8,7 @@ from helpers import require_model
 def test_env_sets_llama_threads(monkeypatch):
     require_model("smollm2-135m")  # skips when absent; fails under CI
     from dynakrag_lite.generators import models
-    from dynakrag_lite.generators.base import LlamaCppGenerator
+    from dynakrag_lite.generators.llamacpp import LlamaCppGenerator
     path = models.gguf_path("smollm2-135m")
     sha = models.REGISTRY["smollm2-135m"].sha256
     monkeypatch.setenv("DYNAKRAG_N_THREADS", "1")

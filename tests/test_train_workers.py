@@ -19,9 +19,9 @@ import pytest
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.policy import Policy
-from dynakrag_lite.sufficiency import calibration_states, signal_scores
-from dynakrag_lite.training_data import TrainingData
-from dynakrag_lite.trajectories import collect
+from dynakrag_lite.training.calibration import calibration_states, signal_scores
+from dynakrag_lite.training.files import load_training_data
+from dynakrag_lite.trajectories import TrainingData, collect
 
 from helpers import ScriptedGenerator
 from test_workers import reset, server, server_env  # noqa: F401  (server: the fixture)
@@ -161,8 +161,8 @@ def test_cli_train_with_workers_against_a_server_writes_the_sequential_policy(
     server.peer_wait = 0.0
     seq = train(1, "seq")
     assert server.max_in_flight == 1
-    assert_same_data(TrainingData.load(tmp_path / "par.npz"),
-                     TrainingData.load(tmp_path / "seq.npz"))
+    assert_same_data(load_training_data(tmp_path / "par.npz"),
+                     load_training_data(tmp_path / "seq.npz"))
     assert {k: par[k] for k in par if k != "seconds" and k != "policy"} == \
         {k: seq[k] for k in seq if k != "seconds" and k != "policy"}
     pol = Policy.load(tmp_path / "par.joblib")

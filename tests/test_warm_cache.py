@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import dynakrag_lite.generators.base as generators_mod
-from dynakrag_lite.generators.cache import CallCache
+import dynakrag_lite.pipeline as pipeline_mod
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.data.sources import load_dataset, split_questions
 from dynakrag_lite.experiments.folder import read_predictions
-from dynakrag_lite.generators.base import CachedGenerator, Generation
+from dynakrag_lite.generators import CachedGenerator, CallCache, Generation
 
 from helpers import load_script, untimed
 
@@ -79,7 +78,7 @@ class Backend:
 @pytest.fixture
 def backend(monkeypatch, tmp_path) -> Backend:
     b = Backend(tmp_path)
-    monkeypatch.setattr(generators_mod, "make_generator", b)
+    monkeypatch.setattr(pipeline_mod, "make_generator", b)
     return b
 
 

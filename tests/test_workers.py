@@ -24,7 +24,7 @@ from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.concurrency import check_workers
 from dynakrag_lite.experiments.run import evaluate
 from dynakrag_lite.experiments.folder import read_predictions
-from dynakrag_lite.generators.base import make_generator
+from dynakrag_lite.generators.spec import make_generator
 
 from helpers import ScriptedGenerator, assert_same_run, lines, require_modules, untimed
 
@@ -45,7 +45,7 @@ def reply_for(prompt: str) -> str:
 
 def logprobs_for(prompt: str) -> dict:
     """First-token log-probs of SUFFICIENT ("S") and INSUFFICIENT ("INS"), a hash of the prompt,
-    in the shape of the OpenAI API (what sufficiency._openai_scores reads)."""
+    in the shape of the OpenAI API (what OpenAIGenerator.option_logprobs reads)."""
     h = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
     top = [{"token": "S", "logprob": -(h % 997) / 300, "bytes": None},
            {"token": "INS", "logprob": -((h // 997) % 991) / 300, "bytes": None}]

@@ -31,7 +31,7 @@ import pytest
 from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.experiments.run import evaluate
-from dynakrag_lite.generators.base import make_generator
+from dynakrag_lite.generators.spec import make_generator
 
 import helpers
 from helpers import (assert_same_run, require_llama_server, require_model,

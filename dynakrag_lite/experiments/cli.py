@@ -187,7 +187,7 @@ def cmd_retrieval_eval(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from ..generators.base import make_generator
+    from ..generators.spec import make_generator
     gen = make_generator(args.generator, cache=not args.no_cache)
     g = gen.generate([{"role": "user", "content": args.prompt}], max_tokens=args.max_tokens)
     print(json.dumps({"text": g.text, "prompt_tokens": g.prompt_tokens,
@@ -228,7 +228,7 @@ def training_setup(args):
     process that warms the cache for a training run (data_scripts/warm_cache.py train)
     must build exactly this."""
     from ..concurrency import check_workers
-    from ..sufficiency import train_signal
+    from ..training.calibration import train_signal
     _check_control_args(args)
     workers = getattr(args, "workers", 1)  # train's option (upgrade-data has none)
     check_workers(workers, args.generator)  # from the spec: before any model is loaded
@@ -458,13 +458,13 @@ def _data_from_file(args):
     split's training questions (after --offset/--limit). No index, no generator."""
     import hashlib
     from ..data.sources import load_dataset
-    from ..training_data import TrainingData
+    from ..training.files import load_training_data_bytes
     path = Path(args.from_data)
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise ValueError(f"--from-data {args.from_data}: cannot read it ({e})") from None
-    data = TrainingData.load_bytes(raw, path)  # hash exactly the bytes that are used
+    data = load_training_data_bytes(raw, path)  # hash exactly the bytes that are used
     shown = relative_command([str(path)], prefix="")
     if data.run and args.signal_from:
         raise ValueError(f"--signal-from {relative_command([args.signal_from], prefix='')}: "
@@ -596,7 +596,7 @@ def cmd_train(args) -> int:
                   "trajectories were collected under the file's signal "
                   f"({(data.calibration.signal_info or {}).get('kind')})", file=sys.stderr)
     else:
-        from ..training_data import build_calibration
+        from ..training.files import build_calibration, save_training_data
         from ..trajectories import collect
         setup, train_qs, signal = training_setup(args)
         env, dataset = setup.env, setup.dataset
@@ -619,7 +619,7 @@ def cmd_train(args) -> int:
         data.run = _collection_run(args, dataset, env.config, model_id)
         data.calibration = calibration
         if args.save_data:
-            data.save(args.save_data)
+            save_training_data(data, args.save_data)
     grid = GAIN_LAMBDA_GRID if args.stop_rule == "gain" else LAMBDA_GRID
     lams = [args.lam] if args.lam is not None else (_floats(args.lambdas) or list(grid))
     thrs = [args.veto_threshold] if args.veto_threshold is not None else \
@@ -698,7 +698,7 @@ def _upgrade_data(args) -> int:
     from ..data.sources import load_dataset
     from .folder import data_sha256
     from ..storage import sha256_file
-    from ..training_data import TrainingData, build_calibration
+    from ..training.files import build_calibration, load_training_data_bytes, save_training_data
     t0 = time.perf_counter()
     _check_control_args(args)
     path, out = Path(args.from_data), Path(args.out)
@@ -713,7 +713,7 @@ def _upgrade_data(args) -> int:
         raw = path.read_bytes()
     except OSError as e:
         raise ValueError(f"{shown}: cannot read it ({e})") from None
-    data = TrainingData.load_bytes(raw, path)
+    data = load_training_data_bytes(raw, path)
     if data.run or data.calibration is not None:
         field = "run" if data.run else "calibration"
         raise ValueError(f"{shown}: already format 2 (it has its own {field!r} field); "
@@ -751,7 +751,7 @@ def _upgrade_data(args) -> int:
                              f"signal of --signal-from {sig_extra['signal_from']} (its meta "
                              f"field 'sufficiency': {signal.describe()}); nothing written")
     data.run, data.calibration = run, table
-    written = data.save(out)
+    written = save_training_data(data, out)
     print(json.dumps({"upgraded": shown, "out": relative_command([str(written)], prefix=""),
                       "questions": len(data.questions), "samples": len(data.samples),
                       "prefixes": len(data.prefixes),

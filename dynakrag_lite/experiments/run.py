@@ -37,7 +37,7 @@ from ..data.schema import Question
 from ..generators.base import ReplayMissError
 from ..metrics import em_f1, support_recall
 from ..storage import FolderLock, atomic_write_json
-from ..trajectories import OracleChooser
+from ..oracle import OracleChooser
 from .diagnostics import diagnostics, trace_diagnostics
 from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, check_run_folder,
                      error_row, is_error, latest_rows, read_predictions, repair_predictions,

@@ -17,11 +17,15 @@ Default file: ``$DYNAKRAG_CACHE_DIR/llm_calls.sqlite`` if the variable is set, e
 :func:`merge_cache` adds the rows of one cache file that another lacks (the book's recorded
 calls into a working copy, and a working copy's new calls back into the book's file):
 
-    python -m dynakrag_lite.generators.cache merge SRC DST [--missing-ok] [--vacuum]
+    python -m dynakrag_lite cache merge SRC DST [--missing-ok] [--vacuum]
+
+:class:`CachedGenerator` wraps any generator with the cache: its replies
+(:meth:`~CachedGenerator.generate`) and its option log-probabilities
+(:meth:`~CachedGenerator.option_logprobs`, key kind ``option_logprobs``), so re-runs are free.
+The book teaches it in chapter 3.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -30,10 +34,13 @@ import threading
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-__all__ = ["CallCache", "CacheError", "default_cache_path", "make_key", "canonical_json",
-           "merge_cache", "open_sqlite", "cache_dir"]
+from .base import (Generation, Generator, GeneratorError, Message, OptionScores, check_messages,
+                   option_scores, replay_miss, replay_only)
+
+__all__ = ["CallCache", "CacheError", "CachedGenerator", "default_cache_path", "make_key",
+           "canonical_json", "merge_cache", "open_sqlite", "cache_dir"]
 
 _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
 _COLUMNS = ("key", "value", "checksum", "created")
@@ -237,6 +244,93 @@ class CallCache:
                 f"corrupt={self.corrupt})")
 
 
+# -- the cache wrapper -----------------------------------------------------------------------
+class CachedGenerator:
+    """Wraps a generator with a :class:`CallCache`.
+
+    The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
+    inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
+    with ``cached=True`` and ``seconds`` = the time the lookup took. A miss while
+    $DYNAKRAG_REPLAY_ONLY is set raises :class:`~dynakrag_lite.generators.base.ReplayMissError`
+    instead of generating. A generation cut by the time limit (``truncated``) is returned but
+    not stored: it reflects machine speed. Option log-probabilities go through the same cache
+    under their own key kind (:meth:`option_logprobs`).
+    """
+
+    def __init__(self, inner: Generator, cache: CallCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.spec = inner.spec
+        self.model_id = inner.model_id
+        self.backend = getattr(inner, "backend", type(inner).__name__)
+
+    def key(self, messages: list[Message], max_tokens: int = 64,
+            stop: list[str] | None = None) -> str:
+        return make_key(self.backend, self.model_id, check_messages(messages),
+                        max_tokens=max_tokens, stop=list(stop) if stop else None,
+                        **getattr(self.inner, "decoding", {}))
+
+    def generate(self, messages: list[Message], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        t0 = time.perf_counter()
+        k = self.key(messages, max_tokens, stop)
+        hit = self.cache.get(k)
+        if hit is not None:
+            return Generation(text=hit["text"], prompt_tokens=hit["prompt_tokens"],
+                              completion_tokens=hit["completion_tokens"],
+                              seconds=time.perf_counter() - t0, cached=True)
+        if replay_only():
+            raise replay_miss(self.spec, messages)
+        g = self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+        if not getattr(g, "truncated", False):
+            self.cache.put(k, g.text, g.prompt_tokens, g.completion_tokens, g.seconds)
+        return g
+
+    def option_key(self, messages: list[Message], options: Sequence[str], mode: str) -> str:
+        """Cache key of an option scoring: kind ``option_logprobs``, the scoring mode and the
+        options besides what :meth:`key` covers (no ``max_tokens`` or ``stop``)."""
+        return make_key(self.backend, str(self.model_id), check_messages(list(messages)),
+                        kind="option_logprobs", mode=mode, options=list(options),
+                        **getattr(self.inner, "decoding", {}))
+
+    def option_logprobs(self, messages: list[Message], options: Sequence[str],
+                        mode: str = "auto") -> OptionScores:
+        """The inner backend's ``option_logprobs`` through the cache: a hit returns the stored
+        scores with ``cached=True`` without touching the model; a miss while
+        $DYNAKRAG_REPLAY_ONLY is set raises ``ReplayMissError``."""
+        if not callable(getattr(self.inner, "option_logprobs", None)):
+            raise GeneratorError(f"{type(self.inner).__name__}: this backend cannot score "
+                                 "log-probabilities (supported: llama.cpp, transformers, "
+                                 "OpenAI-compatible servers, or a backend with "
+                                 "option_logprobs)")
+        t0 = time.perf_counter()
+        options = list(dict.fromkeys(options))
+        msgs = check_messages(list(messages))
+        key = self.option_key(msgs, options, mode)
+        hit = self.cache.get(key)
+        if hit is not None:
+            v = json.loads(hit["text"])
+            return OptionScores({o: float(v["logprobs"][o]) for o in options},
+                                hit["prompt_tokens"], time.perf_counter() - t0, True,
+                                v["method"], {o: int(n) for o, n in v["n_tokens"].items()},
+                                hit["completion_tokens"])
+        if replay_only():
+            raise replay_miss(self.spec, msgs, "option scoring")
+        sc = option_scores(self.inner.option_logprobs(msgs, options, mode), msgs, options,
+                           time.perf_counter() - t0)
+        value = canonical_json({"logprobs": sc.logprobs, "method": sc.method,
+                                "n_tokens": sc.n_tokens})
+        # "auto" is also stored under the mode it resolved to, so both lookups agree (llama.cpp
+        # numbers move by ~0.05 nats with what the KV cache held; the first result sticks).
+        for k in {key} | ({self.option_key(msgs, options, sc.method)} if mode == "auto" and
+                          sc.method in ("first_token", "sequence") else set()):
+            self.cache.put(k, value, sc.prompt_tokens, sc.completion_tokens, sc.seconds)
+        return sc
+
+    def __repr__(self) -> str:
+        return f"CachedGenerator({self.inner!r}, {self.cache!r})"
+
+
 # -- merging cache files ---------------------------------------------------------------------
 def _has_calls_table(conn: sqlite3.Connection, db: str, path: Path) -> bool:
     """Whether ``db`` (a schema name of ``conn``) holds a ``calls`` table of this module's
@@ -335,45 +429,3 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
     finally:
         conn.close()
     return added
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dynakrag_lite.generators.cache merge SRC DST``: see :func:`merge_cache`. A bad file
-    (missing, not a call cache, damaged) is reported as one line ``error: ...`` naming it, exit
-    code 2, as by ``python -m dynakrag_lite``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m dynakrag_lite.generators.cache",
-        description="Maintain LLM call cache files (SQLite, see dynakrag_lite.generators.cache).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    merge = sub.add_parser(
-        "merge", help="add the calls of SRC that DST lacks",
-        description="Insert every row of the cache SRC whose key DST lacks, in one "
-                    "transaction. DST's rows are never changed or deleted; SRC is only read; "
-                    "DST is created when missing. `make book` and `make test-nb` merge "
-                    "book/_llm_cache.sqlite into .cache/llm_calls.sqlite this way.")
-    merge.add_argument("src", type=Path, help="cache file to read rows from")
-    merge.add_argument("dst", type=Path, help="cache file to add them to")
-    merge.add_argument("--missing-ok", action="store_true",
-                       help="do nothing (exit 0) when SRC does not exist")
-    merge.add_argument("--vacuum", action="store_true",
-                       help="compact DST after adding rows (for a file kept in git)")
-    args = parser.parse_args(argv)
-    from ..experiments.cli import run_reporting_errors
-    # this module's own CacheError (a second copy of the module under python -m), and OSError
-    # (a folder that cannot be created)
-    return run_reporting_errors(_merge_command, args, also=(CacheError, OSError))
-
-
-def _merge_command(args: argparse.Namespace) -> int:
-    if args.missing_ok and not args.src.exists():
-        print(f"{args.src} does not exist; nothing to merge")
-        return 0
-    added = merge_cache(args.src, args.dst, vacuum=args.vacuum)
-    with closing(sqlite3.connect(_uri(args.dst, "ro"), uri=True)) as conn:
-        total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    print(f"{added} new calls merged from {args.src} into {args.dst} ({total} calls)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage import atomic_write_text
+from ..storage import atomic_write_text, sha256_file
 
 __all__ = [
     "BundledModel", "Chunk", "REGISTRY", "ModelError", "ModelNotInstalledError",
@@ -199,7 +199,6 @@ def is_installed(name: str) -> bool:
 
 def _hash_file(path: Path) -> str:
     """One place hashes files (storage.sha256_file); a seam kept for the sidecar tests."""
-    from ..storage import sha256_file
     return sha256_file(path)
 
 

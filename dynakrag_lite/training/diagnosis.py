@@ -29,7 +29,7 @@ import numpy as np
 from ..features import FEATURE_NAMES, STATE_FEATURE_NAMES
 from ..policy import CostModel, Policy, make_forest
 from ..state import RETRIEVAL_ACTIONS
-from ..training_data import TrainingData
+from ..trajectories import TrainingData
 from .tuning import GAIN_LAMBDA_GRID, LAMBDA_GRID, replay_decisions
 
 # Not options of the action choice: stop is diagnosed apart, compression is terminal.

@@ -1,0 +1,460 @@
+"""Calibrating the sufficiency signal (chapter 8): which signal, with which threshold, on
+training questions with gold labels.
+
+* :func:`calibration_states`: states of training questions at different support recall
+  (SR), reached by retrieval-only actions, plus one matched incomplete *contrast* state per
+  question (gold labels give each state's SR; nothing gold is in a state).
+* :func:`signal_scores`: each signal's score on those states (the learned estimator's
+  out-of-fold, grouped by question: :func:`oof_estimator_scores`).
+* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a standard error
+  from a bootstrap over *questions* (:func:`grouped_auc_se`). A signal is *informative* when
+  AUC - 0.5 exceeds both ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%).
+  The most informative signal is chosen (ties: the cheaper one) and its threshold set on the
+  same training states by maximal Youden J (TPR - FPR, :func:`youden_threshold`), or, with
+  ``rule="precision:0.8"``, the lowest threshold whose "sufficient" verdicts are at least 80%
+  correct (:func:`precision_threshold`; Youden when no threshold reaches it). When no signal
+  is informative the text probe is kept with ``gates=False``.
+* :func:`calibrate_for` runs it end to end; :func:`train_signal` is what ``train
+  --sufficiency-signal`` calls. :func:`fit_estimator` fits the learned signal's
+  :class:`~dynakrag_lite.sufficiency.SufficiencyEstimator`.
+
+What the chosen signal does at answer time is :mod:`dynakrag_lite.sufficiency`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score, roc_curve
+from sklearn.model_selection import GroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from tqdm.auto import tqdm
+
+from .. import prompts
+from ..actions import apply_action
+from ..bridge import bridge_candidates
+from ..concurrency import check_workers, locked_runner, run_in_order
+from ..data.corpus import gold_titles, normalize_title
+from ..features import STATE_FEATURE_NAMES
+from ..metrics import support_recall
+from ..state import RetrievedDoc, initial_state
+from ..sufficiency import (LEARNED_FEATURE_NAMES, SIGNALS, SignalStats, SufficiencyError,
+                           SufficiencyEstimator, SufficiencySignal, answer_confidence,
+                           learned_features, probe_margin)
+from ..validity import valid_actions
+
+__all__ = [
+    "COST_ORDER", "fit_estimator", "estimator_data", "oof_estimator_scores",
+    "CalibrationState", "calibration_states", "auc", "grouped_auc_se", "youden_threshold",
+    "precision_threshold", "signal_scores", "calibrate", "calibrate_for", "train_signal",
+]
+
+# Cheaper first: breaks AUC ties in calibrate().
+COST_ORDER = {"learned": 0, "margin": 1, "answer_conf": 2, "text": 3}
+# Columns of the learned signal's features among the state features (estimator_data).
+_LEARNED_IDX = np.array([STATE_FEATURE_NAMES.index(n) for n in LEARNED_FEATURE_NAMES])
+
+
+# ---------------------------------------------------------------------------------------------
+# the learned estimator: fitting
+# ---------------------------------------------------------------------------------------------
+
+def fit_estimator(X: np.ndarray, y: np.ndarray, kind: str = "forest", seed: int = 13,
+                  n_estimators: int = 200, min_samples_leaf: int = 5,
+                  n_jobs: int = 1) -> SufficiencyEstimator:
+    """Fit the estimator on rows of :data:`LEARNED_FEATURE_NAMES` and labels 1[SR = 1]."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y).astype(int)
+    if len(y) == 0:
+        raise SufficiencyError("no training states for the sufficiency estimator")
+    rate = float(y.mean())
+    if len(set(y.tolist())) < 2:
+        return SufficiencyEstimator(None, kind, constant=rate, n_train=len(y), positive_rate=rate)
+    if kind == "forest":
+        model = RandomForestClassifier(n_estimators=n_estimators,
+                                       min_samples_leaf=min_samples_leaf, random_state=seed,
+                                       n_jobs=n_jobs, class_weight="balanced")
+    elif kind == "logistic":
+        model = make_pipeline(StandardScaler(), LogisticRegression(
+            C=1.0, max_iter=2000, random_state=seed, class_weight="balanced"))
+    else:
+        raise ValueError(f"unknown estimator kind {kind!r}")
+    model.fit(X, y)
+    return SufficiencyEstimator(model, kind, n_train=len(y), positive_rate=rate)
+
+
+def estimator_data(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, y, groups) for the estimator from collected
+    :class:`~dynakrag_lite.trajectories.TrainingData` prefixes (states with documents; their
+    SR is recorded at collection time)."""
+    rows = [p for p in data.prefixes if np.isfinite(p.sr_now)]
+    if not rows:
+        return np.zeros((0, len(LEARNED_FEATURE_NAMES))), np.zeros(0), np.zeros(0, dtype=object)
+    X = np.stack([np.asarray(p.features)[_LEARNED_IDX] for p in rows])
+    y = np.array([float(p.sr_now >= 1.0 - 1e-9) for p in rows])
+    return X, y, np.array([p.qid for p in rows], dtype=object)
+
+
+def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: int = 5,
+                         kind: str = "forest", seed: int = 13,
+                         train_mask: np.ndarray | None = None, **kw) -> np.ndarray:
+    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC.
+    ``train_mask``: rows allowed in the training folds (e.g. reachable states only); every
+    row of a held-out fold is predicted."""
+    groups = np.asarray(groups, dtype=object)
+    mask = np.ones(len(y), bool) if train_mask is None else np.asarray(train_mask, bool)
+    k = min(folds, len(set(groups.tolist())))
+    out = np.full(len(y), float(np.mean(y[mask])) if mask.any() else 0.0)
+    if k < 2:
+        return out
+    for tr, te in GroupKFold(n_splits=k).split(X, y, groups):
+        tr = tr[mask[tr]]
+        if len(tr) == 0:
+            continue
+        est = fit_estimator(X[tr], y[tr], kind=kind, seed=seed, **kw)
+        out[te] = est.predict(X[te])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# calibration states (training questions only; no LLM call)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class CalibrationState:
+    qid: str
+    state: Any  # EvidenceState
+    sr: float
+    kind: str = "reachable"  # or "contrast" (see calibration_states)
+
+    @property
+    def sufficient(self) -> bool:
+        return self.sr >= 1.0 - 1e-9
+
+
+def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState | None:
+    """The complete state ``c`` with its lower-scored gold document swapped for the best unseen
+    non-gold document of the initial ranking: same size, support incomplete."""
+    st = c.state
+    keys = {normalize_title(t) for t in gold}
+    golds = [i for i, d in enumerate(st.docs) if normalize_title(d.title) in keys]
+    if len(st.docs) < 2 or not golds or st.initial_ranking is None:
+        return None
+    i = min(golds, key=lambda k: st.docs[k].score)
+    ids, titles = set(st.doc_ids), set(st.title_keys)
+    for e in st.initial_ranking:
+        key = normalize_title(e.title)
+        if e.id in ids or key in titles or key in keys:
+            continue
+        old = st.docs[i]
+        docs = st.docs[:i] + (RetrievedDoc(e.id, e.title, e.text, e.score, old.source,
+                                           old.step),) + st.docs[i + 1:]
+        cfg = env.config
+        bridges = bridge_candidates(st.question, docs, exclude=st.expanded_bridges,
+                                    max_candidates=cfg.max_bridges, use_spacy=cfg.use_spacy)
+        new = replace(st, docs=docs, bridge_candidates=bridges)
+        return CalibrationState(c.qid, new, support_recall(new.titles, gold), "contrast")
+    return None
+
+
+def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13,
+                       contrast: bool = True) -> list[CalibrationState]:
+    """States of training questions with documents at different SR, reached by the
+    retrieval-only actions (no LLM call): retrieve_more 1..3 times, and a seeded walk that
+    mixes retrieve_more with bridge_entity_expand. Distinct document sets only, at most
+    ``per_question`` per question. Gold labels give each state's SR; nothing gold is in a state.
+
+    On a pooled HotpotQA corpus the first three documents often already hold both gold
+    paragraphs, so reachable states alone are mostly complete. ``contrast`` adds, per question,
+    one matched incomplete state: the first complete state with one gold document swapped for
+    the best unseen distractor of its ranking (same size; the contrast of the measurement in
+    ``shared/notes/offline-models.md``). It is built with gold labels, on training questions
+    only, for calibration; no policy ever visits it.
+    """
+    out: list[CalibrationState] = []
+    cfg = env.config
+    for q in questions:
+        gold = gold_titles(q)
+        seen: set[tuple[str, ...]] = set()
+        found: list[CalibrationState] = []
+
+        def keep(s) -> None:
+            if s.docs and s.doc_ids not in seen:
+                seen.add(s.doc_ids)
+                found.append(CalibrationState(q.id, s, support_recall(s.titles, gold)))
+        s = initial_state(q.question, q.id)
+        for _ in range(3):
+            if "retrieve_more" not in valid_actions(s, cfg):
+                break
+            s = apply_action(s, "retrieve_more", env)
+            keep(s)
+        rng = random.Random(f"{seed}|calib|{q.id}")
+        s = apply_action(initial_state(q.question, q.id), "retrieve_more", env)
+        for _ in range(3):
+            opts = [a for a in valid_actions(s, cfg)
+                    if a in ("retrieve_more", "bridge_entity_expand")]
+            if not opts:
+                break
+            s = apply_action(s, "bridge_entity_expand" if "bridge_entity_expand" in opts
+                             and rng.random() < 0.7 else rng.choice(opts), env)
+            keep(s)
+        # Keep the first and the last state, then the rest in order; emit them in discovery
+        # order (consecutive prompts then share their first documents: KV reuse).
+        idx = list(range(len(found)))
+        keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)
+                          [:per_question])
+        chosen = [found[i] for i in keep_idx]
+        if contrast:
+            full = next((k for k, c in enumerate(chosen) if c.sufficient), None)
+            alt = _contrast(chosen[full], gold, env) if full is not None else None
+            if alt is not None and alt.state.doc_ids not in seen:
+                chosen.insert(full + 1, alt)
+        out.extend(chosen)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# AUC, thresholds, calibration
+# ---------------------------------------------------------------------------------------------
+
+def auc(scores: Sequence[float], labels: Sequence[float]) -> float:
+    """ROC AUC of ``scores`` for labels 1 (ties count half); nan with one class only."""
+    s, y = np.asarray(scores, float), np.asarray(labels).astype(int)
+    if len(set(y.tolist())) < 2:
+        return float("nan")
+    return float(roc_auc_score(y, s))
+
+
+def grouped_auc_se(scores: Sequence[float], labels: Sequence[float], groups: Sequence,
+                   n_boot: int = 200, seed: int = 13) -> float:
+    """Bootstrap standard error of the AUC, resampling whole questions (states of one
+    question are not independent)."""
+    s, y = np.asarray(scores, float), np.asarray(labels).astype(int)
+    g = np.asarray(groups, dtype=object)
+    ids = sorted(set(g.tolist()), key=str)
+    if len(ids) < 2 or len(set(y.tolist())) < 2:
+        return float("nan")
+    rows = {i: np.nonzero(g == i)[0] for i in ids}
+    rng = np.random.default_rng(seed)
+    vals = []
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(ids), len(ids))
+        idx = np.concatenate([rows[ids[k]] for k in pick])
+        a = auc(s[idx], y[idx])
+        if np.isfinite(a):
+            vals.append(a)
+    return float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")
+
+
+def youden_threshold(scores: Sequence[float], labels: Sequence[float]) -> float:
+    """The threshold t maximizing TPR - FPR for the verdict "sufficient iff score >= t"."""
+    s, y = np.asarray(scores, float), np.asarray(labels).astype(int)
+    if len(set(y.tolist())) < 2:
+        return float(np.median(s)) if len(s) else 0.0
+    fpr, tpr, thr = roc_curve(y, s)
+    j = tpr - fpr
+    j[~np.isfinite(thr)] = -np.inf
+    return float(thr[int(np.argmax(j))])
+
+
+def precision_threshold(scores: Sequence[float], labels: Sequence[float], target: float
+                        ) -> float | None:
+    """The lowest t whose verdicts "score >= t" are sufficient with precision >= ``target``
+    (most recall at that precision); None when no threshold reaches it."""
+    s, y = np.asarray(scores, float), np.asarray(labels).astype(float)
+    best = None
+    for t in sorted(set(s.tolist()), reverse=True):
+        sel = s >= t
+        if sel.any() and y[sel].mean() >= target:
+            best = t
+    return best
+
+
+def _threshold(scores, labels, rule: str) -> tuple[float, str]:
+    if rule.startswith("precision:"):
+        t = precision_threshold(scores, labels, float(rule.split(":", 1)[1]))
+        if t is not None:
+            return float(t), rule
+        return youden_threshold(scores, labels), "youden (precision target unreachable)"
+    if rule != "youden":
+        raise ValueError(f"unknown threshold rule {rule!r} (youden | precision:P)")
+    return youden_threshold(scores, labels), "youden"
+
+
+def _state_llm_scores(c: CalibrationState, env, llm_kinds: Sequence[str]) -> dict[str, float]:
+    """The LLM signals' scores of one calibration state, in ``llm_kinds`` order."""
+    cfg, st = env.config, c.state
+    got: dict[str, float] = {}
+    for kind in llm_kinds:
+        if kind == "text":
+            gen = env.generate(prompts.sufficiency_messages(st.question, st.docs, cfg.doc_chars),
+                               prompts.SUFFICIENCY_MAX_TOKENS)
+            got[kind] = 1.0 if prompts.parse_sufficiency(gen.text).sufficient else 0.0
+        elif kind == "margin":
+            got[kind] = probe_margin(st.question, st.docs, env.generator, cfg.doc_chars)
+        else:  # answer_conf
+            got[kind] = answer_confidence(st.question, st.docs, env.generator,
+                                          cfg.doc_chars)[0]
+    return got
+
+
+def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
+                  estimator_folds: int = 5, seed: int = 13, progress: bool = False,
+                  estimator_kind: str = "forest", workers: int = 1
+                  ) -> dict[str, dict[str, np.ndarray]]:
+    """Per signal: {"score": ..., "extra": ...} on the calibration states. ``learned`` scores are
+    out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
+
+    ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
+    the scheme of :mod:`dynakrag_lite.concurrency`: only the server calls overlap, scores
+    are taken in state order, so they are the sequential run's)."""
+    check_workers(workers, env.generator, items="calibration states")
+    y = np.array([float(c.sufficient) for c in states])
+    groups = np.array([c.qid for c in states], dtype=object)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    llm_kinds = [k for k in kinds if k != "learned"]
+    bad = [k for k in llm_kinds if k not in SIGNALS]
+    if bad:
+        raise ValueError(f"unknown signal(s) {bad}")
+    vals: dict[str, list[float]] = {k: [] for k in llm_kinds}
+    extra: list[float] = []
+    # States outer, signals inner: the signals of one state share its prompt prefix (and the
+    # states of one question share their first documents), so llama.cpp reuses the KV cache.
+    todo = list(states) if llm_kinds else []
+    with tqdm(total=len(todo), desc="signals", disable=not progress or not todo) as bar:
+        def emit(c: CalibrationState, got: dict[str, float]) -> None:
+            for kind in llm_kinds:
+                vals[kind].append(got[kind])
+            if "text" in got:
+                extra.append(got["text"])
+            bar.update(1)
+        run_in_order(todo, locked_runner(lambda c, e: _state_llm_scores(c, e, llm_kinds), env,
+                                         workers), workers, emit, name="signals")
+    for kind in kinds:
+        if kind == "learned":
+            X = np.stack([learned_features(c.state) for c in states]) if states else \
+                np.zeros((0, len(LEARNED_FEATURE_NAMES)))
+            reach = np.array([c.kind == "reachable" for c in states], bool)
+            out[kind] = {"score": oof_estimator_scores(X, y, groups, estimator_folds,
+                                                       kind=estimator_kind, seed=seed,
+                                                       train_mask=reach)}
+        else:
+            out[kind] = {"score": np.array(vals[kind], dtype=np.float64)}
+            if kind == "text":
+                out[kind]["extra"] = np.array(extra)
+    return out
+
+
+def calibrate(scores: dict[str, np.ndarray], labels: Sequence[float], groups: Sequence,
+              rule: str = "youden", min_gain: float = 0.05, generator: str | None = None,
+              estimator: SufficiencyEstimator | None = None,
+              text_sufficient: np.ndarray | None = None, seed: int = 13) -> SufficiencySignal:
+    """Choose the signal and threshold from scores on training states (see the module text).
+
+    ``scores``: {signal: score per state}; ``labels``: 1[SR = 1] per state; ``groups``: the
+    question id per state. ``estimator``: the learned estimator fitted on all states (used when
+    ``learned`` wins; its AUC must come from out-of-fold scores)."""
+    y = np.asarray(labels, float)
+    g = np.asarray(groups, dtype=object)
+    stats: dict[str, SignalStats] = {}
+    for kind, s in scores.items():
+        s = np.asarray(s, float)
+        a = auc(s, y)
+        se = grouped_auc_se(s, y, g, seed=seed)
+        thr, how = (0.5, "text verdict") if kind == "text" else _threshold(s, y, rule)
+        informative = bool(np.isfinite(a) and a - 0.5 > max(min_gain, 1.645 * (
+            se if np.isfinite(se) else 0.0)))
+        sel = s >= thr
+        stats[kind] = SignalStats(
+            kind, a, se, informative, float(thr), how, float(sel.mean()) if len(s) else 0.0,
+            float(text_sufficient.mean()) if kind == "text" and text_sufficient is not None
+            else None, int(len(s)), int(y.sum()),
+            float(y[sel].mean()) if sel.any() else None,
+            float(sel[y == 1].mean()) if (y == 1).any() else None)
+    good = [k for k, st in stats.items() if st.informative]
+    n_q = len(set(g.tolist()))
+    if not good:
+        return SufficiencySignal("text", None, gates=False, rule=rule, generator=generator,
+                                 stats=stats, n_states=len(y), n_questions=n_q)
+    best = max(good, key=lambda k: (round(stats[k].auc, 3), -COST_ORDER.get(k, 9)))
+    st = stats[best]
+    return SufficiencySignal(best, None if best == "text" else st.threshold, gates=True,
+                             rule=st.rule, generator=generator,
+                             estimator=estimator if best == "learned" else None,
+                             stats=stats, n_states=len(y), n_questions=n_q)
+
+
+def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "margin", "learned"),
+                  rule: str = "youden", per_question: int = 4, llm_questions: int | None = None,
+                  seed: int = 13, progress: bool = True, min_gain: float = 0.05,
+                  workers: int = 1) -> SufficiencySignal:
+    """Calibration end to end on TRAINING questions: states (:func:`calibration_states`), the
+    learned estimator's out-of-fold AUC on all of them, the LLM signals on the states of the
+    first ``llm_questions`` questions (they cost a forward pass or a generation each), then
+    :func:`calibrate`. The learned estimator is refitted on all states. ``workers``: states
+    whose LLM signals are scored at once (:func:`signal_scores`); the states themselves are
+    built sequentially (retrieval only, no LLM call)."""
+    states = calibration_states(questions, env, per_question=per_question, seed=seed)
+    if not states:
+        raise SufficiencyError("no calibration states (no documents retrieved)")
+    y = np.array([float(c.sufficient) for c in states])
+    groups = np.array([c.qid for c in states], dtype=object)
+    llm_ids = {q.id for q in list(questions)[:llm_questions]} if llm_questions else \
+        {q.id for q in questions}
+    sub = [i for i, c in enumerate(states) if c.qid in llm_ids]
+    llm_kinds = [k for k in kinds if k != "learned"]
+    scores: dict[str, np.ndarray] = {}
+    text_suff = None
+    estimator = None
+    if "learned" in kinds:
+        learned = signal_scores(states, env, ["learned"], seed=seed)["learned"]["score"]
+        # fitted on reachable states only: contrast states are not what a policy visits (their
+        # swapped-in document is always ranked low, a retrieval-score artefact)
+        reach = np.array([c.kind == "reachable" for c in states], bool)
+        X = np.stack([learned_features(c.state) for c in states])
+        estimator = fit_estimator(X[reach], y[reach], seed=seed)
+        scores["learned"] = learned[sub]
+    if llm_kinds:
+        got = signal_scores([states[i] for i in sub], env, llm_kinds, seed=seed,
+                            progress=progress, workers=workers)
+        for k in llm_kinds:
+            scores[k] = got[k]["score"]
+        if "text" in got and "extra" in got["text"]:
+            text_suff = got["text"]["extra"]
+    gen = None if env.generator is None else env.generator.spec
+    return calibrate(scores, y[sub], groups[sub], rule=rule, min_gain=min_gain, generator=gen,
+                     estimator=estimator, text_sufficient=text_suff, seed=seed)
+
+
+def train_signal(questions: Sequence, env, kind: str = "auto", rule: str = "youden",
+                 llm_questions: int | None = 100, seed: int = 13, progress: bool = True,
+                 min_gain: float = 0.05, workers: int = 1) -> SufficiencySignal | None:
+    """The signal for a training run (``train --sufficiency-signal``), on TRAINING questions.
+
+    ``auto``: calibrate text, margin and learned and keep the best informative one (or the
+    non-gating text probe when none is). A named signal is kept even when it measures at
+    chance (its stats say so), with its calibrated threshold. ``text``: None, the original
+    probe, nothing to calibrate. ``workers``: calibration states whose LLM signals (text,
+    margin, answer_conf) are scored at once, > 1 with a server generator only
+    (:func:`signal_scores`); ``learned`` makes no LLM call."""
+    if kind == "text":
+        return None
+    kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
+    sig = calibrate_for(questions, env, kinds=kinds, rule=rule, llm_questions=llm_questions,
+                        seed=seed, progress=progress, min_gain=min_gain, workers=workers)
+    if kind != "auto" and sig.kind != kind:
+        st = sig.stats[kind]
+        est = None
+        if kind == "learned":
+            states = [c for c in calibration_states(questions, env, seed=seed)
+                      if c.kind == "reachable"]
+            est = fit_estimator(np.stack([learned_features(c.state) for c in states]),
+                                np.array([float(c.sufficient) for c in states]), seed=seed)
+        sig = replace(sig, kind=kind, threshold=st.threshold, gates=True, rule=st.rule,
+                      estimator=est)
+    return sig
