@@ -74,9 +74,9 @@ JB := $(PY) -c 'from jupyter_book.cli.main import main; main()'
 
 # Merged on every run, not copied once: a copy made before the committed file gained rows would
 # lack them and those chapters would call models live. Only missing keys are added, in one
-# transaction, so the working copy's own calls survive (python -m dynakrag_lite.generators.cache --help).
+# transaction, so the working copy's own calls survive (python -m dynakrag_lite cache merge --help).
 llm-cache: $(STAMP)/requirements
-	$(PY) -m dynakrag_lite.generators.cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
+	$(PY) -m dynakrag_lite cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
 
 # nbval executes every chapter; the -W build then renders those same chapters from their
 # committed outputs (executing them a second time would double CI time and prove nothing new).

@@ -410,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if est is None:
                         continue
                     for m in mats:
-                        got, want = policy_mod._predict(est, m), ref.predict(m)
+                        got, want = policy_mod.predict_forest(est, m), ref.predict(m)
                         exact[label] = max(exact[label], float(np.max(np.abs(got - want))))
                         identical[label] &= bool(np.array_equal(got, want))
                 t[f"Policy.values [{label}]"] = timed(

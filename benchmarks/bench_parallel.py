@@ -76,12 +76,12 @@ def evaluation_ids(dataset: str, data_dir: str | None, n: int) -> list[str]:
     the workers' ``build_setup(..., n_eval=N_EVAL, split_seed=SPLIT_SEED)``, taken from the
     data file alone through the CLI's split (``--n-eval``/``--split-seed``/``--limit``), so the
     parent loads no embedder, index or model."""
-    from dynakrag_lite.experiments.cli import _split_ids
+    from dynakrag_lite.training.recipe import split_ids
     from dynakrag_lite.data.sources import load_dataset
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
     questions = load_dataset(dataset, data_root=data_dir)
-    ids, _ = _split_ids(questions, "eval", N_EVAL, SPLIT_SEED, None, n)
+    ids, _ = split_ids(questions, "eval", N_EVAL, SPLIT_SEED, None, n)
     return ids
 
 

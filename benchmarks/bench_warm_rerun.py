@@ -18,7 +18,7 @@ that made those calls. For each committed run folder (``results/experiments/<dat
   time limit is not stored), and the cache's own hit/miss counters
   (:class:`~dynakrag_lite.generators.cache.CallCache` ``hits``/``misses``/``writes``, which also see
   option scoring) read around every question by a thin wrapper: the child is this script in
-  ``--child`` mode, which patches ``experiments._run_question`` / ``experiments.evaluate`` /
+  ``--child`` mode, which patches ``experiments._run_question`` / ``cli.evaluate`` /
   ``pipeline.build_setup`` to take the readings and the times, then calls
   ``dynakrag_lite.experiments.cli.main`` with the recorded arguments (``--plain`` runs
   ``python -m dynakrag_lite`` itself: no per-question counts, no setup/loop split). Any live
@@ -367,7 +367,7 @@ def child_main(report_path: str, argv: list[str]) -> int:
         atomic_write_json(report_path, rec, indent=None)
 
     pipeline.build_setup = build_setup
-    experiments.evaluate = evaluate
+    cli.evaluate = evaluate  # the name the command's EvaluationSetup.run calls
     experiments._run_question = run_question
     atexit.register(dump)
     return cli.main(argv)
@@ -394,7 +394,8 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def bench_run(run_dir: Path, args: argparse.Namespace, work: Path, cache_src: Path) -> dict:
-    from dynakrag_lite.experiments.folder import fingerprint_diff, read_predictions
+    from dynakrag_lite.experiments.fingerprint import fingerprint_diff
+    from dynakrag_lite.experiments.folder import read_predictions
     name = "-".join(run_dir.resolve().parts[-3:])
     out_dir = work / name
     if out_dir.exists():

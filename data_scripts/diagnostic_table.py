@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.experiments.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.experiments.artifacts import policy_file_name  # noqa: E402
 from dynakrag_lite.experiments.diagnostics import summarise_runs  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 

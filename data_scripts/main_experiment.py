@@ -21,14 +21,14 @@ The policy is trained with the settings of the committed policies (``--continuat
 call cache, which replays the questions already collected. To carry an unfinished training run
 to another machine, snapshot its calls into results/llm_cache/ (a few MB, kept in git):
 
-    python -m dynakrag_lite.generators.cache merge ~/.cache/dynakrag_lite/llm_calls.sqlite \
+    python -m dynakrag_lite cache merge ~/.cache/dynakrag_lite/llm_calls.sqlite \
         results/llm_cache/train-<dataset>-<generator>.sqlite --vacuum
 
 This script merges that file (when present) into the active cache before it trains, so the
 next run replays what was collected and goes on live from there.
 Every command runs from the project folder with relative paths (``--data-dir`` too), so the
 commands recorded in the results can be pasted back on any machine. A run folder refuses a
-resume with another setup (see dynakrag_lite/experiments.py); questions that failed are
+resume with another setup (see dynakrag_lite/experiments/run.py); questions that failed are
 retried by re-running.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.generators.cache import default_cache_path, merge_cache  # noqa: E402
-from dynakrag_lite.experiments.cli import policy_file_name  # noqa: E402
+from dynakrag_lite.experiments.artifacts import policy_file_name  # noqa: E402
 from dynakrag_lite.experiments.results import POLICY_VARIANT_SUFFIXES  # noqa: E402
 from dynakrag_lite.storage import relative_command  # noqa: E402
 from dynakrag_lite.sufficiency import SIGNAL_CHOICES  # noqa: E402

@@ -6,9 +6,9 @@ trajectories (no model call):
 The trajectories come from ``python -m dynakrag_lite train ... --save-data FILE``. For each
 stop rule (``level``: the paper's v(s, stop) = SR(s); ``gain``: stopping adds no support and is
 priced like every other action, see ``dynakrag_lite.policy.select``) the 5-fold grouped
-cross-validation of ``policy.tune_continuation`` replays each held-out question's explored path
-for every (lambda, veto threshold) pair and records where the policy stops: answer F1 (the
-questions collected with answer calls), SR and tokens there. Writes
+cross-validation of ``training.tuning.tune_continuation`` replays each held-out question's
+explored path for every (lambda, veto threshold) pair and records where the policy stops:
+answer F1 (the questions collected with answer calls), SR and tokens there. Writes
 ``results/diagnostics/<dataset>-<generator>-stop-rule.json`` (both grids, the pair each rule
 picks) and prints the lambda curve of each rule at its chosen veto threshold.
 """
@@ -22,9 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.policy import (GAIN_LAMBDA_GRID, LAMBDA_GRID, STOP_RULES,  # noqa: E402
-                                  VETO_GRID, tune_continuation)
+from dynakrag_lite.policy import STOP_RULES  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
+from dynakrag_lite.training.tuning import (GAIN_LAMBDA_GRID, LAMBDA_GRID,  # noqa: E402
+                                           VETO_GRID, tune_continuation)
 from dynakrag_lite.training.files import load_training_data  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 

@@ -32,11 +32,11 @@ and a --out folder whose ``run.json`` records another setup is refused. The scra
 an ordinary run folder (resumable; its rows are the run's rows for those questions); delete
 it once the run is complete.
 
-``train``: builds the setup as ``train`` does (``training_setup`` of the command line: the
-sufficiency signal calibrated as train calibrates it) and collects the trajectories of
-training questions ``--start`` .. ``--stop``, in order, each with the answer calls its
-position in the training list gets (``--continuation-questions``). Nothing is written but
-cache entries; the policy still comes from ``train``.
+``train``: builds the setup as ``train`` does (``training_setup`` of the command's recipe,
+``dynakrag_lite.training.recipe``: the sufficiency signal calibrated as train calibrates it)
+and collects the trajectories of training questions ``--start`` .. ``--stop``, in order, each
+with the answer calls its position in the training list gets (``--continuation-questions``).
+Nothing is written but cache entries; the policy still comes from ``train``.
 
 A cached reply is the warming process's: with llama.cpp the run takes the replies this process
 decoded, which the committed runs found identical to the run's own (greedy decoding).
@@ -117,8 +117,9 @@ def check_slice(start: int, stop: int | None, n: int, what: str) -> int:
 
 def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[str]) -> int:
     from dynakrag_lite.experiments.cli import evaluation_setup
-    from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, RUN_FILE, fingerprint_diff,
-        latest_rows, read_predictions)
+    from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, RUN_FILE, latest_rows,
+        read_predictions)
+    from dynakrag_lite.experiments.fingerprint import fingerprint_diff
     from dynakrag_lite.storage import relative_command
     if args.replay_only:
         raise ValueError("--replay-only: that run never calls the model; there is nothing to "
@@ -164,12 +165,13 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
 
 
 def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
-    from dynakrag_lite.experiments.cli import training_setup
+    from dynakrag_lite.experiments.cli import training_recipe
+    from dynakrag_lite.training.recipe import training_setup
     from dynakrag_lite.trajectories import collect
     if args.from_data:
         raise ValueError("--from-data: that run makes no model call; there is nothing to warm")
     t0 = time.perf_counter()
-    setup, train_qs, _ = training_setup(args)  # as cmd_train builds it
+    setup, train_qs, _ = training_setup(training_recipe(args))  # as cmd_train builds it
     env = setup.env
     stop = check_slice(own.start, own.stop, len(train_qs), "training questions")
     n_answer = args.continuation_questions or None

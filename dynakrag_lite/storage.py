@@ -15,10 +15,15 @@
   redacted.
 * Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files of that
   folder that may be unpickled (:func:`read_manifest`, :func:`update_manifest`,
-  :func:`register_in_manifest`, :func:`verify_manifest`). A joblib/pickle file is code;
-  loaders of committed policies (:mod:`dynakrag_lite.policy`) and sentence selectors
-  (:mod:`dynakrag_lite.compression`) hash the bytes and refuse a file the manifest does not
-  list with that hash, before anything is unpickled.
+  :func:`register_in_manifest`, :func:`verify_manifest`, :func:`verified_sha256`). A
+  joblib/pickle file is code; the loaders of policies (:mod:`dynakrag_lite.policy`) and
+  sentence selectors (:mod:`dynakrag_lite.compression`) hash the bytes and, in a folder that
+  keeps a manifest, refuse a file it does not list with that hash, before anything is
+  unpickled. This is the only manifest code; which folders of the checkout keep one is
+  :mod:`dynakrag_lite.experiments.artifacts`' business.
+
+No chapter is about it: it sits behind every policy, run folder and cache file the book
+writes (chapters 8-14); ``results/policies/README.md`` explains the manifests.
 """
 from __future__ import annotations
 
@@ -26,15 +31,23 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import tempfile
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
-__all__ = ["atomic_writer", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "FolderLock",
-           "LockedError", "relative_command", "redact", "sha256_file", "MANIFEST_NAME",
-           "ManifestError", "read_manifest", "update_manifest", "register_in_manifest",
-           "verify_manifest", "in_folder"]
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks (FolderLock then keeps going unlocked)
+    fcntl = None
+
+__all__ = ["atomic_writer", "atomic_write_bytes", "atomic_write_text", "atomic_write_json",
+           "FolderLock", "LockedError", "relative_command", "redact", "sha256_file",
+           "MANIFEST_NAME", "ManifestError", "read_manifest", "update_manifest",
+           "register_in_manifest", "verify_manifest", "verified_sha256", "in_folder",
+           "installed_versions"]
 
 
 def _umask() -> int:
@@ -211,6 +224,25 @@ def verify_manifest(path: str | Path, data: bytes, what: str = "file", fix: str 
     return digest
 
 
+def verified_sha256(path: str | Path, data: bytes, trusted: bool | None = None,
+                    what: str = "file", fix: str = "") -> str:
+    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled), checked
+    against the manifest of ``path``'s folder as ``trusted`` says:
+
+    * ``None``: checked when the folder keeps a ``MANIFEST.sha256`` (a committed folder);
+      a folder without one holds the user's own files, which are not checked;
+    * ``False``: always checked (a folder without a manifest lists nothing);
+    * ``True``: not checked (the caller vouches for the file).
+
+    :class:`ManifestError` from :func:`verify_manifest` when the check fails."""
+    path = Path(path)
+    if trusted is None:
+        trusted = not (path.parent / MANIFEST_NAME).exists()
+    if trusted:
+        return hashlib.sha256(data).hexdigest()
+    return verify_manifest(path, data, what=what, fix=fix)
+
+
 class LockedError(RuntimeError):
     """Another live process holds the folder's lock."""
 
@@ -233,9 +265,7 @@ class FolderLock:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+")
-        try:
-            import fcntl
-        except ImportError:  # Windows: no advisory locks; keep going unlocked
+        if fcntl is None:  # Windows: no advisory locks; keep going unlocked
             self._fh = fh
             return self
         try:
@@ -295,7 +325,6 @@ def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite
     directory; ``/work/shared/data`` seen from ``/work/main`` becomes ``../shared/data``),
     including paths inside ``--flag=PATH`` and ``gguf:PATH``; no credentials. Arguments with
     spaces or shell metacharacters are quoted, so the command can be pasted back."""
-    import shlex
     base = Path(cwd or os.getcwd()).resolve()
     out: list[str] = [prefix] if prefix else []
     hide_next = False
@@ -327,7 +356,6 @@ def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite
 def installed_versions(packages) -> dict:
     """{distribution: installed version, or None when it is not installed}, read from package
     metadata without importing anything (what a cache key or a record names)."""
-    from importlib.metadata import PackageNotFoundError, version
     out = {}
     for pkg in packages:
         try:

@@ -43,6 +43,20 @@ def test_policy_with_a_method_that_has_no_controller_is_refused(capsys, tmp_path
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("argv", [
+    ["upgrade-data", "--help"],  # the format-1 training-file migration is gone
+    ["train", "--data", "library", "--generator", "smollm2-135m", "--out", "p.joblib",
+     "--from-data", "t.npz", "--signal-from", "p0.joblib"],
+])
+def test_the_format_1_migration_is_gone(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert ("invalid choice: 'upgrade-data'" in err
+            or "unrecognized arguments: --signal-from" in err)
+
+
 @pytest.mark.parametrize("extra, says", [
     ([], "--compressor extractive needs --selector"),
     (["--selector", "no/such.joblib"], "--selector no/such.joblib: no such file"),
@@ -108,7 +122,7 @@ def test_selector_trained_on_an_evaluated_question_is_refused(capsys, tmp_path,
                                                                library_retriever):
     """The extractive compressor reads gold sentences through its selector: a selector fitted
     on a question of the evaluation split would leak it, so evaluate refuses before any row."""
-    from dynakrag_lite.compression import train_sentence_selector
+    from dynakrag_lite.training.selector import train_sentence_selector
     from dynakrag_lite.pipeline import build_setup
     setup = build_setup("library", generator=None, show_progress=False)
     leaked = setup.eval[0]

@@ -5,12 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from dynakrag_lite.actions import ControlConfig, Environment, apply_action
+from dynakrag_lite.actions import apply_action
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.data.corpus import gold_titles
 from dynakrag_lite.generators.base import Generation
-from dynakrag_lite.policy import (CostModel, replay_decisions, replay_outcomes, train_policy,
-                                  tune_continuation, lambda_sweep)
+from dynakrag_lite.policy import CostModel, train_policy
 from dynakrag_lite.state import initial_state
+from dynakrag_lite.training.tuning import (lambda_sweep, replay_decisions, replay_outcomes,
+                                           tune_continuation)
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.trajectories import collect, collect_question, sr
 

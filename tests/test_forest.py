@@ -15,12 +15,14 @@ from sklearn.ensemble import (ExtraTreesRegressor, GradientBoostingRegressor,
 from sklearn.exceptions import NotFittedError
 
 from dynakrag_lite import policy as policy_mod
-from dynakrag_lite.actions import ControlConfig
+from dynakrag_lite.config import ControlConfig
+from dynakrag_lite.experiments.artifacts import POLICIES_DIR
 from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES, phi, state_features
 from dynakrag_lite.forest import FlatForest, UnsupportedEstimator, flat_forest_for
-from dynakrag_lite.policy import Policy, replay_decisions, train_policy
+from dynakrag_lite.policy import Policy, train_policy
 from dynakrag_lite.state import (ACTIONS, EvidenceState, Ledger, RankedEntry, RetrievedDoc,
                                  Sufficiency)
+from dynakrag_lite.training.tuning import replay_decisions
 from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 from dynakrag_lite.validity import valid_actions
 
@@ -345,7 +347,7 @@ def test_using_a_policy_changes_neither_its_pickle_nor_its_saved_bytes(trained, 
 
 def test_the_project_policy_if_present_is_matched_bit_for_bit():
     """The committed policy (forests fitted on collected HotpotQA trajectories)."""
-    path = policy_mod.POLICIES_DIR / "hotpotqa-qwen2.5-coder-0.5b.joblib"
+    path = POLICIES_DIR / "hotpotqa-qwen2.5-coder-0.5b.joblib"
     if not path.exists():
         pytest.skip(f"{path.name} is not in results/policies")
     pol = Policy.load(path)

@@ -1,9 +1,12 @@
 """Offline replay of the learned selection rule on collected trajectories
-(policy.replay_decisions), the rollout path flags (Sample.chosen) and TrainingData.to_frame."""
+(training.tuning.replay_decisions), the rollout path flags (Sample.chosen) and
+TrainingData.to_frame."""
 import pytest
 
-from dynakrag_lite.actions import ControlConfig, Environment, apply_action
-from dynakrag_lite.policy import replay_decisions, train_policy
+from dynakrag_lite.actions import apply_action
+from dynakrag_lite.config import ControlConfig, Environment
+from dynakrag_lite.policy import train_policy
+from dynakrag_lite.training.tuning import replay_decisions
 from dynakrag_lite.state import initial_state
 from dynakrag_lite.trajectories import collect
 from dynakrag_lite.validity import valid_actions

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from dynakrag_lite.policy import replay_decisions, select, train_policy, tune_continuation
+from dynakrag_lite.policy import select, train_policy
+from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from helpers import load_script
 

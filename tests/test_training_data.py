@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dynakrag_lite.pipeline as pipeline_mod
-from dynakrag_lite.actions import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.data.sources import load_dataset, split_questions
 from dynakrag_lite.policy import Policy, check_policy

@@ -59,7 +59,7 @@ def realized_gain(action: str, target: float) -> float:
 
 
 def choice_states(decisions: list[dict]) -> list[ChoiceState]:
-    """States with at least two options, from ``policy.replay_decisions`` output (values and
+    """States with at least two options, from ``tuning.replay_decisions`` output (values and
     costs of the replayed policy; its ``targets`` are the recorded labels)."""
     out = []
     for d in decisions:

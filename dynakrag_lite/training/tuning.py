@@ -1,0 +1,221 @@
+"""Tuning the stop rule offline: the selection rule replayed along collected trajectories,
+and lambda and the veto threshold chosen by cross-validation on the training questions.
+
+* :func:`replay_decisions` re-decides at every state visited while collecting a
+  :class:`~dynakrag_lite.trajectories.TrainingData`, for any lambda or veto threshold, without
+  executing anything (chapter 9).
+* :func:`replay_outcomes`: where the policy would stop on each question of the data, and the
+  SR, answer F1 and tokens it would have there.
+* :func:`tune_continuation` chooses ``(lam, veto_threshold)`` by cross-validation grouped by
+  question: each fold's policy re-decides offline along the held-out questions' explored paths,
+  and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
+  ``python -m dynakrag_lite train`` runs it (chapter 13 describes it).
+* :func:`lambda_sweep` returns the cost/quality curve (F1, SR, tokens per lambda) that chapter
+  13 plots; :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID` and :data:`VETO_GRID` are the
+  default grids.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import GroupKFold
+
+from ..features import FEATURE_NAMES, STATE_FEATURE_NAMES
+from ..policy import Policy, PolicyError, predict_forest, select, train_policy
+from ..state import LLM_ACTIONS, RETRIEVAL_ACTIONS
+from ..trajectories import TrainingData
+
+
+# -- offline tuning of the stop rule: veto threshold and lambda -------------------------
+VETO_GRID = (-1.0, 0.0, 0.02, 0.05, 0.1, 0.2, 1.0)  # F1/SR targets lie in [-1, 1]
+LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 tokens
+# Under the "gain" stop rule lambda trades a predicted SR gain (~0.05-0.25 per action) against
+# ~100-500 tokens, so the interesting range reaches higher.
+GAIN_LAMBDA_GRID = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3)
+
+
+def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = None,
+                     veto_threshold: float | None = None) -> list[dict]:
+    """Re-decide at every state visited while collecting ``data``, without executing anything.
+
+    Each visited state is the group of samples with one (qid, step); their feature vectors hold
+    phi(s, a) for every valid a, so the value model, the continuation model (on the state part
+    of phi) and the selection rule a* = argmax v - lambda c (with the stop veto) can be
+    replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). Costs: the cost
+    model's c(s, a) from the state's document count; an LLM action the cost model never saw
+    falls back to the heuristic estimate stored in phi. The samples' targets (true one-step
+    support gains, computed from gold labels) ride along for analysis only; nothing here feeds
+    them to the policy.
+
+    Returns one dict per state: qid, step, n_docs, valid, values, costs, continue_gain,
+    vetoed (stop_answer was removed), chosen, chosen_without_veto, targets.
+    """
+    lam = policy.lam if lam is None else lam
+    thr = policy.veto_threshold if veto_threshold is None else veto_threshold
+    n_state = len(STATE_FEATURE_NAMES)
+    i_cost = FEATURE_NAMES.index("est_cost")
+    groups: dict[tuple[str, int], list] = {}
+    for s in data.samples:
+        groups.setdefault((s.qid, s.step), []).append(s)
+    if not groups:
+        return []
+    X = np.stack([s.features for s in data.samples])
+    all_values = predict_forest(policy.value_model, X)
+    value_of = {id(s): float(v) for s, v in zip(data.samples, all_values)}
+    out = []
+    for (qid, step), group in groups.items():
+        n_docs = group[0].n_docs
+        values = {s.action: value_of[id(s)] for s in group}
+        costs = {}
+        for s in group:
+            a = s.action
+            if a in RETRIEVAL_ACTIONS:
+                costs[a] = policy.cost_model.retrieval_tokens
+            elif a in policy.cost_model.coef:
+                a0, b = policy.cost_model.coef[a]
+                costs[a] = max(0.0, a0 + b * n_docs)
+            else:
+                costs[a] = float(s.features[i_cost]) if a in LLM_ACTIONS else 0.0
+        gain = None
+        if policy.continuation_model is not None and n_docs > 0:
+            gain = float(predict_forest(policy.continuation_model,
+                                  group[0].features[:n_state].reshape(1, -1))[0])
+        chosen, _, veto = select(values, costs, gain, lam, thr, policy.stop_rule)
+        free, _, _ = select(values, costs, None, lam, thr, policy.stop_rule)
+        out.append({"qid": qid, "step": step, "n_docs": n_docs,
+                    "valid": tuple(s.action for s in group), "values": values,
+                    "costs": costs, "continue_gain": gain, "vetoed": veto,
+                    "stop_rule": policy.stop_rule, "chosen": chosen,
+                    "chosen_without_veto": free,
+                    "targets": {s.action: s.target for s in group}})
+    return out
+
+
+def _redecide(d: dict, lam: float, thr: float) -> tuple[str, bool]:
+    """The selection rule of :meth:`Policy.choose` on one replayed state's values/costs."""
+    chosen, _, veto = select(d["values"], d["costs"], d["continue_gain"], lam, thr,
+                             d.get("stop_rule", "level"))
+    return chosen, veto
+
+
+def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[float, float]]
+              ) -> list[dict]:
+    """Per (lam, thr) and question: where the replayed policy stops along the explored path."""
+    by_q: dict[str, dict[int, dict]] = {}
+    for d in decisions:
+        by_q.setdefault(d["qid"], {})[d["step"]] = d
+    pref = {(p.qid, p.step): p for p in data.prefixes}
+    rows = []
+    for lam, thr in grid:
+        for qid, states in by_q.items():
+            steps = sorted(states)
+            stop, vetoes = steps[-1], 0
+            for st in steps:
+                chosen, veto = _redecide(states[st], lam, thr)
+                vetoes += int(veto)
+                if chosen == "stop_answer":
+                    stop = st
+                    break
+            p = pref.get((qid, stop))
+            last = pref.get((qid, steps[-1]))
+            ans = p.answer_tokens if p is not None and np.isfinite(p.answer_tokens) else 0.0
+            rows.append({
+                "lam": lam, "veto_threshold": thr, "qid": qid, "stop_step": stop,
+                "early": stop != steps[-1], "vetoes": vetoes,
+                "sr": p.sr_now if p is not None else 0.0,
+                "f1": p.f1_now if p is not None else 0.0,
+                "tokens": (p.tokens + ans) if p is not None else 0.0,
+                "sr_end": last.sr_now if last is not None else 0.0,
+                "f1_end": last.f1_now if last is not None else 0.0})
+    return rows
+
+
+def replay_outcomes(policy: Policy, data: TrainingData, lam: float | None = None,
+                    veto_threshold: float | None = None) -> pd.DataFrame:
+    """Where the policy would stop on each question of ``data``, replayed offline.
+
+    Walks each question's explored path (its visited states in order) with the decisions of
+    :func:`replay_decisions`; the first state where the policy chooses stop_answer (else the
+    path's end, where a cap forced the stop) is its stopping point. Assumption: while the policy
+    continues it follows the explored path (an acquisition action other than the rollout's is
+    not executed), so this scores the *stop rule* (value of stopping, the veto, lambda), not the
+    choice among acquisition actions. Outcome columns, read at the stopping point from the
+    prefix records: ``sr``, ``f1`` (reader's answer F1 from those documents; NaN unless collected
+    with continuation="f1"), ``tokens`` (ledger tokens to reach it + its answer call), plus
+    ``stop_step``, ``early`` (stopped before the path's end), ``vetoes``, ``sr_end``/``f1_end``.
+    Gold labels enter only through these recorded outcomes, never the decisions.
+    """
+    lam = policy.lam if lam is None else lam
+    thr = policy.veto_threshold if veto_threshold is None else veto_threshold
+    decisions = replay_decisions(policy, data, lam=0.0, veto_threshold=np.inf)
+    return pd.DataFrame(_outcomes(decisions, data, [(lam, thr)]))
+
+
+def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
+                      thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
+                      metric: str = "f1", seed: int = 13, n_estimators: int = 300,
+                      min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False,
+                      stop_rule: str = "level") -> tuple[float, float, pd.DataFrame]:
+    """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
+
+    Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
+    policy on the other folds and replays its decisions on the held-out questions for every
+    grid pair (:func:`replay_outcomes`); the pair with the highest mean ``metric`` ("f1" or
+    "sr") over all held-out questions wins, ties broken by fewer tokens, then by the larger
+    threshold (vetoing less) and the smaller lambda. Returns (lam, threshold, frame): one row
+    per grid pair with the means of f1, sr, tokens, early (share stopping before the cap),
+    vetoes, and ``best``.
+    """
+    if metric not in ("f1", "sr"):
+        raise ValueError("metric must be 'f1' or 'sr'")
+    all_qids = list(dict.fromkeys(data.questions))
+    if metric == "f1":
+        # Held out and scored: only questions whose prefixes carry answer F1s; every other
+        # question still trains the fold's policy.
+        missing = {p.qid for p in data.prefixes if not np.isfinite(p.f1_now)}
+        qids = np.array([q for q in all_qids if q not in missing], dtype=object)
+        if not len(qids):
+            raise PolicyError("metric 'f1' needs answer F1s: collect with continuation='f1'")
+    else:
+        qids = np.array(all_qids, dtype=object)
+    k = min(folds, len(qids))
+    if k < 2:
+        raise PolicyError("cross-validation needs at least 2 training questions")
+    grid = [(float(lam), float(t)) for lam in lams for t in thresholds]
+    rows = []
+    splits = list(GroupKFold(n_splits=k).split(qids, groups=qids))
+    for i, (tr, te) in enumerate(splits):
+        held_out = set(qids[te])
+        pol = train_policy(data.subset([q for q in all_qids if q not in held_out]),
+                           n_estimators=n_estimators, min_samples_leaf=min_samples_leaf,
+                           seed=seed, n_jobs=n_jobs, stop_rule=stop_rule)
+        held = data.subset(qids[te])
+        decisions = replay_decisions(pol, held, lam=0.0, veto_threshold=np.inf)
+        for r in _outcomes(decisions, held, grid):
+            r["fold"] = i
+            rows.append(r)
+        if progress:
+            print(f"fold {i + 1}/{k} done", flush=True)
+    per_q = pd.DataFrame(rows)
+    frame = (per_q.groupby(["lam", "veto_threshold"], as_index=False)
+             .agg(f1=("f1", "mean"), sr=("sr", "mean"), tokens=("tokens", "mean"),
+                  early=("early", "mean"), vetoes=("vetoes", "mean"),
+                  n_questions=("qid", "nunique")))
+    order = frame.sort_values([metric, "tokens", "veto_threshold", "lam"],
+                              ascending=[False, True, False, True])
+    best = order.index[0]
+    frame["best"] = frame.index == best
+    frame["metric"] = metric
+    frame["stop_rule"] = stop_rule
+    return float(frame.loc[best, "lam"]), float(frame.loc[best, "veto_threshold"]), frame
+
+
+def lambda_sweep(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
+                 veto_threshold: float = 0.05, folds: int = 5, metric: str = "f1",
+                 **kw) -> pd.DataFrame:
+    """The cost/quality curve: cross-validated mean F1, SR and tokens per lambda at one veto
+    threshold (a DataFrame sorted by lambda; the book plots f1/sr against tokens)."""
+    _, _, frame = tune_continuation(data, lams, (veto_threshold,), folds, metric, **kw)
+    return frame.sort_values("lam").reset_index(drop=True)
