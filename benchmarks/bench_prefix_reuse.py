@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,10 +187,13 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
                    ) -> tuple[Any, dict, Any, Any, str | None]:
     """(environment, settings, policy, demos, skip reason) for ``method``, configured as
     ``python -m dynakrag_lite evaluate`` with data_scripts/main_experiment.py's flags."""
+    from dynakrag_lite.compression import load_selector
     from dynakrag_lite.generators.cache import CallCache
-    from dynakrag_lite.experiments.cli import _check_selector, default_policy_path
+    from dynakrag_lite.experiments.artifacts import default_policy_path
+    from dynakrag_lite.experiments.cli import check_selector
     from dynakrag_lite.config import ControlConfig, Environment
     from dynakrag_lite.generators.cache import CachedGenerator
+    from dynakrag_lite.pipeline import extractive_compressor
     from dynakrag_lite.policy import Policy, PolicyError, check_policy
     from dynakrag_lite.retriever import DEFAULT_EMBEDDER
     from dynakrag_lite.storage import ManifestError
@@ -199,20 +201,22 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
     dataset = setup.dataset
     settings: dict[str, Any] = {}
     cfg_kw: dict[str, Any] = {}
+    compressor = None
     if method in CONTROLLERS:
         comp = args.compressor
         if comp == "auto":
             comp = "extractive" if _selector_for(dataset).is_file() else "llm"
         cfg_kw["compressor"] = comp
-        if comp == "extractive":
-            cfg_kw["selector_path"] = str(_selector_for(dataset))
-            # the CLI's own check: a selector must not have seen an evaluated question
-            _check_selector(SimpleNamespace(selector=cfg_kw["selector_path"],
-                                            compressor="extractive"), [q.id for q in eval_qs])
         settings["compressor"] = comp
+        if comp == "extractive":
+            compressor = extractive_compressor(load_selector(_selector_for(dataset)),
+                                               setup.retriever)
     config = ControlConfig.for_dataset(dataset, **cfg_kw)
     cache_file = tmp / f"{method}.sqlite"  # fresh and empty: every call of the method is live
-    env = Environment(setup.retriever, CachedGenerator(raw, CallCache(cache_file)), config)
+    env = Environment(setup.retriever, CachedGenerator(raw, CallCache(cache_file)), config,
+                      compressor=compressor)
+    # the CLI's own check: a selector must not have seen an evaluated question
+    check_selector(env, str(_selector_for(dataset)), [q.id for q in eval_qs])
     policy = None
     if method in CONTROLLERS:
         try:
