@@ -36,7 +36,7 @@ CHAPTERS = {
 def data_hash(dataset: str) -> str | None:
     """sha256 of the dataset's normalized file (the library: of its generated JSON); the same
     hash evaluate records in each run's fingerprint (``experiments.data_sha256``)."""
-    from dynakrag_lite.experiments.folder import data_sha256
+    from dynakrag_lite.data.sources import data_sha256
     return data_sha256(dataset)
 
 

@@ -14,6 +14,8 @@ import string
 from collections import Counter
 from typing import Iterable, Sequence
 
+from .data.corpus import normalize_title
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
 _SPECIAL = ("yes", "no", "noanswer")
@@ -65,7 +67,6 @@ def support_recall(retrieved_titles: Iterable[str], gold_titles: Iterable[str]) 
 
     Documents are matched by normalized title, the same key the retrieval dedup uses.
     """
-    from .data.corpus import normalize_title
     gold = {normalize_title(t) for t in gold_titles}
     if not gold:
         raise ValueError("no gold supporting documents")

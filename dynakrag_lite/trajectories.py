@@ -49,14 +49,13 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from .actions import answer, apply_action
-from .concurrency import check_workers, locked_runner, run_in_order
 from .config import Environment
 from .data.corpus import gold_titles
 from .data.schema import Question
@@ -290,7 +289,8 @@ def collect_question(q: Question, env: Environment, seed: int = 13, continuation
 
 def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
             progress: bool = True, continuation: str = "f1",
-            answer_questions: int | None = None, workers: int = 1) -> TrainingData:
+            answer_questions: int | None = None,
+            runner: Callable[[list, Callable, Callable, Environment], None] | None = None) -> TrainingData:
     """Trajectories of ``questions`` (training questions only) with continuation targets of
     kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
 
@@ -298,11 +298,10 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     dominate the cost: one reader call over up to 12 documents per prefix). The value model
     learns from every question; the continuation model and the F1 tuning from those N.
 
-    ``workers``: questions collected at once; > 1 needs a server generator
-    (:func:`~dynakrag_lite.concurrency.check_workers`). Only the server calls overlap
-    (:mod:`dynakrag_lite.concurrency`) and results are taken in question order, so the data
-    is the sequential run's (for a server whose greedy replies do not depend on its load)."""
-    check_workers(workers, env.generator)
+    ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each item and ``emit(item,
+    result)`` in item order; the default runs them one by one. The training tooling passes
+    one that overlaps server calls (``training.concurrency.collect_in_parallel``): the data
+    is the sequential run's either way."""
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 
@@ -319,6 +318,10 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
             data.prefixes.extend(result[1])
             data.questions.append(item[1].id)
             bar.update(1)
-        run_in_order(list(enumerate(qs)), locked_runner(one, env, workers), workers, emit,
-                     name="trajectories")
+        (runner or _one_by_one)(list(enumerate(qs)), one, emit, env)
     return data
+
+
+def _one_by_one(items: list, one: Callable, emit: Callable, env: Environment) -> None:
+    for item in items:
+        emit(item, one(item, env))

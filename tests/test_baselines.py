@@ -12,7 +12,7 @@ from typing import Sequence
 
 import pytest
 
-from dynakrag_lite.actions import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.baselines import (BASELINES, COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE,
                                      default_k, run_baseline, run_fixed_k, run_ircot,
                                      run_self_ask)

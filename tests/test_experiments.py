@@ -23,10 +23,12 @@ import pytest
 
 from helpers import ScriptedGenerator
 
-from dynakrag_lite.actions import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.data.corpus import Corpus
-from dynakrag_lite.experiments.folder import (FingerprintError, ResultsError, latest_rows,
-    prompts_fingerprint, read_predictions, repair_predictions, run_fingerprint)
+from dynakrag_lite.experiments.fingerprint import (FingerprintError, corpus_sha256, prompts_digest,
+    run_fingerprint)
+from dynakrag_lite.experiments.folder import (ResultsError, latest_rows, read_predictions,
+    repair_predictions)
 from dynakrag_lite.experiments.run import SUMMARY_KEYS, evaluate
 from dynakrag_lite.experiments.diagnostics import diagnostics, trace_diagnostics
 from dynakrag_lite.generators.base import GeneratorError
@@ -313,32 +315,49 @@ def test_fingerprint_records_the_setup(tmp_path, monkeypatch):
                                                              "model_id": "scripted"}
     assert fp["embedder"] == "lexical-test" and fp["data_sha256"] == "d" * 64
     assert fp["budgets"]["max_docs"] == 12 and fp["policy"] is None
-    assert fp["prompts_sha256"] == prompts_fingerprint() and len(fp["prompts_sha256"]) == 64
-    assert fp["corpus_sha256"] == env.retriever.corpus.content_hash()
+    assert fp["prompts_sha256"] == prompts_digest() and len(fp["prompts_sha256"]) == 64
+    assert fp["corpus_sha256"] == corpus_sha256(env.retriever.corpus)
+    assert fp["version"] == 2 and fp["selector_sha256"] is None
     # credentials in a generator spec never reach the record
     env.generator.spec = "openai:gpt-4o-mini@https://user:s3cret@host/v1"
     env.generator.model_id = "gpt-4o-mini@https://user:s3cret@host/v1"
     assert "s3cret" not in json.dumps(run_fingerprint("fixed_k", env))
-    # an edit of prompts.py is another setup
-    import dynakrag_lite.experiments.folder as folder
-    monkeypatch.setattr(folder, "prompts_fingerprint", lambda: "0" * 64)
+    # a prompt that reads otherwise is another setup
+    import dynakrag_lite.prompts as prompts
+    monkeypatch.setattr(prompts, "SYSTEM", prompts.SYSTEM + " Be brief.")
     env.generator.spec, env.generator.model_id = "scripted", "scripted"
     with pytest.raises(FingerprintError, match="prompts_sha256"):
         run(qs[:1], env, out, data_sha256="d" * 64)
 
 
-def test_folder_from_before_fingerprints_is_adopted_with_a_warning(tmp_path):
+def test_lost_run_json_is_restored_from_the_summary_and_still_guards_the_folder(tmp_path):
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    run(qs[:2], env, out, fixed_k=5)
+    recorded = json.loads((out / "run.json").read_text())["fingerprint"]
+    (out / "run.json").unlink()
+    before = (out / "predictions.jsonl").read_bytes()
+    with pytest.raises(FingerprintError, match="summary.json.*fixed_k: 5 -> 3"):
+        run(qs[:3], env, out, fixed_k=3)
+    assert (out / "predictions.jsonl").read_bytes() == before
+    assert not (out / "run.json").exists()
+    with pytest.warns(RuntimeWarning, match="restored from"):
+        assert run(qs[:3], env, out, fixed_k=5)["n"] == 3
+    assert json.loads((out / "run.json").read_text())["fingerprint"] == recorded
+
+
+def test_predictions_without_any_fingerprint_are_refused(tmp_path):
     qs, env = lexical_env()
     out = tmp_path / "run"
     run(qs[:2], env, out)
     (out / "run.json").unlink()
-    with pytest.warns(RuntimeWarning, match="adopting"):
-        assert run(qs[:2], env, out)["n"] == 2
-    assert json.loads((out / "run.json").read_text())["adopted"] is True
+    (out / "summary.json").unlink()
+    with pytest.raises(FingerprintError, match="no fingerprint"):
+        run(qs[:2], env, out)
 
 
 def test_default_policy_is_only_the_exact_file(tmp_path):
-    from dynakrag_lite.experiments.cli import default_policy_path
+    from dynakrag_lite.experiments.artifacts import default_policy_path
     from dynakrag_lite.policy import PolicyError
     (tmp_path / "library-qwen2.5-coder-0.5b.joblib").write_bytes(b"x")
     with pytest.raises(PolicyError) as e:

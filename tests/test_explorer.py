@@ -173,7 +173,7 @@ def test_plot_sr_curve():
 def real_runs(library_questions, library_retriever, tmp_path_factory):
     from helpers import ScriptedGenerator
 
-    from dynakrag_lite.actions import ControlConfig, Environment
+    from dynakrag_lite.config import ControlConfig, Environment
     from dynakrag_lite.data.sources import split_questions
     from dynakrag_lite.experiments.run import evaluate
     from dynakrag_lite.policy import train_policy

@@ -22,6 +22,7 @@ from dynakrag_lite.policy import Policy
 from dynakrag_lite.training.calibration import calibration_states, signal_scores
 from dynakrag_lite.training.files import load_training_data
 from dynakrag_lite.trajectories import TrainingData, collect
+from dynakrag_lite.training.concurrency import collect_in_parallel
 
 from helpers import ScriptedGenerator
 from test_workers import reset, server, server_env  # noqa: F401  (server: the fixture)
@@ -61,8 +62,9 @@ def test_two_workers_collect_what_a_sequential_run_collects(server, library_ques
 
     def run(workers: int, cache: str) -> TrainingData:
         env = server_env(server, library_retriever, tmp_path / cache)  # a fresh call cache
+        runner = None if workers == 1 else collect_in_parallel(workers, env.generator)
         return collect(qs, env, seed=13, progress=False, continuation="f1",
-                       answer_questions=ANSWER_QUESTIONS, workers=workers)
+                       answer_questions=ANSWER_QUESTIONS, runner=runner)
     seq = run(1, "a.sqlite")
     assert server.max_in_flight == 1
     n_requests = server.requests
@@ -115,13 +117,13 @@ def test_train_workers_with_an_in_process_generator_are_refused(library_question
     gen = ScriptedGenerator()
     env = Environment(library_retriever, gen, ControlConfig())
     with pytest.raises(ValueError, match=r"--workers 2 runs questions .*'scripted' runs in-proc"):
-        collect(library_questions[:2], env, progress=False, workers=2)
+        collect_in_parallel(2, env.generator)
     # The message names what would run concurrently: here the calibration states.
     with pytest.raises(ValueError,
                        match=r"--workers 2 runs calibration states .*'scripted' runs in-proc"):
         signal_scores(calibration_states(library_questions[:1], env), env, ["text"], workers=2)
     with pytest.raises(ValueError, match="--workers must be an integer >= 1"):
-        collect(library_questions[:2], env, progress=False, workers=0)
+        collect_in_parallel(0, env.generator)
     assert gen.calls == []  # refused before any call
     # The command line refuses from the spec alone, before loading any model or index.
     out = tmp_path / "p.joblib"

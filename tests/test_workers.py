@@ -21,7 +21,7 @@ import pytest
 from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.experiments.cli import main
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.concurrency import check_workers
+from dynakrag_lite.training.concurrency import check_workers
 from dynakrag_lite.experiments.run import evaluate
 from dynakrag_lite.experiments.folder import read_predictions
 from dynakrag_lite.generators.spec import make_generator

@@ -65,10 +65,13 @@ class Corpus:
         return self._by_id[doc_id]
 
     def content_hash(self) -> str:
+        """16 hex digits of the documents' ids, titles and texts, in order: the key of the
+        corpus's index on disk, so an edited text never reuses a stale index."""
         h = hashlib.sha256()
         for d in self.documents:
-            h.update(d.id.encode())
-            h.update(b"\0")
+            for part in (d.id, d.title, d.text):
+                h.update(part.encode("utf-8"))
+                h.update(b"\0")
         return h.hexdigest()[:16]
 
     @classmethod

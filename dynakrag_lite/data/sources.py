@@ -7,6 +7,7 @@ official raw formats, detected by shape), writing, and the train/eval split.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Iterable
 
-from ..storage import atomic_write_text
+from ..storage import atomic_write_text, sha256_file
 from .library import build_library
 from .raw_formats import convert_raw_record, load_raw
 from .schema import DataError, Question, iter_jsonl, question_from_dict
@@ -121,3 +122,17 @@ def split_questions(questions: list[Question], n_eval: int, seed: int = 0
     train = [q for i, q in enumerate(questions) if i not in eval_idx]
     evals = [questions[i] for i in sorted(eval_idx)]
     return train, evals
+
+
+def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = None
+                ) -> str | None:
+    """sha256 of the dataset file named by ``spec`` (a path or a dataset name); for the
+    embedded library, of its generated questions as JSON lines. None if it cannot be found.
+    Runs and trajectory files record it, so a result names the exact questions it used."""
+    if str(spec).lower() in ("library", "embedded"):
+        text = "\n".join(json.dumps(q.to_json(), sort_keys=True) for q in load_dataset("library"))
+        return hashlib.sha256(text.encode()).hexdigest()
+    try:
+        return sha256_file(resolve_data(spec, data_root))
+    except (DataError, OSError):
+        return None

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from ..concurrency import check_workers
+from ..training.concurrency import check_workers
 from ..config import Environment
 from ..data.corpus import gold_titles
 from ..data.schema import DataError, Question

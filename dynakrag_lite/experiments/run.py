@@ -4,7 +4,7 @@ fingerprint are :mod:`dynakrag_lite.experiments.folder`; the diagnostics recorde
 and summary are :mod:`dynakrag_lite.experiments.diagnostics`).
 
 Concurrent questions (``workers=N``, ``evaluate --workers N``; the scheme is
-:mod:`dynakrag_lite.concurrency`'s, shared with ``train --workers N``): with a server generator
+:mod:`dynakrag_lite.training.concurrency`'s, shared with ``train --workers N``): with a server generator
 (``openai:<model>@<base_url>``: vLLM, a llama.cpp server) N questions run at once in threads,
 since the time goes into waiting for the server. The main thread stays the only writer: it
 takes finished rows in the order of ``questions`` (a finished row waits for the ones before it,
@@ -29,8 +29,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import baselines
-from ..actions import Environment
-from ..concurrency import check_workers, locked_runner, run_in_order
+from ..config import Environment
+from ..training.concurrency import check_workers, locked_runner, run_in_order
 from ..controller import MethodResult, UniformChooser, run_controller
 from ..data.corpus import gold_titles, normalize_title
 from ..data.schema import Question
@@ -39,9 +39,9 @@ from ..metrics import em_f1, support_recall
 from ..storage import FolderLock, atomic_write_json
 from ..oracle import OracleChooser
 from .diagnostics import diagnostics, trace_diagnostics
-from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, check_run_folder,
-                     error_row, is_error, latest_rows, read_predictions, repair_predictions,
-                     run_fingerprint)
+from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_error, latest_rows,
+    read_predictions, repair_predictions)
+from .fingerprint import check_run_folder, run_fingerprint
 
 METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
 SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_recall",
@@ -102,7 +102,7 @@ def score(q: Question, result: MethodResult) -> dict:
     }
 
 
-# -- concurrent questions (the scheme: dynakrag_lite.concurrency) --------------------------
+# -- concurrent questions (the scheme: dynakrag_lite.training.concurrency) --------------------------
 def _run_question(q: Question, method: str, env: Environment, policy, fixed_k: int | None,
                   seed: int, demos) -> tuple[dict, bool]:
     """(row, failed): the question's result row, or its error row when the method raised."""
@@ -191,10 +191,11 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
                                          fixed_k=fixed_k, seed=seed, demos=demos)
     wanted = list(dict.fromkeys(q.id for q in questions))
     with FolderLock(out, "evaluation"):
-        # Check before touching anything: a corrupt file stops us before run.json could adopt
-        # it, and a folder of another setup is refused before its torn line is cut.
+        # Check before touching anything: a corrupt file stops us before run.json is written,
+        # and a folder of another setup is refused before its torn line is cut.
+        read_predictions(pred_path)
         check_run_folder(out, fingerprint, (run_info or {}).get("command"),
-                         has_rows=bool(read_predictions(pred_path)))
+                         corpus=env.retriever.corpus)
         rows = repair_predictions(pred_path)
         latest = {r["id"]: r for r in latest_rows(rows)}
         todo = [q for q in questions if q.id not in latest or is_error(latest[q.id])]

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from .. import prompts
 from ..actions import apply_action
 from ..bridge import bridge_candidates
-from ..concurrency import check_workers, locked_runner, run_in_order
+from .concurrency import check_workers, locked_runner, run_in_order
 from ..data.corpus import gold_titles, normalize_title
 from ..features import STATE_FEATURE_NAMES
 from ..metrics import support_recall
@@ -311,7 +311,7 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
     out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
 
     ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
-    the scheme of :mod:`dynakrag_lite.concurrency`: only the server calls overlap, scores
+    the scheme of :mod:`dynakrag_lite.training.concurrency`: only the server calls overlap, scores
     are taken in state order, so they are the sequential run's)."""
     check_workers(workers, env.generator, items="calibration states")
     y = np.array([float(c.sufficient) for c in states])

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import pipeline
 from ..ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from ..concurrency import check_workers
+from .concurrency import check_workers, collect_in_parallel
 from ..config import ControlConfig
 from ..data.schema import Question
 from ..data.sources import data_sha256, load_dataset, split_questions
@@ -299,7 +299,7 @@ def _collect(recipe: TrainingRecipe
                   "sufficiency signal; --from-data will refuse them")
     data = collect(train_qs, env, seed=recipe.seed, continuation=recipe.continuation_target,
                    answer_questions=recipe.continuation_questions or None,
-                   workers=recipe.workers)
+                   runner=collect_in_parallel(recipe.workers, env.generator))
     data.run = collection_run(recipe, setup.dataset, env.config, model_id)
     data.calibration = calibration
     if recipe.save_data:

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from .generators.server import OpenAIGenerator
-from .generators.spec import parse_spec
-from .storage import redact
+from ..config import Environment
+from ..generators.server import OpenAIGenerator
+from ..generators.spec import parse_spec
+from ..storage import redact
 
 __all__ = ["WINDOW_PER_WORKER", "is_server_generator", "check_workers", "ReleasingGenerator",
            "released", "locked_runner", "run_in_order"]
@@ -149,3 +150,16 @@ def run_in_order(items: Sequence[T], run: Callable[[T], R], workers: int,
             # item in flight.
             for f in futures.values():
                 f.cancel()
+
+
+def collect_in_parallel(workers: int, generator: Any
+                        ) -> Callable[[list, Callable, Callable, Environment], None]:
+    """A runner for :func:`dynakrag_lite.trajectories.collect`: ``workers`` training questions
+    at once under this module's scheme (checked against ``generator`` now), results emitted
+    in question order, so the trajectories are a sequential run's."""
+    check_workers(workers, generator)
+
+    def runner(items: list, one: Callable, emit: Callable, env: Environment) -> None:
+        run_in_order(items, locked_runner(one, env, workers), workers, emit,
+                     name="trajectories")
+    return runner

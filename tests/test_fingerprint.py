@@ -1,0 +1,132 @@
+"""Run fingerprints hash behaviour, not module bytes, and committed run folders stay resumable
+(issue 22): version-1 records are read in version-2 terms only where they prove the setup."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from dynakrag_lite import prompts
+from dynakrag_lite.config import ControlConfig
+from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
+from dynakrag_lite.data.sources import data_dir, load_dataset
+from dynakrag_lite.experiments.fingerprint import (LEGACY_PROMPTS, FingerprintError,
+                                                    corpus_sha256, legacy_corpus_hash,
+                                                    prompts_digest, upgrade)
+from dynakrag_lite.storage import sha256_file
+
+from test_experiments import lexical_env, run
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((ROOT / "results").glob("**/run.json"))
+
+
+def as_version_1(fp: dict, selector_path: str | None = None) -> dict:
+    """What a version-1 run.json recorded for the same setup."""
+    old = json.loads(json.dumps(fp))
+    old["version"] = 1
+    old["prompts_sha256"] = next(iter(LEGACY_PROMPTS))
+    old["budgets"]["selector_path"] = selector_path
+    old.pop("selector_sha256")
+    return old
+
+
+def test_prompts_behave_as_when_the_committed_runs_were_made():
+    recorded = {json.loads(p.read_text())["fingerprint"]["prompts_sha256"] for p in COMMITTED}
+    for digest in recorded:
+        # a version-1 hash must be known and stand for today's behaviour; a version-2 one is it
+        assert LEGACY_PROMPTS.get(digest, digest) == prompts_digest(), digest
+
+
+def test_the_prompts_digest_sees_a_changed_template_and_a_changed_parser(monkeypatch):
+    base = prompts_digest()
+    monkeypatch.setattr(prompts, "ANSWER_MAX_TOKENS", prompts.ANSWER_MAX_TOKENS + 1)
+    assert prompts_digest() != base
+    monkeypatch.undo()
+    monkeypatch.setattr(prompts, "parse_answer", lambda text: text.upper())
+    # the probe runs what the module holds: a different parser is a different digest
+    assert prompts_digest() != base
+
+
+def test_a_version_1_folder_resumes_when_its_setup_is_proven_equal(tmp_path):
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    run(qs[:2], env, out)
+    record = json.loads((out / "run.json").read_text())
+    fp = record["fingerprint"]
+    old = as_version_1(fp)
+    old["corpus_sha256"] = legacy_corpus_hash(env.retriever.corpus)
+    (out / "run.json").write_text(json.dumps({"fingerprint": old, "command": "c"}))
+    assert run(qs[:3], env, out)["n"] == 3
+    now = json.loads((out / "run.json").read_text())
+    assert now["fingerprint"] == fp and now["upgraded_from"] == old
+
+
+def test_a_version_1_folder_whose_corpus_ids_are_not_content_hashes_is_refused():
+    docs = [Document("a", "Title A", "text one"), Document("b", "Title B", "text two")]
+    corpus = Corpus(docs, name="own-ids")
+    old = {"version": 1, "corpus_sha256": legacy_corpus_hash(corpus), "budgets": {}}
+    got = upgrade(old, corpus)
+    assert "texts not recorded" in got["corpus_sha256"]
+    # ... while the same texts under ids derived from them prove themselves
+    pooled = Corpus([Document(doc_id_for(d.title, d.text), d.title, d.text) for d in docs])
+    assert upgrade({"version": 1, "corpus_sha256": legacy_corpus_hash(pooled),
+                    "budgets": {}}, pooled)["corpus_sha256"] == corpus_sha256(pooled)
+
+
+def test_an_edited_text_changes_the_corpus_hash():
+    a = Corpus([Document("x", "T", "one")], name="c")
+    b = Corpus([Document("x", "T", "two")], name="c")
+    assert legacy_corpus_hash(a) == legacy_corpus_hash(b)  # why version 1 could not see it
+    assert corpus_sha256(a) != corpus_sha256(b)
+
+
+def test_a_version_1_selector_path_becomes_the_file_hash(tmp_path):
+    sel = tmp_path / "sel.joblib"
+    sel.write_bytes(b"selector bytes")
+    old = {"version": 1, "budgets": {"selector_path": str(sel)}}
+    got = upgrade(old, None)
+    assert got["selector_sha256"] == sha256_file(sel) and "selector_path" not in got["budgets"]
+    assert "not found" in upgrade({"version": 1, "budgets": {"selector_path": "nope"}},
+                                  None)["selector_sha256"]
+
+
+def test_a_version_1_record_with_another_prompts_file_is_refused(tmp_path):
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    run(qs[:1], env, out)
+    fp = json.loads((out / "run.json").read_text())["fingerprint"]
+    old = as_version_1(fp)
+    old["prompts_sha256"] = "f" * 64
+    old["corpus_sha256"] = legacy_corpus_hash(env.retriever.corpus)
+    (out / "run.json").write_text(json.dumps({"fingerprint": old}))
+    with pytest.raises(FingerprintError, match="prompts_sha256.*not known"):
+        run(qs[:2], env, out)
+
+
+@pytest.mark.skipif(data_dir() is None, reason="benchmark data folder not available")
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_committed_run_folders_upgrade_to_today_s_setup(path: Path, monkeypatch):
+    """Every committed run.json reads, in today's terms, as the setup today's code records
+    for the same data: prompts, corpus, selector and the budgets' fields."""
+    old = json.loads(path.read_text())["fingerprint"]
+    ds = next(p for p in path.parts if p in ("hotpotqa", "2wikimultihopqa", "musique"))
+    corpus = _corpus(ds)
+    monkeypatch.chdir(ROOT)  # recorded selector paths are relative to the checkout
+    new = upgrade(old, corpus)
+    assert new["prompts_sha256"] == prompts_digest()
+    assert new["corpus_sha256"] == corpus_sha256(corpus)
+    assert not str(new["selector_sha256"]).endswith("(file not found)")
+    assert set(new["budgets"]) == set(asdict(ControlConfig())), \
+        "ControlConfig changed: give version-1 records a rule in fingerprint.upgrade"
+
+
+_CORPORA: dict[str, Corpus] = {}
+
+
+def _corpus(dataset: str) -> Corpus:
+    if dataset not in _CORPORA:
+        _CORPORA[dataset] = Corpus.from_questions(load_dataset(dataset), name=dataset)
+    return _CORPORA[dataset]
