@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import threading
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,13 +69,28 @@ RUNS = {
     "dynakrag-gain_lam0": ["--method", "dynakrag", "--lam", "0"],
     # The gain stop rule at the lambda and veto threshold its own cross-validation chose.
     "dynakrag-gain": ["--method", "dynakrag"],
+    # The continuation stop rule (ours, policy.select): acquisitions chosen by the value
+    # model, the stop by the continuation model against tau, both from the training split.
+    "dynakrag-cont": ["--method", "dynakrag"],
+    # Stop-at-k schedules: the same learned choices, the stop forced after k acquisitions
+    # (k = 4 never stops before the step cap: the always-continue schedule).
+    **{f"dynakrag-cont-stop{k}": ["--method", "dynakrag", "--stop-after", str(k)]
+       for k in (1, 2, 3, 4)},
 }
-GAIN_STOP, = POLICY_VARIANT_SUFFIXES  # find_policies leaves variants out unless asked
+GAIN_STOP, CONTINUATION = POLICY_VARIANT_SUFFIXES  # find_policies skips variants unless asked
+# The continuation variant is built from the saved trajectories without a model call: its
+# continuation model learns the support still to come (sr target), and tau is chosen by
+# cross-validated answer F1 on the training questions, priced at .01 F1 per 1,000 tokens.
+CONTINUATION_FLAGS = ["--stop-rule", "continuation", "--continuation-target", "sr",
+                      "--tune-metric", "f1", "--token-price", "1e-5"]
 # Runs whose policy is a variant, trained separately: results/policies/<dataset>-<generator>
-# <suffix>.joblib, made by the command shown when it is missing.
+# <suffix>.joblib, built here from the saved trajectories (no model call) when missing.
 POLICY_VARIANTS = {"dynakrag-gain_lam0": (GAIN_STOP, ["--stop-rule", "gain"]),
-                   "dynakrag-gain": (GAIN_STOP, ["--stop-rule", "gain"])}
+                   "dynakrag-gain": (GAIN_STOP, ["--stop-rule", "gain"]),
+                   **{r: (CONTINUATION, CONTINUATION_FLAGS) for r in RUNS
+                      if r.startswith("dynakrag-cont")}}
 CONTROLLER_METHODS = ("dynakrag", "uniform", "oracle")
+VARIANT_LOCK = threading.Lock()
 
 
 def rel(path: str | os.PathLike) -> str:
@@ -209,13 +225,21 @@ def main() -> int:
                 pol = policy.with_name(policy.stem + suffix + policy.suffix)
                 if not pol.exists():
                     saved = trajectories_file(args.dataset, pol_gen)
-                    # from the saved trajectories it costs no model call
-                    source = f" --from-data {rel(saved)}" if saved.exists() else ""
-                    print(f"{rel(pol)} missing: train it with python -m dynakrag_lite train "
-                          f"{' '.join(data)} --generator {pol_gen} --out {rel(pol)} "
-                          f"--limit {args.train_limit} {' '.join(flags)}{source}",
-                          file=sys.stderr)
-                    return 2
+                    train = ["train"] + data + ["--generator", pol_gen, "--out", rel(pol),
+                                                "--limit", str(args.train_limit)] + flags + \
+                        training_flags(args.dataset, pol_gen, args.continuation_questions,
+                                       args.sufficiency_signal)[:-2]  # not --save-data
+                    if not saved.exists():
+                        print(f"{rel(pol)} missing: train it with python -m dynakrag_lite "
+                              + " ".join(train), file=sys.stderr)
+                        return 2
+                    # from the saved trajectories: no model call, no index
+                    with VARIANT_LOCK:  # parallel runs of one variant build it once
+                        if not pol.exists():
+                            rc = run(train + ["--from-data", rel(saved)],
+                                     logs / f"train-{args.dataset}-{pol_gen}{suffix}.log")
+                            if rc:
+                                return rc
             extra = ["--policy", rel(pol)]
             if "--compressor" not in RUNS[name]:
                 extra += ["--compressor", args.compressor]

@@ -24,22 +24,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.policy import STOP_RULES  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
-from dynakrag_lite.training.tuning import (GAIN_LAMBDA_GRID, LAMBDA_GRID,  # noqa: E402
-                                           VETO_GRID, tune_continuation)
+from dynakrag_lite.training.tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID,  # noqa: E402
+                                           LAMBDA_GRID, VETO_GRID, tune_continuation)
 from dynakrag_lite.training.files import load_training_data  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 
 def compare(data: TrainingData, folds: int = 5, metric: str = "f1", trees: int = 300,
-            rules: tuple[str, ...] = STOP_RULES) -> dict:
+            rules: tuple[str, ...] = ("level", "gain"), token_price: float = 0.0) -> dict:
     """Per stop rule: the chosen (lambda, veto threshold), its cross-validated row, and the
     whole grid (one row per pair)."""
     out = {}
     for rule in rules:
-        lams = GAIN_LAMBDA_GRID if rule == "gain" else LAMBDA_GRID
+        lams = {"gain": GAIN_LAMBDA_GRID, "continuation": (0.0,)}.get(rule, LAMBDA_GRID)
+        taus = CONTINUATION_GRID if rule == "continuation" else VETO_GRID
         t0 = time.perf_counter()
-        lam, thr, frame = tune_continuation(data, lams, VETO_GRID, folds=folds, metric=metric,
-                                            n_estimators=trees, stop_rule=rule)
+        lam, thr, frame = tune_continuation(data, lams, taus, folds=folds, metric=metric,
+                                            n_estimators=trees, stop_rule=rule,
+                                            token_price=token_price)
         best = frame[frame.best].iloc[0].to_dict()
         out[rule] = {"lam": lam, "veto_threshold": thr,
                      "best": {k: (round(v, 6) if isinstance(v, float) else v)
@@ -62,12 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--metric", choices=("f1", "sr"), default="f1")
     ap.add_argument("--trees", type=int, default=300)
+    ap.add_argument("--rules", default="level,gain",
+                    help=f"comma-separated, of {', '.join(STOP_RULES)}")
+    ap.add_argument("--token-price", type=float, default=0.0,
+                    help="objective: metric - PRICE x tokens (as train --token-price)")
     ap.add_argument("--out", default=None, help="JSON file (default: results/diagnostics/"
                     "<trajectories stem>-stop-rule.json)")
     args = ap.parse_args(argv)
     path = Path(args.trajectories)
     data = load_training_data(path)
-    result = compare(data, args.folds, args.metric, args.trees)
+    rules = tuple(r for r in args.rules.split(",") if r)
+    unknown = [r for r in rules if r not in STOP_RULES]
+    if unknown:
+        ap.error(f"unknown stop rule(s) {unknown}; one of {STOP_RULES}")
+    result = compare(data, args.folds, args.metric, args.trees, rules, args.token_price)
     out = Path(args.out) if args.out else \
         ROOT / "results" / "diagnostics" / f"{path.stem}-stop-rule.json"
     atomic_write_json(out, {

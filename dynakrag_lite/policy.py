@@ -181,7 +181,9 @@ def data_hash(data: TrainingData) -> str:
     return h.hexdigest()[:16]
 
 
-STOP_RULES = ("level", "gain")
+STOP_RULES = ("level", "gain", "continuation")
+# Actions that can bring a document: the only ones the "continuation" rule weighs.
+_NO_SUPPORT = ("stop_answer", "sufficiency_check")
 
 
 def select(values: dict[str, float], costs: dict[str, float], continue_gain: float | None,
@@ -201,11 +203,25 @@ def select(values: dict[str, float], costs: dict[str, float], continue_gain: flo
       same scale as the acquisition gains. The controller continues while some action's
       predicted gain exceeds its price lambda c(s, a): lambda becomes the cost/quality knob.
 
+    * ``"continuation"`` (ours, chapter 13): the continuation model decides the stop on its
+      own, stopping iff its estimate of what continuing still adds (``continue_gain``) is below
+      the threshold tau (``veto_threshold``); otherwise the best *acquisition* is taken. A
+      sufficiency_check adds no document, so its SR gain is 0 and it never competes (under
+      Eq. 1 its level label 1[SR = 1] outbids the gains at most states; see
+      ``results/diagnostics/control-diagnosis.md``).
+
     The veto (``continue_gain > veto_threshold``) removes stop_answer whenever anything else
-    is valid."""
+    is valid (level and gain rules)."""
     if stop_rule not in STOP_RULES:
         raise ValueError(f"unknown stop rule {stop_rule!r}; one of {STOP_RULES}")
     scores = {a: values[a] - lam * costs[a] for a in values}
+    if stop_rule == "continuation":
+        acquire = [a for a in scores if a not in _NO_SUPPORT]
+        enough = continue_gain is not None and continue_gain < veto_threshold
+        if "stop_answer" in scores and (enough or not acquire):
+            return "stop_answer", scores, False
+        pool = acquire or [a for a in scores if a != "stop_answer"] or list(scores)
+        return max(pool, key=lambda a: scores[a]), scores, False
     if stop_rule == "gain" and "stop_answer" in scores:
         scores["stop_answer"] = -lam * costs["stop_answer"]
     veto = (continue_gain is not None and continue_gain > veto_threshold
@@ -225,6 +241,9 @@ class Policy:
     meta: dict = field(default_factory=dict)
     name: str = "dynakrag"
     stop_rule: str = "level"  # see select(); policies saved before it existed are "level"
+    # A stop-at-k schedule (evaluate --stop-after K): stop_answer is withheld until k
+    # acquisitions were made and forced then; the choices among acquisitions are unchanged.
+    stop_after: int | None = None
     # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
     sufficiency: object | None = None
 
@@ -252,8 +271,13 @@ class Policy:
         return float(predict_forest(self.continuation_model, x)[0])
 
     def choose(self, state: EvidenceState, valid: tuple[str, ...]):
+        if self.stop_after is not None:
+            done = sum(a in RETRIEVAL_ACTIONS for a in state.history)
+            if done >= self.stop_after and "stop_answer" in valid:
+                return "stop_answer", {"stop_answer": {"schedule": float(self.stop_after)}}
+            valid = tuple(a for a in valid if a != "stop_answer") or valid
         vals = self.values(state, valid)
-        gain = self.continue_gain(state)
+        gain = None if self.stop_after is not None else self.continue_gain(state)
         acts = [a for a in valid if a in vals]
         costs = {a: self.cost_model(state, a) for a in acts}
         best, score, veto = select({a: vals[a] for a in acts}, costs, gain, self.lam,

@@ -43,6 +43,41 @@ def test_veto_removes_stop_only_when_something_else_is_valid():
     assert best == "stop_answer" and not veto
 
 
+def test_continuation_rule_stops_iff_the_estimate_is_below_tau():
+    values = {"retrieve_more": 0.02, "sufficiency_check": 0.9, "stop_answer": 0.6}
+    costs = {"retrieve_more": 400.0, "sufficiency_check": 300.0, "stop_answer": 0.0}
+    assert select(values, costs, 0.01, 0.0, 0.02, "continuation")[0] == "stop_answer"
+    # above tau it continues with the best acquisition, whatever the levels of stop and probe
+    best, _, veto = select(values, costs, 0.03, 0.0, 0.02, "continuation")
+    assert best == "retrieve_more" and not veto
+    # a state without an estimate (no documents yet) never stops early
+    assert select(values, costs, None, 0.0, 0.02, "continuation")[0] == "retrieve_more"
+
+
+def test_continuation_rule_never_spends_a_step_on_a_probe_while_support_can_come():
+    values = {"sufficiency_check": 1.0, "gap_query": 0.05, "stop_answer": 0.9}
+    costs = dict.fromkeys(values, 0.0)
+    assert select(values, costs, 0.5, 0.0, 0.02, "continuation")[0] == "gap_query"
+    # with nothing to acquire, it stops rather than probe
+    only = {"sufficiency_check": 1.0, "stop_answer": 0.9}
+    assert select(only, dict.fromkeys(only, 0.0), 0.5, 0.0, 0.02,
+                  "continuation")[0] == "stop_answer"
+
+
+def test_a_stop_at_k_schedule_withholds_then_forces_the_stop(collected):  # noqa: F811
+    from dynakrag_lite.state import EvidenceState
+    data, _ = collected
+    pol = train_policy(data, n_estimators=10, min_samples_leaf=2, n_jobs=1,
+                       stop_rule="continuation", veto_threshold=1.0)  # would stop at once
+    pol.stop_after = 2
+    valid = ("retrieve_more", "rewrite_query", "sufficiency_check", "stop_answer")
+    docs_state = EvidenceState("q?", history=("retrieve_more",))
+    best, _ = pol.choose(docs_state, valid)
+    assert best != "stop_answer"  # one acquisition made: the stop is withheld
+    two = EvidenceState("q?", history=("retrieve_more", "sufficiency_check", "rewrite_query"))
+    assert pol.choose(two, valid)[0] == "stop_answer"  # two made: forced
+
+
 def test_unknown_stop_rule_is_refused():
     with pytest.raises(ValueError, match="stop rule"):
         select(VALUES, COSTS, None, 0.0, 0.05, "sometimes")

@@ -171,6 +171,8 @@ def run_fingerprint(method: str, env: Environment, *, policy: Any = None,
     if policy is not None and method == "dynakrag":
         pol = {"sha256": policy_sha256 or policy_digest(policy),
                "lam": policy.lam, "veto_threshold": policy.veto_threshold}
+        if policy.stop_after is not None:  # absent before schedules existed: equal to None
+            pol["stop_after"] = policy.stop_after
     return {
         "version": FINGERPRINT_VERSION,
         "method": method,

@@ -236,7 +236,7 @@ def load_diagnostics(dataset: str, generator: str, run: str,
 
 # Policies trained with other settings than the main one, saved beside it as
 # <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
-POLICY_VARIANT_SUFFIXES = ("-gain_stop",)
+POLICY_VARIANT_SUFFIXES = ("-gain_stop", "-continuation")
 
 
 def find_policies(dataset: str | None = None, root: str | Path = POLICIES_DIR,

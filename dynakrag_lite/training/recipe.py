@@ -39,7 +39,8 @@ from ..sufficiency import SufficiencySignal
 from ..trajectories import TrainingData, collect
 from .calibration import train_signal
 from .files import build_calibration, load_training_data_bytes, save_training_data
-from .tuning import GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID, tune_continuation
+from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
+                     tune_continuation)
 
 # ControlConfig fields that shape collected trajectories (a --from-data run must match them).
 # The compression settings are not among them: compress_answer_evidence runs only after
@@ -132,6 +133,8 @@ class TrainingRecipe:
     lambdas: list[float] = field(default_factory=list)  # [] = the stop rule's grid
     veto_thresholds: list[float] = field(default_factory=list)  # [] = VETO_GRID
     stop_rule: str = "level"
+    # tuning objective: metric - token_price * tokens (0: the metric alone)
+    token_price: float = 0.0
     lam: float | None = None  # fixed: no tuning of lambda
     veto_threshold: float | None = None  # fixed: no tuning of the threshold
     save_data: str | Path | None = None  # also write the trajectories here
@@ -336,18 +339,22 @@ def train(recipe: TrainingRecipe) -> tuple[Policy, Path, dict]:
         data, signal, dataset, cfg, model_id, train_ids, extra = _read(recipe)
     else:
         data, signal, dataset, cfg, model_id, train_ids = _collect(recipe)
-    grid = GAIN_LAMBDA_GRID if recipe.stop_rule == "gain" else LAMBDA_GRID
+    # Under the continuation rule lambda only ranks acquisitions, which a replay along the
+    # collected paths cannot score: it stays 0 unless given; tau gets its own grid.
+    grid = {"gain": GAIN_LAMBDA_GRID, "continuation": (0.0,)}.get(recipe.stop_rule, LAMBDA_GRID)
     lams = [recipe.lam] if recipe.lam is not None else (list(recipe.lambdas) or list(grid))
     thrs = [recipe.veto_threshold] if recipe.veto_threshold is not None else \
-        (list(recipe.veto_thresholds) or list(VETO_GRID))
+        (list(recipe.veto_thresholds) or list(CONTINUATION_GRID if recipe.stop_rule ==
+                                              "continuation" else VETO_GRID))
     lam, thr, tuning = lams[0], (thrs[0] if len(thrs) == 1 else 0.05), None
     if recipe.tune_folds >= 2 and len(train_ids) >= 2 and len(lams) * len(thrs) > 1:
         metric = recipe.tune_metric or ("f1" if recipe.continuation_target == "f1" else "sr")
         lam, thr, frame = tune_continuation(
             data, lams, thrs, folds=recipe.tune_folds, metric=metric, seed=recipe.seed,
             n_estimators=recipe.trees, min_samples_leaf=recipe.min_leaf,
-            stop_rule=recipe.stop_rule)
+            stop_rule=recipe.stop_rule, token_price=recipe.token_price)
         tuning = {"metric": metric, "folds": recipe.tune_folds,
+                  "token_price": recipe.token_price,
                   "grid": frame.round(6).to_dict("records")}
     pol = train_policy(data, n_estimators=recipe.trees, min_samples_leaf=recipe.min_leaf,
                        seed=recipe.seed, lam=lam, veto_threshold=thr, sufficiency=signal,

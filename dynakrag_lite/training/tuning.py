@@ -11,8 +11,8 @@ and lambda and the veto threshold chosen by cross-validation on the training que
   and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
   ``python -m dynakrag_lite train`` runs it (chapter 13 describes it).
 * :func:`lambda_sweep` returns the cost/quality curve (F1, SR, tokens per lambda) that chapter
-  13 plots; :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID` and :data:`VETO_GRID` are the
-  default grids.
+  13 plots; :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
+  :data:`CONTINUATION_GRID` (tau of the "continuation" stop rule) are the default grids.
 """
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 t
 # Under the "gain" stop rule lambda trades a predicted SR gain (~0.05-0.25 per action) against
 # ~100-500 tokens, so the interesting range reaches higher.
 GAIN_LAMBDA_GRID = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3)
+# Under the "continuation" rule the threshold tau is on the continuation model's estimate of
+# the support still to come (an SR gain in [-1, 1]); -1 never stops early, 1 stops at once.
+CONTINUATION_GRID = (-1.0, 0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 1.0)
 
 
 def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = None,
@@ -157,16 +160,18 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
                       metric: str = "f1", seed: int = 13, n_estimators: int = 300,
                       min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False,
-                      stop_rule: str = "level") -> tuple[float, float, pd.DataFrame]:
+                      stop_rule: str = "level", token_price: float = 0.0
+                      ) -> tuple[float, float, pd.DataFrame]:
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
     Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
     policy on the other folds and replays its decisions on the held-out questions for every
     grid pair (:func:`replay_outcomes`); the pair with the highest mean ``metric`` ("f1" or
-    "sr") over all held-out questions wins, ties broken by fewer tokens, then by the larger
-    threshold (vetoing less) and the smaller lambda. Returns (lam, threshold, frame): one row
-    per grid pair with the means of f1, sr, tokens, early (share stopping before the cap),
-    vetoes, and ``best``.
+    "sr") minus ``token_price`` times the mean tokens over all held-out questions wins (the
+    ``objective`` column; a price of 1e-5 trades .01 F1 for 1,000 tokens), ties broken by
+    fewer tokens, then by the larger threshold (vetoing less) and the smaller lambda.
+    Returns (lam, threshold, frame): one row per grid pair with the means of f1, sr, tokens,
+    early (share stopping before the cap), vetoes, the objective, and ``best``.
     """
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
@@ -203,12 +208,14 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
              .agg(f1=("f1", "mean"), sr=("sr", "mean"), tokens=("tokens", "mean"),
                   early=("early", "mean"), vetoes=("vetoes", "mean"),
                   n_questions=("qid", "nunique")))
-    order = frame.sort_values([metric, "tokens", "veto_threshold", "lam"],
+    frame["objective"] = frame[metric] - token_price * frame["tokens"]
+    order = frame.sort_values(["objective", "tokens", "veto_threshold", "lam"],
                               ascending=[False, True, False, True])
     best = order.index[0]
     frame["best"] = frame.index == best
     frame["metric"] = metric
     frame["stop_rule"] = stop_rule
+    frame["token_price"] = token_price
     return float(frame.loc[best, "lam"]), float(frame.loc[best, "veto_threshold"]), frame
 
 
