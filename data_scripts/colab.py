@@ -527,7 +527,7 @@ def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = ()
     if committed.exists():
         # Merged, not copied once: a runtime that cloned an older commit keeps its working
         # copy, which would lack the calls recorded since (those chapters would run live).
-        from dynakrag_lite.generators.cache import merge_cache
+        from dynakrag_lite.experiments.maintenance import merge_cache
         merge_cache(committed, cache)
     if cache.exists():
         os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)

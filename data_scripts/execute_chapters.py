@@ -8,7 +8,7 @@ Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy
 book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does). The recorded calls are
 merged into that copy first (an older copy lacks the ones recorded since it was made), and every
 new call is merged back into book/_llm_cache.sqlite afterwards, so CI replays exactly the calls
-whose replies the committed outputs show (both with dynakrag_lite.generators.cache.merge_cache). A chapter
+whose replies the committed outputs show (both with experiments.maintenance.merge_cache). A chapter
 that fails is reported and left unchanged.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.generators.cache import merge_cache  # noqa: E402
+from dynakrag_lite.experiments.maintenance import merge_cache  # noqa: E402
 
 BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"

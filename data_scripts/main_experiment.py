@@ -43,7 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.generators.cache import default_cache_path, merge_cache  # noqa: E402
+from dynakrag_lite.experiments.maintenance import merge_cache  # noqa: E402
+from dynakrag_lite.generators.cache import default_cache_path  # noqa: E402
 from dynakrag_lite.experiments.artifacts import policy_file_name  # noqa: E402
 from dynakrag_lite.experiments.results import POLICY_VARIANT_SUFFIXES  # noqa: E402
 from dynakrag_lite.storage import relative_command  # noqa: E402

@@ -20,7 +20,8 @@ the vectors: measured bit-identical with 1 and 2 torch threads.)
 Each row stores a sha256 over key, shape and bytes; a row that fails it is deleted, counted as
 ``corrupt`` and treated as a miss. The file is opened like the LLM call cache
 (:func:`dynakrag_lite.generators.cache.open_sqlite`: WAL, busy timeout, one short transaction per
-statement), so several processes can share it.
+statement), so several processes can share it, and fails as it does (a read-only or damaged
+file: one warning, values still computed; :class:`~dynakrag_lite.generators.cache.SQLiteCache`).
 
 File: ``$DYNAKRAG_EMBED_CACHE`` when it names a file (``off``, ``0``, ``false``, ``no`` or
 ``none`` disable the cache), else ``embeddings.sqlite`` in ``$DYNAKRAG_CACHE_DIR`` or
@@ -30,14 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .generators.cache import cache_dir, canonical_json, open_sqlite
+from .generators.cache import SQLiteCache, cache_dir, canonical_json
 
 __all__ = ["EmbeddingCache", "default_embed_cache_path", "encode_key", "DISABLED_VALUES"]
 
@@ -74,43 +74,24 @@ def _checksum(key: str, n: int, dim: int, blob: bytes) -> str:
     return h.hexdigest()
 
 
-class EmbeddingCache:
+class EmbeddingCache(SQLiteCache):
     """Key -> float32 array (n x dim) in an SQLite file; counters as in CallCache."""
+
+    what, env_hint, schema = "embedding cache", "DYNAKRAG_EMBED_CACHE", _SCHEMA
 
     def __init__(self, path: str | Path | None = None, timeout: float = 60.0) -> None:
         if path is None:
             path = default_embed_cache_path()
             if path is None:
                 raise ValueError("the embedding cache is disabled ($DYNAKRAG_EMBED_CACHE)")
-        self.path = Path(path).expanduser()
-        self.timeout = timeout
-        self.hits = self.misses = self.corrupt = self.writes = 0
-        self._lock = threading.RLock()
-        self._conn: Any = None
-        self._pid = -1
-        self._connect()
-
-    def _connect(self):
-        # A connection must not cross a fork: reopen when running in a child process.
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        self._conn = open_sqlite(self.path, _SCHEMA, self.timeout, what="embedding cache",
-                                 env_hint="DYNAKRAG_EMBED_CACHE")
-        self._pid = os.getpid()
-        return self._conn
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+        super().__init__(Path(path).expanduser(), timeout)
 
     def get(self, key: str) -> np.ndarray | None:
         """The stored array (a fresh writable copy), or None on a miss."""
         with self._lock:
-            row = self._connect().execute(
-                "SELECT n, dim, vectors, checksum FROM embeddings WHERE key = ?",
-                (key,)).fetchone()
+            rows = self._run("SELECT n, dim, vectors, checksum FROM embeddings WHERE key = ?",
+                             (key,))
+            row = rows[0] if rows else None
             if row is None:
                 self.misses += 1
                 return None
@@ -120,8 +101,8 @@ class EmbeddingCache:
             if not ok:
                 self.corrupt += 1
                 self.misses += 1
-                self._connect().execute(
-                    "DELETE FROM embeddings WHERE key = ? AND checksum = ?", (key, checksum))
+                self._run("DELETE FROM embeddings WHERE key = ? AND checksum = ?",
+                          (key, checksum), write=True)
                 return None
             self.hits += 1
             return np.frombuffer(blob, dtype="<f4").reshape(n, dim).astype("float32")
@@ -133,15 +114,16 @@ class EmbeddingCache:
         blob = arr.astype("<f4", copy=False).tobytes()
         n, dim = int(arr.shape[0]), int(arr.shape[1])
         with self._lock:
-            self._connect().execute(
-                "INSERT OR REPLACE INTO embeddings (key, n, dim, vectors, checksum, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (key, n, dim, blob, _checksum(key, n, dim, blob), time.time()))
-            self.writes += 1
+            if self._run("INSERT OR REPLACE INTO embeddings (key, n, dim, vectors, checksum, "
+                         "created) VALUES (?, ?, ?, ?, ?, ?)",
+                         (key, n, dim, blob, _checksum(key, n, dim, blob), time.time()),
+                         write=True) is not None:
+                self.writes += 1
 
     def __len__(self) -> int:
         with self._lock:
-            return self._connect().execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+            rows = self._run("SELECT COUNT(*) FROM embeddings")
+            return rows[0][0] if rows else 0
 
     def stats(self) -> dict:
         return {"path": str(self.path), "entries": len(self), "hits": self.hits,

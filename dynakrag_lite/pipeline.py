@@ -61,9 +61,9 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                 nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH,
                 vectors_path: str | Path | None = None,
                 selector: str | Path | None = None) -> Setup:
-    """Load ``dataset`` (a name or a path), pool its corpus (or read ``corpus_file``), index it
-    (loaded from disk when built before), load the generator (None: retrieval only) and split
-    the questions into disjoint train/eval parts exactly as the CLI does.
+    """Load ``dataset`` (a name or a path), make and check the generator (None: retrieval
+    only), pool its corpus (or read ``corpus_file``), index it (loaded from disk when built
+    before) and split the questions into disjoint train/eval parts exactly as the CLI does.
 
     ``selector``: a sentence selector file (:func:`~dynakrag_lite.compression.load_selector`,
     checked against its folder's manifest), loaded once into ``env.compressor``
@@ -74,6 +74,10 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
     run used."""
     questions = load_dataset(dataset, data_root=data_dir)
     name = questions[0].dataset
+    # First and checked: a wrong spec is one error before indexing, not an error per question
+    gen = make_generator(generator, cache=cache) if generator else None
+    if callable(getattr(gen, "check", None)):
+        gen.check()
     corpus = Corpus.from_jsonl(corpus_file) if corpus_file else \
         Corpus.from_questions(questions, name=name)
     retriever = DenseRetriever(corpus, embedder=embedder, index_dir=index_dir,
@@ -81,7 +85,6 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                                mmap=index_mmap, nprobe=nprobe, ef_search=ef_search,
                                vectors_path=vectors_path)
     compressor = extractive_compressor(load_selector(selector), retriever) if selector else None
-    gen = make_generator(generator, cache=cache) if generator else None
     env = Environment(retriever, gen, config or ControlConfig.for_dataset(name),
                       compressor=compressor)
     train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)

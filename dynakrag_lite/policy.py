@@ -75,6 +75,20 @@ class PolicyError(RuntimeError):
     pass
 
 
+def _container_problem(raw: bytes) -> str | None:
+    """How ``raw`` differs from what :meth:`Policy.save` writes (one complete zlib stream
+    holding one whole pickle), or None; found without unpickling."""
+    z = zlib.decompressobj()
+    try:
+        body = z.decompress(raw)
+    except zlib.error as e:
+        return f"not zlib-compressed: {e}"
+    return ("truncated: the compressed stream does not end" if not z.eof else
+            "bytes follow the compressed stream" if z.unused_data else
+            "its content is not a whole pickle" if body[:1] != b"\x80" or body[-1:] != b"."
+            else None)
+
+
 def check_policy_file(path: Path) -> str:
     """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes:
     one complete zlib stream (joblib's ``compress=3``) holding one whole pickle (protocol
@@ -89,16 +103,7 @@ def check_policy_file(path: Path) -> str:
         raise PolicyError(f"{path}: policy file not found") from None
     except OSError as e:
         raise PolicyError(f"{path}: cannot read the policy file ({e})") from None
-    z = zlib.decompressobj()
-    try:
-        body = z.decompress(raw)
-    except zlib.error as e:
-        why = f"not zlib-compressed: {e}"
-    else:
-        why = ("truncated: the compressed stream does not end" if not z.eof else
-               "bytes follow the compressed stream" if z.unused_data else
-               "its content is not a whole pickle" if body[:1] != b"\x80" or body[-1:] != b"."
-               else None)
+    why = _container_problem(raw)
     if why:
         raise PolicyError(f"{path}: not a policy file written by Policy.save ({why}); "
                           "nothing was recorded")
@@ -344,7 +349,10 @@ class Policy:
         try:
             blob = joblib.load(io.BytesIO(data))
         except Exception as e:  # a truncated or foreign file
-            raise PolicyError(f"{path}: not a readable policy file ({e})") from None
+            # joblib's own message ("123", "pop from empty list") says nothing of the file
+            why = _container_problem(data) or f"{type(e).__name__}: {e}"
+            raise PolicyError(f"{path}: not a policy file written by Policy.save ({why})") \
+                from None
         if not isinstance(blob, dict) or blob.get("format") != POLICY_FORMAT:
             raise PolicyError(f"{path}: unknown policy format")
         pol: Policy = blob["policy"]

@@ -4,13 +4,14 @@ One retriever interface (:class:`Retriever`): ``search(query, k, exclude)`` retu
 documents not in ``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner
 product is cosine similarity (FAISS ``IndexFlatIP``: exact search, as in the paper).
 
-The index and its document ids are saved next to a meta file holding a content hash of
-(embedder, corpus) and the index file's size, sha256 and vector count; a second run with the
-same corpus and embedder loads instead of re-encoding. A damaged index file (truncated by a
-full disk, cut by a crash in an older version, edited) fails those checks and is rebuilt with
-a warning, never half-loaded. Writes go through :mod:`dynakrag_lite.storage` (unique temp
-names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder,
-so two processes never write one index at once.
+The index and its document ids are saved next to a meta file holding a key of (embedder
+name and identity, corpus ids, titles and texts) and the index file's size, sha256 and vector
+count; a second run with the same corpus and embedder loads instead of re-encoding. A damaged
+index file (truncated by a full disk, cut by a crash in an older version, edited), or one whose
+meta.json records no sha256 (an older version's), fails those checks and is rebuilt with a
+warning, never half-loaded or vouched for. Writes go through :mod:`dynakrag_lite.storage`
+(unique temp names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the
+index folder, so two processes never write one index at once.
 
 Corpora past the pooled dev paragraphs (Wikipedia-sized) use the options of
 :mod:`dynakrag_lite.ann`, which builds every kind of index:
@@ -58,6 +59,7 @@ from .ann import (DEFAULT_EF_SEARCH, DEFAULT_NPROBE, ENCODE_CHUNK, build_index, 
                   write_index_atomic, write_vectors)
 from .data.corpus import Corpus, Document
 from .embed_cache import EmbeddingCache, default_embed_cache_path, encode_key
+from .generators.cache import CacheError
 from .generators.models import cache_root
 from .storage import FolderLock, LockedError, atomic_write_json, installed_versions, sha256_file
 from .threads import env_threads
@@ -233,7 +235,9 @@ class DenseRetriever:
         self._model = None  # loaded on first use (:attr:`model`): a warm re-run may never
         self.embed_cache_path = default_embed_cache_path()  # None: disabled
         self._embed_cache: EmbeddingCache | None = None
-        self._identity: dict | None = None
+        # What decides the vectors besides the texts (the model's files, library versions,
+        # loader): a changed embedder never reuses an index built with the old one.
+        self._identity = embedder_identity(embedder, load_embedder)
         self.index_factory = normalize_factory(index_factory)
         self.nprobe, self.ef_search = nprobe, ef_search
         self.train_size, self.seed = train_size, seed
@@ -241,9 +245,9 @@ class DenseRetriever:
         self.mmapped = False
         self.vectors_path = Path(vectors_path) if vectors_path else None
         self.vectors_reused = False
-        base = f"{resolve_embedder(embedder)}|{embedder}|{corpus.content_hash()}"
-        # The flat index keeps the original key (existing caches stay valid); its value also
-        # names the corpus vectors, which every kind of index shares.
+        base = (f"{resolve_embedder(embedder)}|{embedder}|{corpus.content_hash()}|"
+                f"{json.dumps(self._identity, sort_keys=True)}")
+        # The flat index's key names the corpus vectors too, which every kind of index shares.
         self.vectors_key = hashlib.sha256(base.encode()).hexdigest()[:16]
         self._build_params: dict[str, Any] = {}
         if self.index_factory is not None:
@@ -347,50 +351,35 @@ class DenseRetriever:
             return False  # another corpus or embedder: not damage, just not ours
         if meta.get("index_factory") != self.index_factory:
             return False  # another kind of index (the key differs too; said twice on purpose)
+        # An index written before checksums were recorded cannot be verified: rebuilt, never
+        # loaded and vouched for (faiss parses altered vectors of the right count happily).
+        if "index_sha256" not in meta:
+            return bad("meta.json records no sha256 of index.faiss (saved by an older "
+                       "version), so it cannot be verified")
         before = _file_id(idx_p)
         try:
             size = idx_p.stat().st_size
             digest = sha256_file(idx_p)
         except OSError as e:
             return bad(f"cannot read index.faiss ({e})")
-        # An index written before checksums were recorded has no size/hash to compare:
-        # faiss parsing and the vector count must do, then the meta is upgraded.
-        legacy = "index_sha256" not in meta
-        if not legacy and size != meta.get("index_bytes"):
+        if size != meta.get("index_bytes"):
             return bad(f"index.faiss has {size} bytes, meta.json recorded "
                        f"{meta.get('index_bytes')} (truncated or partly written)")
-        if not legacy and digest != meta["index_sha256"]:
+        if digest != meta["index_sha256"]:
             return bad("index.faiss does not match the sha256 in meta.json")
         try:
-            # An unverified (legacy) file is read, never mapped: a short mapped file would
-            # fault on access instead of failing here.
-            index, mapped = read_index(idx_p, mmap=self.mmap and not legacy)
+            index, mapped = read_index(idx_p, mmap=self.mmap)
         except Exception as e:  # faiss raises RuntimeError with a C++ message on bad bytes
             return bad(f"faiss cannot read index.faiss ({e})")
         if _file_id(idx_p) != before:
             # Replaced by a writer between the hash and the read: what was read is unverified.
             # Not loaded; the caller retries under the folder lock.
             return False
-        if index.ntotal != len(self.corpus) \
-                or (not legacy and index.ntotal != meta.get("ntotal")):
+        if index.ntotal != len(self.corpus) or index.ntotal != meta.get("ntotal"):
             return bad(f"index.faiss holds {index.ntotal} vectors, expected {len(self.corpus)}")
         self.index, self.mmapped = index, mapped
         self._set_search_params()
-        if legacy:
-            self._upgrade_meta(meta, size, digest)
         return True
-
-    def _upgrade_meta(self, meta: dict, size: int, digest: str) -> None:
-        """Record size/sha256/count for an index saved by an older version, so later loads can
-        verify it without re-encoding the corpus now. Skipped if another process holds the
-        folder (it is writing this index)."""
-        try:
-            with FolderLock(self.index_dir, what="index"):
-                atomic_write_json(self.index_dir / "meta.json", {
-                    **meta, "index_bytes": size, "index_sha256": digest,
-                    "ntotal": int(self.index.ntotal), "dim": int(self.index.d)})
-        except (LockedError, OSError):
-            pass  # a read-only cache or a busy folder: the legacy checks still apply next time
 
     def _damaged(self, why: str, warn: bool = True) -> bool:
         if warn:
@@ -422,9 +411,15 @@ class DenseRetriever:
 
     @property
     def embed_cache(self) -> EmbeddingCache | None:
-        """The embedding cache (opened on first use), or None when it is disabled."""
+        """The embedding cache (opened on first use), or None when it is disabled or its file
+        cannot be opened (one warning: vectors can always be computed again, so a foreign
+        file must not fail a question)."""
         if self._embed_cache is None and self.embed_cache_path is not None:
-            self._embed_cache = EmbeddingCache(self.embed_cache_path)
+            try:
+                self._embed_cache = EmbeddingCache(self.embed_cache_path)
+            except CacheError as e:
+                warnings.warn(f"{e}; going on without it", RuntimeWarning, stacklevel=2)
+                self.embed_cache_path = None
         return self._embed_cache
 
     def encode(self, texts: Sequence[str], batch_size: int = 64,
@@ -444,8 +439,6 @@ class DenseRetriever:
         cache = self.embed_cache
         if cache is None or not texts:
             return self.encode(texts, batch_size=batch_size)
-        if self._identity is None:
-            self._identity = embedder_identity(self.embedder_name, load_embedder)
         key = encode_key(self._identity, {"batch_size": batch_size, "normalize": True,
                                           "dtype": "float32"}, texts)
         vecs = cache.get(key)

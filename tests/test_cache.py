@@ -11,9 +11,10 @@ import threading
 import pytest
 
 from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.experiments.maintenance import merge_cache
 from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.generators.cache import (CacheError, CachedGenerator, CallCache,
-                                            default_cache_path, make_key, merge_cache)
+                                            default_cache_path, make_key)
 
 MSGS = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "Who wrote Hamlet?"}]

@@ -17,7 +17,7 @@ from dynakrag_lite import retriever as retriever_mod
 from dynakrag_lite.ann import (build_index, iter_chunks, read_index, training_sample,
                                write_index_atomic)
 from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
-from dynakrag_lite.retriever import DenseRetriever, resolve_embedder
+from dynakrag_lite.retriever import DenseRetriever, embedder_identity, resolve_embedder
 
 from helpers import HashEmbedder, require_modules
 
@@ -96,10 +96,12 @@ def test_flat_default_keeps_key_files_meta_and_exact_results(library_retriever,
     import faiss
     r = library_retriever
     folder = r.index_dir
-    # Same key formula as every earlier version: existing cache folders keep their names.
+    # The flat key: embedder, corpus texts and the embedder's identity (issue 23), no factory.
     assert r.key == hashlib.sha256(
         f"{resolve_embedder(r.embedder_name)}|{r.embedder_name}|"
-        f"{library_corpus.content_hash()}".encode()).hexdigest()[:16]
+        f"{library_corpus.content_hash()}|"
+        f"{json.dumps(embedder_identity(r.embedder_name), sort_keys=True)}".encode()
+    ).hexdigest()[:16]
     assert r.index_factory is None and type(r.index).__name__ == "IndexFlatIP"
     assert {p.name for p in folder.iterdir() if not p.name.startswith(".")} == \
         {"index.faiss", "ids.json", "meta.json"}

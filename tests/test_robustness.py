@@ -282,14 +282,14 @@ def _make_legacy(folder):
     meta_p.write_text(json.dumps(old))
 
 
-def test_index_from_an_older_version_is_verified_and_upgraded_not_reencoded(hash_corpus,
-                                                                           tmp_path):
+def test_index_from_an_older_version_is_rebuilt_not_vouched_for(hash_corpus, tmp_path):
+    """Without a recorded sha256 the file cannot be verified (issue 23): rebuilt with a
+    warning, never loaded and then recorded as if it were the verified index."""
     first = _build(hash_corpus, tmp_path)
     _make_legacy(tmp_path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # an upgrade, not damage: no warning
+    with pytest.warns(RuntimeWarning, match="records no sha256"):
         second = _build(hash_corpus, tmp_path)
-    assert second.loaded_from_disk and _results(second) == _results(first)
+    assert not second.loaded_from_disk and _results(second) == _results(first)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["index_sha256"] == hashlib.sha256(
         (tmp_path / "index.faiss").read_bytes()).hexdigest()
@@ -300,7 +300,7 @@ def test_truncated_index_from_an_older_version_is_rebuilt(hash_corpus, tmp_path)
     _make_legacy(tmp_path)
     idx = tmp_path / "index.faiss"
     idx.write_bytes(idx.read_bytes()[: idx.stat().st_size // 2])
-    with pytest.warns(RuntimeWarning, match="faiss cannot read"):
+    with pytest.warns(RuntimeWarning, match="records no sha256"):
         r = _build(hash_corpus, tmp_path)
     assert not r.loaded_from_disk and _results(r) == before
 

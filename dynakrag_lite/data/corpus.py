@@ -96,8 +96,13 @@ class Corpus:
                     raise DataError(path, lineno, key, "missing or not a string")
             if not obj["text"].strip():
                 raise DataError(path, lineno, "text", "empty text")
-            did = str(obj["id"]) if obj.get("id") is not None else doc_id_for(obj["title"],
-                                                                                obj["text"])
+            raw_id = obj.get("id")
+            if raw_id is not None and (isinstance(raw_id, bool) or
+                                       not isinstance(raw_id, (str, int)) or
+                                       not str(raw_id).strip()):
+                raise DataError(path, lineno, "id", "expected a non-empty string or an "
+                                f"integer (or no id), got {json.dumps(raw_id)}")
+            did = str(raw_id) if raw_id is not None else doc_id_for(obj["title"], obj["text"])
             if did in docs:
                 raise DataError(path, lineno, "id", f"duplicate id {did!r}")
             docs[did] = Document(did, obj["title"], obj["text"])

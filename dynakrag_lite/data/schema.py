@@ -12,6 +12,7 @@ the field; nothing is silently dropped.
 """
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -79,12 +80,16 @@ def question_from_dict(obj: Any, path: str | os.PathLike | None = None,
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     qid = _require(obj, "id", (str, int), path, line)
+    # bool is an int to Python, and an empty id cannot name a row of a run folder
+    if isinstance(qid, bool) or not str(qid).strip():
+        raise DataError(path, line, "id", f"expected a non-empty string or an integer, got "
+                        f"{json.dumps(qid)}")
     text = _require(obj, "question", str, path, line)
     if not text.strip():
         raise DataError(path, line, "question", "empty question")
     answers = _require(obj, "answers", list, path, line)
-    if not answers or not all(isinstance(a, str) for a in answers):
-        raise DataError(path, line, "answers", "needs a non-empty list of strings")
+    if not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+        raise DataError(path, line, "answers", "needs a non-empty list of non-empty strings")
     qtype = obj.get("type")
     if qtype is not None and not isinstance(qtype, str):
         raise DataError(path, line, "type", "expected a string or null")
@@ -98,6 +103,8 @@ def question_from_dict(obj: Any, path: str | os.PathLike | None = None,
             raise DataError(path, line, f"paragraphs[{i}]", "expected an object")
         title = _require(p, "title", str, path, line, pre)
         body = _require(p, "text", str, path, line, pre)
+        if not body.strip():  # as the --corpus loader: an empty document retrieves nothing
+            raise DataError(path, line, pre + "text", "empty text")
         sup = p.get("is_supporting", False)
         if not isinstance(sup, bool):
             raise DataError(path, line, pre + "is_supporting", "expected true/false")
@@ -111,13 +118,27 @@ def question_from_dict(obj: Any, path: str | os.PathLike | None = None,
                     answers=tuple(answers), type=qtype, paragraphs=tuple(pars))
 
 
+# A record longer than this is refused before it is parsed: a 30 MB text costs gigabytes of
+# memory downstream (tokenized, embedded, prompted), and no benchmark record comes near it.
+MAX_LINE_BYTES = 8 << 20
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object); blank lines are skipped, bad JSON/UTF-8 raise."""
+    """Yield (line number, parsed object); blank lines and a UTF-8 byte order mark are
+    skipped; bad JSON or UTF-8 and a line over :data:`MAX_LINE_BYTES` raise DataError."""
     path = Path(path)
     if not path.exists():
         raise DataError(path, None, None, "file not found")
+    if path.is_dir():
+        raise DataError(path, None, None, "a folder, not a JSONL file")
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        # readline's limit: never more than the cap in memory
+        for lineno, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                raise DataError(path, lineno, None, f"line longer than "
+                                f"{MAX_LINE_BYTES >> 20} MiB, refused before parsing")
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # written by some editors
+                raw = raw[len(codecs.BOM_UTF8):]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -127,6 +148,8 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 continue
             try:
                 yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, lineno, None, f"malformed JSON ({e.msg}, column "
+            except json.JSONDecodeError as e:  # json's "Invalid control character at" is cryptic
+                why = (f"a raw control character {json.dumps(line[e.pos])} in a string "
+                       "(escape it)" if e.msg.startswith("Invalid control") else e.msg)
+                raise DataError(path, lineno, None, f"malformed JSON ({why}, column "
                                 f"{e.colno})") from None

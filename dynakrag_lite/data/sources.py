@@ -51,6 +51,12 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[Qu
         if q.id in seen:
             raise DataError(path, lineno, "id", f"duplicate id {q.id!r} (first on line "
                             f"{seen[q.id]})")
+        if out and q.dataset != out[0].dataset:
+            # The first record's dataset names the run (budgets, policy, results): one file,
+            # one dataset.
+            raise DataError(path, lineno, "dataset", f"{q.dataset!r}, but line "
+                            f"{seen[out[0].id]} says {out[0].dataset!r}; a file holds one "
+                            "dataset (split it, or give every record the same name)")
         seen[q.id] = lineno
         out.append(q)
         if limit and len(out) >= limit:
@@ -88,6 +94,9 @@ def resolve_data(spec: str | os.PathLike, data_root: str | os.PathLike | None = 
     """Turn a dataset name (``hotpotqa``, ``musique``...) or a path into a file path."""
     spec_s = str(spec)
     p = Path(spec_s)
+    if p.is_dir():
+        raise DataError(p, None, None, "a folder, not a data file: give a .jsonl/.json file "
+                        f"or a dataset name ({', '.join(DATASET_FILES)}, library)")
     if p.exists():
         return p
     name = DATASET_ALIASES.get(spec_s.lower(), spec_s.lower())

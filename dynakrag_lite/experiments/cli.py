@@ -30,7 +30,7 @@ questions that failed are retried. Recorded commands have relative paths and no 
 (``storage.relative_command``).
 
 ``cache merge`` adds the calls of one LLM call cache file that another lacks
-(:func:`dynakrag_lite.generators.cache.merge_cache`; ``make llm-cache`` runs it).
+(:func:`dynakrag_lite.experiments.maintenance.merge_cache`; ``make llm-cache`` runs it).
 ``policy-manifest --check`` verifies that ``results/policies/MANIFEST.sha256`` lists exactly the
 folder's policies with their sha256; ``--update FILE`` records a policy trained into it.
 """
@@ -39,10 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 import time
-from contextlib import closing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -56,17 +55,18 @@ from ..data.sources import data_sha256
 from ..demonstrations import build_ircot_demos
 from ..generators import models
 from ..generators.base import REPLAY_ONLY_ENV, GeneratorError
-from ..generators.cache import CacheError, merge_cache
+from ..generators.cache import CacheError
 from ..generators.models import ModelError
 from ..generators.spec import make_generator
 from ..metrics import support_recall
 from ..policy import Policy, PolicyError, check_policy
-from ..storage import LockedError, ManifestError, redact, relative_command
+from ..storage import LockedError, redact, relative_command
 from ..sufficiency import SIGNAL_CHOICES
 from ..training.recipe import DataOptions, TrainingRecipe, build_run_setup, train
-from .artifacts import (POLICIES_DIR, default_policy_path, display_path, manifest_problems,
-                        register_policy, update_policy_manifest)
-from .run import METHODS, evaluate, evaluation_fingerprint
+from .artifacts import default_policy_path, display_path, register_policy
+from .folder import output_problem
+from .maintenance import add_maintenance_commands
+from .run import METHODS, FailedQuestionsWarning, evaluate, evaluation_fingerprint
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
@@ -88,14 +88,35 @@ def _add_data(p: argparse.ArgumentParser) -> None:
                    "with another --index-factory) instead of holding them in memory")
 
 
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low`` (argparse names the flag in its error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"must be {'a positive integer' if low == 1 else f'an integer >= {low}'}, "
+                f"got {value}")
+        return value
+    return parse
+
+
+POSITIVE = _int_at_least(1)
+NON_NEGATIVE = _int_at_least(0)
+
+
 def _add_split(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--split", choices=("train", "eval", "all"), default=default)
-    p.add_argument("--n-eval", type=int, default=100, help="questions held out for evaluation")
+    p.add_argument("--n-eval", type=POSITIVE, default=100,
+                   help="questions held out for evaluation (at most half of the file)")
     p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--offset", type=int, default=0,
+    p.add_argument("--offset", type=NON_NEGATIVE, default=0,
                    help="skip the first M questions of the split (before --limit), e.g. to "
                    "measure on training questions a policy was not trained on")
-    p.add_argument("--limit", type=int, default=None, help="first N questions of the split")
+    p.add_argument("--limit", type=POSITIVE, default=None,
+                   help="first N questions of the split")
 
 
 def _add_control(p: argparse.ArgumentParser) -> None:
@@ -140,6 +161,13 @@ def _check_control_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--selector {args.selector}: no such file")
     if args.policy and args.method not in ("dynakrag", "uniform", "oracle"):
         raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {args.method}")
+
+
+def _check_out(out: str | Path, folder: bool) -> None:
+    """ValueError naming --out when nothing can be written there (folder.output_problem)."""
+    problem = output_problem(out, folder=folder)
+    if problem:
+        raise ValueError(f"--out {out}: {problem}")
 
 
 def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) -> None:
@@ -218,6 +246,7 @@ def training_recipe(args: argparse.Namespace) -> TrainingRecipe:
     process warming the cache for that run (data_scripts/warm_cache.py train) builds."""
     check_workers(args.workers, args.generator)  # from the spec: before anything is loaded
     _check_control_args(args)
+    _check_out(args.out, folder=False)  # the policy file: before hours of collection
     return TrainingRecipe(
         data=data_options(args), generator=args.generator, out=args.out,
         control=control_options(args), seed=args.seed, trees=args.trees,
@@ -282,6 +311,8 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
     that run (data_scripts/warm_cache.py evaluate) must build."""
     _check_control_args(args)
     check_workers(args.workers, args.generator)  # from the spec: before any model is loaded
+    if args.out:  # before anything is indexed or loaded (the default folder: below)
+        _check_out(args.out, folder=True)
     policy, path = None, None
     if args.policy:  # fail fast, before indexing anything
         path = Path(args.policy)
@@ -303,6 +334,11 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
                      per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
         # the path as the project knows it (results/policies/...), from any working directory
         extra["policy"] = {**policy.provenance(), "path": display_path(path)}
+        trained_on = policy.meta.get("dataset")
+        if trained_on and trained_on != dataset:  # allowed (a transfer), but never silently
+            extra["warnings"] = [f"the policy {display_path(path)} was trained on dataset "
+                                 f"{trained_on!r}; this run evaluates dataset {dataset!r}"]
+            print(f"warning: {extra['warnings'][0]}", file=sys.stderr)
         # Its calibrated sufficiency signal, before the fingerprint. uniform and oracle take
         # only this from the policy, so that every controller sees the same sufficiency
         # verdicts and differs only in how it chooses.
@@ -315,6 +351,7 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
         if policy is not None and args.veto_threshold is not None:
             policy.veto_threshold = args.veto_threshold
     out = Path(args.out or f"runs/{dataset}-{args.method}")
+    _check_out(out, folder=True)
     demos = None
     if args.method == "ircot":  # few-shot, as the original: demonstrations from training
         # Never one of the evaluated questions (a run on the training split draws its
@@ -336,10 +373,18 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    summary = evaluation_setup(args).run()
+    """Run the evaluation; exit code 1 when every question failed (error rows only)."""
+    with warnings.catch_warnings():  # said once, below, with the error types
+        warnings.simplefilter("ignore", FailedQuestionsWarning)
+        summary = evaluation_setup(args).run()
     print(json.dumps({k: summary[k] for k in summary
                       if k not in ("run", "fingerprint", "diagnostics", "policy")}))
     d = summary["diagnostics"]
+    if d["errors"] and not summary["n"]:
+        print(f"error: every question failed ({d['errors']}: {d['error_types']}); they are "
+              "error rows in predictions.jsonl, retried by the next run of this command",
+              file=sys.stderr)
+        return 1
     if d["errors"]:  # visible, not only in the file: these questions are not in the means
         print(f"warning: {d['errors']} question(s) failed ({d['error_types']}); they are "
               "error rows in predictions.jsonl and the next run of this command retries them",
@@ -354,48 +399,6 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     path = models.gguf_path(args.name)
     print(json.dumps({"model": args.name, "path": str(path)}))
-    return 0
-
-
-def cmd_cache_merge(args: argparse.Namespace) -> int:
-    """``cache merge SRC DST``: :func:`~dynakrag_lite.generators.cache.merge_cache`."""
-    if args.missing_ok and not args.src.exists():
-        print(f"{args.src} does not exist; nothing to merge")
-        return 0
-    added = merge_cache(args.src, args.dst, vacuum=args.vacuum)
-    # read-only: counting must not touch a file kept in git
-    uri = f"{Path(args.dst).expanduser().resolve().as_uri()}?mode=ro"
-    with closing(sqlite3.connect(uri, uri=True)) as conn:
-        total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    print(f"{added} new calls merged from {args.src} into {args.dst} ({total} calls)")
-    return 0
-
-
-def cmd_policy_manifest(args: argparse.Namespace) -> int:
-    """``policy-manifest --check [FOLDER]``: the folder's MANIFEST.sha256 lists exactly its
-    policies, each with its sha256. ``--update [FOLDER | FILE ...]``: record the files (only
-    those; or, given a folder or nothing, rebuild from every ``*.joblib`` in it), each
-    checked to be what Policy.save writes; a bad file leaves the manifest as it was."""
-    paths = args.paths
-    one_folder = not paths or (len(paths) == 1 and paths[0].is_dir())
-    if not args.update:
-        if not one_folder:
-            raise ValueError("--check takes one folder (default: results/policies)")
-        folder = paths[0] if paths else POLICIES_DIR
-        problems = manifest_problems(folder)
-        if problems:
-            raise PolicyError(f"{display_path(folder)}: the manifest does not match the folder: "
-                              + "; ".join(problems) + ". If you trained these policies, run: "
-                              "python -m dynakrag_lite policy-manifest --update FILE ...")
-        print(f"{display_path(folder)}: every policy matches the manifest")
-        return 0
-    if one_folder:
-        out = update_policy_manifest(paths[0] if paths else None)
-    else:
-        if len({p.resolve().parent for p in paths}) != 1:
-            raise PolicyError("give files of one folder at a time")
-        out = update_policy_manifest(paths[0].parent, files=paths)
-    print(f"updated {display_path(out)}")
     return 0
 
 
@@ -461,7 +464,7 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--policy", default=None)
     p.add_argument("--out", default=None)
-    p.add_argument("--fixed-k", type=int, default=None)
+    p.add_argument("--fixed-k", type=NON_NEGATIVE, default=None)
     p.add_argument("--lam", type=float, default=None, help="lambda (cost weight)")
     p.add_argument("--veto-threshold", type=float, default=None)
     p.add_argument("--workers", type=int, default=1,
@@ -511,47 +514,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("list", "fetch"))
     p.add_argument("name", nargs="?")
     p.set_defaults(func=cmd_models)
-    p = sub.add_parser("cache", help="maintain LLM call cache files (SQLite)")
-    cache_sub = p.add_subparsers(dest="cache_command", required=True)
-    p = cache_sub.add_parser(
-        "merge", help="add the calls of SRC that DST lacks",
-        description="Insert every row of the cache SRC whose key DST lacks, in one "
-                    "transaction. DST's rows are never changed or deleted; SRC is only read; "
-                    "DST is created when missing. `make book` and `make test-nb` merge "
-                    "book/_llm_cache.sqlite into .cache/llm_calls.sqlite this way.")
-    p.add_argument("src", type=Path, help="cache file to read rows from")
-    p.add_argument("dst", type=Path, help="cache file to add them to")
-    p.add_argument("--missing-ok", action="store_true",
-                   help="do nothing (exit 0) when SRC does not exist")
-    p.add_argument("--vacuum", action="store_true",
-                   help="compact DST after adding rows (for a file kept in git)")
-    # a missing, foreign or damaged cache file; a folder that cannot be created
-    p.set_defaults(func=cmd_cache_merge, also=(CacheError, OSError))
-    p = sub.add_parser(
-        "policy-manifest", help="check or update the MANIFEST.sha256 of a folder of policies",
-        description="A joblib file is code: Policy.load unpickles a file of a folder that "
-                    "keeps a MANIFEST.sha256 only when the manifest lists it with its sha256 "
-                    f"(see {display_path(POLICIES_DIR / 'README.md')}).")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true",
-                      help="verify that the manifest lists exactly the folder's *.joblib "
-                      "files with their sha256 (the default)")
-    mode.add_argument("--update", action="store_true",
-                      help="record the sha256 of the given policy files (or, given a folder "
-                      "or nothing, of every *.joblib in it) in the folder's MANIFEST.sha256")
-    p.add_argument("paths", nargs="*", type=Path,
-                   help=f"policy files, or one folder (default: {display_path(POLICIES_DIR)})")
-    # a manifest that cannot be read or written
-    p.set_defaults(func=cmd_policy_manifest, also=(ManifestError, OSError))
+    add_maintenance_commands(sub)
     return ap
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a command line of this package reports as a user's error (a missing or
-    foreign file, a bad field or option value) rather than as a bug."""
-    # ValueError: also ResultsError, FingerprintError
-    return (DataError, PolicyError, GeneratorError, ModelError, FileNotFoundError,
-            LockedError, ValueError)
+    foreign file, a bad field or option value, a cache file that cannot be used, a path that
+    cannot be read or written) rather than as a bug."""
+    # ValueError: also ResultsError, FingerprintError; OSError: also FileNotFoundError
+    return (DataError, PolicyError, GeneratorError, ModelError, CacheError, LockedError,
+            ValueError, OSError)
+
+
+def error_message(e: BaseException) -> str:
+    """One line for a user error: an OSError as "PATH: what went wrong" (its repr-like
+    default, "[Errno 20] Not a directory: 'x'", reads as a crash)."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split("\n"))
 
 
 def run_reporting_errors(func: Callable[..., int], *args,
@@ -564,7 +545,8 @@ def run_reporting_errors(func: Callable[..., int], *args,
     try:
         return func(*args)
     except errors as e:
-        print(f"error: {e}", file=sys.stderr)  # a clear one-line error, not a traceback
+        # a clear one-line error, not a traceback
+        print(f"error: {error_message(e)}", file=sys.stderr)
         return 2
 
 

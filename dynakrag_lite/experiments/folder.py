@@ -16,9 +16,11 @@ A run folder ``DIR`` holds:
   trailing newline and is not a complete row) is cut off by the *writer*
   (:func:`repair_predictions`) before it appends. Readers (:func:`read_predictions`) never
   write; they ignore a torn final line. A bad line anywhere else (invalid JSON, not an object,
-  no ``"id"``) is :class:`ResultsError` naming the file and line, and the run refuses to go on
-  rather than lose data. A complete final row that only lacks its newline is kept, and the
-  writer adds the newline before appending, so every append starts on a fresh line.
+  no ``"id"``, a row whose fields are missing or of the wrong type: :func:`row_problem`) is
+  :class:`ResultsError` naming the file, line and field, and the run refuses to go on
+  rather than lose data or count a stub as a finished question. A complete final row that
+  only lacks its newline is kept, and the writer adds the newline before appending, so every
+  append starts on a fresh line.
 * ``DIR/run.json``: the run's fingerprint (:mod:`dynakrag_lite.experiments.fingerprint`:
   method, generator, embedder, corpus, policy, budgets, selector, prompts, data file,
   fixed_k, seed), written atomically. Resuming into a folder with another fingerprint is
@@ -51,7 +53,64 @@ class ResultsError(ValueError):
 
 
 
+# -- where outputs go -----------------------------------------------------------------
+def output_problem(path: str | Path, *, folder: bool) -> str | None:
+    """Why nothing can be written at ``path`` (a folder to write into when ``folder``, else a
+    file to write), or None: checked before a long run computes what it would write there. An
+    existing path of the other kind, a file where a folder would have to be made above it,
+    or a folder the process may not write into."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        return ("is a file, not a folder" if folder else
+                "is a folder; give the path of the file to write")
+    start = path if folder else path.parent
+    for anc in (start, *start.parents):
+        if not anc.exists():
+            continue
+        if not anc.is_dir():
+            return f"{anc} is a file, so nothing can be written below it"
+        if not os.access(anc, os.W_OK | os.X_OK):
+            return f"{'the folder' if anc == start else anc} is not writable"
+        return None
+    return None
+
+
+
 # -- rows ---------------------------------------------------------------------------------
+# The metrics every reader of a result row takes (tables, the explorer, the summary).
+METRIC_FIELDS = ("em", "f1", "support_recall")
+# The other numbers score() writes into every row and summarize() averages: a resumed run
+# needs them all, so a row without one cannot count as a finished question.
+RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls",
+                     "seconds")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def row_problem(row: dict, complete: bool = False) -> str | None:
+    """What is wrong with one predictions row (None: nothing): a number field that is not a
+    number, a ``prediction`` that is not text. ``complete`` (what a resuming writer checks
+    before it counts a question as done): also every field
+    :func:`~dynakrag_lite.experiments.run.score` writes and the summary averages, and an
+    error row's ``error`` object. Readers of tables stay lenient about absent fields."""
+    if "error" in row:
+        return "field 'error' of an error row is not an object" \
+            if complete and not isinstance(row["error"], dict) else None
+    for name in METRIC_FIELDS + RUN_NUMBER_FIELDS:
+        if name not in row:
+            if complete:
+                return f"a result row without field '{name}' (and no 'error')"
+        elif not _is_number(row[name]):
+            return f"field '{name}' is {json.dumps(row[name])}, not a number"
+    if complete and "prediction" not in row:
+        return "a result row without field 'prediction' (and no 'error')"
+    if "prediction" in row and not isinstance(row["prediction"], str):
+        return f"field 'prediction' is {json.dumps(row['prediction'])}, not a string"
+    return None
+
+
 def error_row(q: Question, method: str, exc: BaseException, seconds: float) -> dict:
     """The predictions.jsonl record of a question whose method raised ``exc``."""
     return {"id": q.id, "question": q.question, "type": q.type, "method": method,
@@ -66,9 +125,13 @@ def is_error(row: dict) -> bool:
 
 
 # -- the predictions file ---------------------------------------------------------------
-def _scan(path: Path) -> tuple[list[dict], int, bool]:
+def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
     """Parse ``path`` without writing: (rows, byte length of the good part, whether the good
-    part lacks its final newline). A torn final line is left out of both."""
+    part lacks its final newline). A torn final line is left out of both. ``complete``: the
+    rows' checks of a resuming writer (:func:`row_problem`)."""
+    if path.is_dir():
+        raise ResultsError(f"{path} is a folder, not a predictions file; move it away or "
+                           "evaluate into another --out folder")
     data = path.read_bytes()
     rows: list[dict] = []
     lines = data.split(b"\n")
@@ -80,20 +143,24 @@ def _scan(path: Path) -> tuple[list[dict], int, bool]:
         if last and raw == b"":
             break
         end = pos + len(raw) + (0 if last else 1)
-        row, problem = None, None
+        row, problem, parsed = None, None, False
         if raw.strip():
             try:
                 row = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 problem = f"invalid JSON ({e})"
             else:
+                parsed = True
                 if not isinstance(row, dict):
                     problem = f"a JSON {type(row).__name__}, not an object"
                 elif not isinstance(row.get("id"), str) or not row["id"]:
                     problem = "a row without an \"id\""
-        if last:
+                else:
+                    problem = row_problem(row, complete)
+        if last and not (parsed and problem):
             # No trailing newline: the writer was killed mid-line unless the line is a
-            # complete row (then only the newline is missing).
+            # complete row (then only the newline is missing). A line that parses is whole
+            # (a cut row never does): a bad one is refused below like any other, not cut.
             if problem or row is None:
                 break
             rows.append(row)
@@ -109,14 +176,15 @@ def _scan(path: Path) -> tuple[list[dict], int, bool]:
     return rows, good_end, needs_newline
 
 
-def read_predictions(path: str | Path) -> list[dict]:
+def read_predictions(path: str | Path, complete: bool = False) -> list[dict]:
     """Every row of a predictions file in file order (all rows of an id, error rows
     included; see :func:`latest_rows`). Pure: never writes. A torn final line is ignored; a
-    bad line elsewhere raises :class:`ResultsError`. A missing file gives ``[]``."""
+    bad line elsewhere raises :class:`ResultsError` (``complete``: the checks of a resuming
+    writer, :func:`row_problem`). A missing file gives ``[]``."""
     path = Path(path)
     if not path.exists():
         return []
-    return _scan(path)[0]
+    return _scan(path, complete)[0]
 
 
 def latest_rows(rows: Iterable[dict], errors: bool = True) -> list[dict]:
@@ -135,7 +203,7 @@ def repair_predictions(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    rows, good_end, needs_newline = _scan(path)
+    rows, good_end, needs_newline = _scan(path, complete=True)
     size = path.stat().st_size
     if good_end != size or needs_newline:
         with open(path, "r+b") as fh:

@@ -44,6 +44,11 @@ from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_e
 from .fingerprint import check_run_folder, run_fingerprint
 
 METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
+
+
+class FailedQuestionsWarning(RuntimeWarning):
+    """Some questions of an evaluation failed (they are error rows); a caller that reports
+    them itself (the command line) can silence this one."""
 SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_recall",
                 "all_support_rate", "docs_mean", "tokens_mean", "llm_calls_mean",
                 "retrieval_calls_mean", "seconds_mean")
@@ -193,7 +198,7 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     with FolderLock(out, "evaluation"):
         # Check before touching anything: a corrupt file stops us before run.json is written,
         # and a folder of another setup is refused before its torn line is cut.
-        read_predictions(pred_path)
+        read_predictions(pred_path, complete=True)  # a stub row is not a finished question
         check_run_folder(out, fingerprint, (run_info or {}).get("command"),
                          corpus=env.retriever.corpus)
         rows = repair_predictions(pred_path)
@@ -234,5 +239,5 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     if n_errors:
         warnings.warn(f"{n_errors} of {len(todo)} questions failed (error rows in "
                       f"{pred_path}); re-run the same command to retry them",
-                      RuntimeWarning, stacklevel=2)
+                      FailedQuestionsWarning, stacklevel=2)
     return summary

@@ -7,8 +7,7 @@ and option log-probabilities out.
 ``llamacpp``       :class:`LlamaCppGenerator`: bundled and ``gguf:`` models in-process
 ``hf``             :class:`TransformersGenerator`: ``hf:`` models in-process
 ``server``         :class:`OpenAIGenerator`: ``openai:<model>@<base_url>`` servers
-``cache``          :class:`CallCache` (the persistent SQLite call cache), :class:`CachedGenerator`,
-                   :func:`merge_cache`
+``cache``          :class:`CallCache` (the persistent SQLite call cache), :class:`CachedGenerator`
 ``spec``           :func:`parse_spec`, :func:`make_generator`, :func:`unload_models`
 ``models``         the bundled offline models (GGUF files assembled from registry packages)
 =================  ==========================================================================
@@ -20,7 +19,7 @@ by the backends when they are used.
 from .base import (REPLAY_ONLY_ENV, TIMEOUT_ENV, Generation, Generator, GeneratorError, Message,
                    OptionScores, ReplayMissError, approx_token_count, replay_only,
                    resolve_timeout)
-from .cache import CacheError, CachedGenerator, CallCache, default_cache_path, merge_cache
+from .cache import CacheError, CachedGenerator, CallCache, default_cache_path
 from .hf import TransformersGenerator
 from .llamacpp import LlamaCppGenerator
 from .models import REGISTRY, ModelError, gguf_path, list_models
@@ -31,6 +30,6 @@ __all__ = [
     "Message", "Generation", "OptionScores", "Generator", "GeneratorError", "ReplayMissError",
     "REPLAY_ONLY_ENV", "replay_only", "TIMEOUT_ENV", "resolve_timeout", "approx_token_count",
     "LlamaCppGenerator", "TransformersGenerator", "OpenAIGenerator", "CallCache", "CacheError",
-    "CachedGenerator", "default_cache_path", "merge_cache", "make_generator", "parse_spec",
+    "CachedGenerator", "default_cache_path", "make_generator", "parse_spec",
     "unload_models", "REGISTRY", "ModelError", "gguf_path", "list_models",
 ]

@@ -11,13 +11,14 @@ treated as a miss, so the caller recomputes it.
 The database runs in WAL mode with a busy timeout, so several processes (two experiment runs)
 can share one file, and a lock makes one :class:`CallCache` safe to use from several threads.
 
+A file that is not an SQLite database is refused when the cache opens (:class:`CacheError`;
+never overwritten); a read-only or damaged one is worked around (:class:`SQLiteCache`).
+
 Default file: ``$DYNAKRAG_CACHE_DIR/llm_calls.sqlite`` if the variable is set, else
 ``~/.cache/dynakrag_lite/llm_calls.sqlite``.
 
-:func:`merge_cache` adds the rows of one cache file that another lacks (the book's recorded
-calls into a working copy, and a working copy's new calls back into the book's file):
-
-    python -m dynakrag_lite cache merge SRC DST [--missing-ok] [--vacuum]
+:func:`dynakrag_lite.experiments.maintenance.merge_cache` adds the rows of one such file that
+another lacks (``python -m dynakrag_lite cache merge SRC DST``).
 
 :class:`CachedGenerator` wraps any generator with the cache: its replies
 (:meth:`~CachedGenerator.generate`) and its option log-probabilities
@@ -32,23 +33,25 @@ import os
 import sqlite3
 import threading
 import time
-from contextlib import closing
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 from .base import (Generation, Generator, GeneratorError, Message, OptionScores, check_messages,
                    option_scores, replay_miss, replay_only)
 
-__all__ = ["CallCache", "CacheError", "CachedGenerator", "default_cache_path", "make_key",
-           "canonical_json", "merge_cache", "open_sqlite", "cache_dir"]
+__all__ = ["CallCache", "CacheError", "CachedGenerator", "SQLiteCache", "default_cache_path",
+           "make_key", "canonical_json", "open_sqlite", "cache_dir", "is_corruption",
+           "CALLS_SCHEMA", "CALLS_COLUMNS"]
 
 _FIELDS = ("text", "prompt_tokens", "completion_tokens", "seconds")
-_COLUMNS = ("key", "value", "checksum", "created")
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS {db}calls ("
-           " key TEXT PRIMARY KEY,"
-           " value TEXT NOT NULL,"
-           " checksum TEXT NOT NULL,"
-           " created REAL NOT NULL)")
+CALLS_COLUMNS = ("key", "value", "checksum", "created")
+# the calls table (also read by experiments.maintenance.merge_cache); {db}: a schema prefix
+CALLS_SCHEMA = ("CREATE TABLE IF NOT EXISTS {db}calls ("
+                " key TEXT PRIMARY KEY,"
+                " value TEXT NOT NULL,"
+                " checksum TEXT NOT NULL,"
+                " created REAL NOT NULL)")
 
 
 class CacheError(RuntimeError):
@@ -74,7 +77,11 @@ def open_sqlite(path: Path, schema: str, timeout: float, *, what: str,
     if path.is_dir():
         raise CacheError(f"{what} {path} is a folder, not an SQLite file; "
                          f"point {env_hint} (or the cache argument) at a file path")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # e.g. $DYNAKRAG_CACHE_DIR names a file
+        raise CacheError(f"{what} {path}: cannot create its folder {path.parent} ({e}); "
+                         f"point {env_hint} / DYNAKRAG_CACHE_DIR at a folder") from e
     conn = None
     try:
         conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None,
@@ -122,30 +129,75 @@ def _checksum(key: str, value_json: str) -> str:
     return hashlib.sha256(f"{key}\n{value_json}".encode("utf-8")).hexdigest()
 
 
-class CallCache:
-    """Key -> {text, prompt_tokens, completion_tokens, seconds} in an SQLite file."""
+def _is_read_only(e: sqlite3.DatabaseError) -> bool:
+    """SQLITE_READONLY (the error code from Python 3.11, else the message)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    return code & 0xFF == 8 if code is not None else "readonly" in str(e)
 
-    def __init__(self, path: str | Path | None = None, timeout: float = 60.0) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_cache_path()
-        self.timeout = timeout
-        self.hits = 0
-        self.misses = 0
-        self.corrupt = 0
-        self.writes = 0
+
+def is_corruption(e: sqlite3.DatabaseError) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB (the error code from Python 3.11, else the message)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (11, 26)
+    return any(m in str(e) for m in ("malformed", "not a database"))
+
+
+class SQLiteCache:
+    """What the cache files of this package share (this LLM call cache, the embedding cache):
+    the connection (:func:`open_sqlite`, reopened in a forked child), a lock for threads, and
+    the failures met in use (:meth:`_run`)."""
+
+    what, env_hint, schema = "cache", "DYNAKRAG_CACHE_DIR", ""
+
+    def __init__(self, path: Path, timeout: float = 60.0) -> None:
+        self.path, self.timeout = path, timeout
+        self.hits = self.misses = self.corrupt = self.writes = 0
+        # set (each with one warning) when the file cannot be written / turns out damaged
+        self.read_only = self.damaged = False
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._connect()
+        if not os.access(self.path, os.W_OK):
+            self._now_read_only()
 
-    # -- connection ---------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         # A connection must not cross a fork: reopen when running in a child process.
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        conn = open_sqlite(self.path, _SCHEMA.format(db=""), self.timeout,
-                           what="LLM call cache", env_hint="DYNAKRAG_LLM_CACHE")
-        self._conn, self._pid = conn, os.getpid()
-        return conn
+        if self._conn is None or self._pid != os.getpid():
+            self._conn = open_sqlite(self.path, self.schema, self.timeout, what=self.what,
+                                     env_hint=self.env_hint)
+            self._pid = os.getpid()
+        return self._conn
+
+    def _now_read_only(self) -> None:
+        if not self.read_only:
+            self.read_only = True
+            warnings.warn(f"{self.what} {self.path} is read-only: stored entries are reused, "
+                          "new ones are computed but not stored (make the file writable, or "
+                          f"point {self.env_hint} at a writable copy)", RuntimeWarning,
+                          stacklevel=4)
+
+    def _run(self, sql: str, args: tuple = (), write: bool = False) -> list | None:
+        """The rows of one statement, or None when the file cannot serve it: a write to a
+        read-only file, or anything once its pages turned out damaged ("database disk image
+        is malformed"; the cache is then off for the process). One warning each: lookups
+        miss and nothing is stored, so a computed value is returned, never lost."""
+        if self.damaged or (write and self.read_only):
+            return None
+        try:
+            return self._connect().execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as e:
+            if _is_read_only(e):
+                self._now_read_only()
+                return None
+            if not is_corruption(e):
+                raise  # e.g. still busy after the timeout: not the file's fault
+            self.damaged = True
+            warnings.warn(f"{self.what} {self.path} is damaged ({e}); going on without it. "
+                          f"Move it away (e.g. mv {self.path} {self.path}.bad) or choose "
+                          f"another file with {self.env_hint}", RuntimeWarning, stacklevel=4)
+            return None
 
     def close(self) -> None:
         with self._lock:
@@ -153,18 +205,28 @@ class CallCache:
                 self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> "CallCache":
+    def __enter__(self) -> "SQLiteCache":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+class CallCache(SQLiteCache):
+    """Key -> {text, prompt_tokens, completion_tokens, seconds} in an SQLite file."""
+
+    what, env_hint, schema = "LLM call cache", "DYNAKRAG_LLM_CACHE", CALLS_SCHEMA.format(db="")
+
+    def __init__(self, path: str | Path | None = None, timeout: float = 60.0) -> None:
+        super().__init__(Path(path).expanduser() if path is not None else default_cache_path(),
+                         timeout)
+
     # -- access -------------------------------------------------------------------------------
     def get(self, key: str) -> dict | None:
         """The stored value, or None on a miss (a corrupt row is deleted and counts as both)."""
         with self._lock:
-            row = self._connect().execute(
-                "SELECT value, checksum FROM calls WHERE key = ?", (key,)).fetchone()
+            rows = self._run("SELECT value, checksum FROM calls WHERE key = ?", (key,))
+            row = rows[0] if rows else None
             if row is None:
                 self.misses += 1
                 return None
@@ -173,9 +235,8 @@ class CallCache:
                 self.corrupt += 1
                 self.misses += 1
                 # Delete only the row we judged, in case another process already rewrote it.
-                self._connect().execute(
-                    "DELETE FROM calls WHERE key = ? AND value = ? AND checksum = ?",
-                    (key, row[0], row[1]))
+                self._run("DELETE FROM calls WHERE key = ? AND value = ? AND checksum = ?",
+                          (key, row[0], row[1]), write=True)
                 return None
             self.hits += 1
             return value
@@ -203,27 +264,27 @@ class CallCache:
                                 "completion_tokens": int(completion_tokens),
                                 "seconds": float(seconds)})
         with self._lock:
-            self._connect().execute(
-                "INSERT OR REPLACE INTO calls (key, value, checksum, created) VALUES (?, ?, ?, ?)",
-                (key, value, _checksum(key, value), time.time()))
-            self.writes += 1
+            if self._run("INSERT OR REPLACE INTO calls (key, value, checksum, created) "
+                         "VALUES (?, ?, ?, ?)", (key, value, _checksum(key, value),
+                                                 time.time()), write=True) is not None:
+                self.writes += 1
 
     def __contains__(self, key: str) -> bool:
         with self._lock:
-            return self._connect().execute(
-                "SELECT 1 FROM calls WHERE key = ?", (key,)).fetchone() is not None
+            return bool(self._run("SELECT 1 FROM calls WHERE key = ?", (key,)))
 
     def __len__(self) -> int:
         with self._lock:
-            return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+            rows = self._run("SELECT COUNT(*) FROM calls")
+            return rows[0][0] if rows else 0
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self._connect().execute("DELETE FROM calls WHERE key = ?", (key,))
+            self._run("DELETE FROM calls WHERE key = ?", (key,), write=True)
 
     def clear(self) -> None:
         with self._lock:
-            self._connect().execute("DELETE FROM calls")
+            self._run("DELETE FROM calls", write=True)
 
     def stats(self) -> dict:
         """Counters of this instance (not of other processes) and the file's entry count."""
@@ -263,6 +324,13 @@ class CachedGenerator:
         self.spec = inner.spec
         self.model_id = inner.model_id
         self.backend = getattr(inner, "backend", type(inner).__name__)
+
+    def check(self) -> None:
+        """The inner backend's check before a run (a server asked for its model list), unless
+        replay-only runs never call it."""
+        check = getattr(self.inner, "check", None)
+        if callable(check) and not replay_only():
+            check()
 
     def key(self, messages: list[Message], max_tokens: int = 64,
             stop: list[str] | None = None) -> str:
@@ -329,103 +397,3 @@ class CachedGenerator:
 
     def __repr__(self) -> str:
         return f"CachedGenerator({self.inner!r}, {self.cache!r})"
-
-
-# -- merging cache files ---------------------------------------------------------------------
-def _has_calls_table(conn: sqlite3.Connection, db: str, path: Path) -> bool:
-    """Whether ``db`` (a schema name of ``conn``) holds a ``calls`` table of this module's
-    layout; CacheError naming ``path`` when it holds another one or is no SQLite file."""
-    try:
-        info = conn.execute(f"PRAGMA {db}.table_info(calls)").fetchall()
-    except sqlite3.DatabaseError as e:
-        raise CacheError(f"{path} is not a usable SQLite database ({e})") from e
-    if not info:
-        return False
-    columns = sorted(row[1] for row in info)
-    primary = [row[1] for row in info if row[5]]
-    if columns != sorted(_COLUMNS) or primary != ["key"]:
-        raise CacheError(
-            f"{path}: table 'calls' has columns {columns} (primary key {primary}), expected "
-            f"{sorted(_COLUMNS)} with primary key ['key']; it is not an LLM call cache of "
-            "this version of dynakrag_lite, so nothing was merged")
-    return True
-
-
-def _is_corruption(e: sqlite3.DatabaseError) -> bool:
-    """SQLITE_CORRUPT or SQLITE_NOTADB (the error code from Python 3.11, else the message)."""
-    code = getattr(e, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (11, 26)
-    return any(m in str(e) for m in ("malformed", "not a database"))
-
-
-def _damaged(conn: sqlite3.Connection, dbs) -> Path | None:
-    """The first (schema name, path) of ``dbs`` whose database fails SQLite's quick_check."""
-    for db, path in dbs:
-        try:
-            if conn.execute(f"PRAGMA {db}.quick_check(1)").fetchone()[0] != "ok":
-                return path
-        except sqlite3.DatabaseError:
-            return path
-    return None
-
-
-def _uri(path: Path, mode: str) -> str:
-    return f"{path.resolve().as_uri()}?mode={mode}"
-
-
-def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
-                timeout: float = 60.0) -> int:
-    """Insert the rows of ``src`` whose key ``dst`` lacks; returns how many were added.
-
-    ``dst``'s own rows are never changed or deleted (a key in both keeps ``dst``'s row), and
-    ``src`` is opened read-only. ``dst`` (and its folder) is created when missing. The insert
-    is one transaction, so a merge that is interrupted leaves ``dst`` as it was; one that runs
-    while another process writes ``dst`` waits for it (up to ``timeout`` seconds).
-    ``vacuum``: compact ``dst`` after adding rows (for a file kept in git: a merge that added
-    nothing leaves the file's bytes unchanged). Raises :class:`CacheError`, naming the file,
-    when ``src`` is missing or either file is no SQLite database or has another schema."""
-    src, dst = Path(src).expanduser(), Path(dst).expanduser()
-    if not src.is_file():
-        raise CacheError(f"{src}: no cache file to merge from")
-    if dst.is_dir():
-        raise CacheError(f"{dst} is a folder, not an SQLite cache file")
-    if dst.exists() and src.resolve() == dst.resolve():
-        return 0
-    # Check src before dst is created, so that a bad src leaves no empty dst behind.
-    with closing(sqlite3.connect(_uri(src, "ro"), uri=True, timeout=timeout)) as probe:
-        if not _has_calls_table(probe, "main", src):
-            raise CacheError(f"{src} has no 'calls' table: not an LLM call cache")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    # isolation_level=None: the transaction below is spelled out, not left to the sqlite3
-    # module, so the check, the create and the insert commit (or roll back) together.
-    conn = sqlite3.connect(_uri(dst, "rwc"), uri=True, timeout=timeout, isolation_level=None)
-    try:
-        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-        _has_calls_table(conn, "main", dst)  # first, so that an error names the right file
-        conn.execute("ATTACH DATABASE ? AS src", (_uri(src, "ro"),))
-        _has_calls_table(conn, "src", src)
-        conn.execute("BEGIN IMMEDIATE")  # take the write lock before reading the count
-        try:
-            conn.execute(_SCHEMA.format(db="main."))
-            before = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
-            cols = ", ".join(_COLUMNS)
-            conn.execute(f"INSERT OR IGNORE INTO main.calls ({cols}) "
-                         f"SELECT {cols} FROM src.calls")
-            added = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0] - before
-            conn.execute("COMMIT")
-        except BaseException as e:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(e, sqlite3.DatabaseError) and _is_corruption(e):
-                # a damaged page past the header, met only when the rows are read
-                bad = _damaged(conn, (("src", src), ("main", dst))) or f"{src} or {dst}"
-                raise CacheError(f"{bad} is not a usable SQLite database ({e}); nothing was "
-                                 "merged") from e
-            raise
-        conn.execute("DETACH DATABASE src")
-        if added and vacuum:
-            conn.execute("VACUUM")  # itself transactional: an interrupted VACUUM loses nothing
-    finally:
-        conn.close()
-    return added

@@ -40,7 +40,7 @@ from .base import (DEFAULT_LOCAL_TIMEOUT, TIMEOUT_ENV, DecodingMixin, Generation
                    log_softmax, option_tokens, resolve_timeout, scoring_mode)
 from .models import file_sha256, models_dir
 
-__all__ = ["LlamaCppGenerator", "unload_llamas"]
+__all__ = ["LlamaCppGenerator", "check_gguf", "unload_llamas"]
 
 # One Llama object (plus a lock: a Llama is not thread-safe) per (file, context, threads, seed).
 _LLAMA_CACHE: dict[tuple, tuple[Any, threading.Lock]] = {}
@@ -82,6 +82,21 @@ def _load_llama(path: Path, n_ctx: int, n_threads: int, seed: int,
         _EvalProbe.install(llm)
         _LLAMA_CACHE[key] = (llm, threading.Lock())
         return _LLAMA_CACHE[key]
+
+
+def check_gguf(path: Path) -> None:
+    """GeneratorError naming ``path`` unless it starts with the magic ``GGUF``: a lazy
+    generator would otherwise take any file and fail on every question of a run."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except FileNotFoundError:
+        raise GeneratorError(f"GGUF file not found: {path}") from None
+    except OSError as e:
+        raise GeneratorError(f"cannot read the GGUF file {path} ({e.strerror or e})") from None
+    if magic != b"GGUF":
+        raise GeneratorError(f"{path} is not a GGUF model file (it does not start with "
+                             f"'GGUF' but with {magic!r}); give a .gguf model")
 
 
 class _EvalProbe:
@@ -191,18 +206,14 @@ class LlamaCppGenerator(DecodingMixin):
             or os.cpu_count() or 1
         self.seed = seed
         self.temperature = float(temperature)
+        check_gguf(self.model_path)  # a missing or foreign file fails here, lazy or not
         if model_id is None:
-            if not self.model_path.is_file():
-                raise GeneratorError(f"GGUF file not found: {self.model_path}")
             model_id = file_sha256(self.model_path, sidecar_dir=models_dir())
         self.model_id = model_id
         self.verbose = verbose
         self._llama: Any = None
         self._llama_lock: threading.Lock | None = None
-        if lazy:
-            if not self.model_path.is_file():  # fail now, as an eager load would
-                raise GeneratorError(f"GGUF file not found: {self.model_path}")
-        else:
+        if not lazy:
             self._load()
         self.last_reused_tokens: int | None = None
         self.last_evaluated_tokens: int | None = None

@@ -130,6 +130,19 @@ class OpenAIGenerator(DecodingMixin):
             prompt_tokens=sum(approx_token_count(m["content"]) for m in msgs),
             completion_tokens=approx_token_count(text), seconds=seconds)
 
+    def check(self) -> None:
+        """GeneratorError naming the URL unless the server answers one model-list request (no
+        retries, at most 30 s): checked before a run, not failed by every question. Any
+        answer, even an HTTP error of a server without that endpoint, means it is up."""
+        try:
+            self.client.with_options(max_retries=0, timeout=min(self.timeout, 30.0)).models.list()
+        except self._openai.APIConnectionError as e:  # (timeouts too)
+            raise GeneratorError(f"no OpenAI-compatible server answers at {redact(self.base_url)}"
+                                 f" ({redact(str(e.__cause__ or e))}); is it running there?") \
+                from e
+        except self._openai.APIStatusError:
+            pass  # it answered
+
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
         """Top-20 log-probs of the first reply token. An option's log-prob is the log of the

@@ -72,7 +72,10 @@ class DataOptions:
 
 def _cut(qs: list, split: str, offset: int | None, limit: int | None) -> list:
     """``qs`` (the ``split`` part) from ``offset``, at most ``limit``; ValueError for an
-    offset outside it."""
+    offset outside it, or an empty split (a file too small to hold questions out)."""
+    if not qs:
+        raise ValueError(f"--split {split}: no questions in that part of the file (--n-eval "
+                         "holds out at most half of it)")
     offset = offset or 0
     if offset < 0 or (offset and offset >= len(qs)):
         raise ValueError(f"--offset {offset}: the {split} split has {len(qs)} questions")
@@ -98,6 +101,9 @@ def build_run_setup(options: DataOptions, generator: str | None = None,
                                  vectors_path=o.vectors, selector=selector)
     if control is not None:
         setup.env.config = ControlConfig.for_dataset(setup.dataset, **control)
+    if o.split != "all" and o.n_eval > len(setup.eval):  # capped at half: say so
+        _note(f"note: --n-eval {o.n_eval} is more than half of the {len(setup.questions)} "
+              f"questions of {o.data}; {len(setup.eval)} are held out for evaluation")
     qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[o.split]
     return setup, _cut(qs, o.split, o.offset, o.limit)
 
