@@ -90,3 +90,13 @@ def test_pairing_is_by_id_and_leaves_out_errors_and_unmatched_questions():
     assert [(x["id"], y["id"]) for x, y in pairs] == [("q1", "q1"), ("q4", "q4")]
     res = compare_runs(a, b, metrics=("f1",), n_resamples=500)
     assert res["f1"].n == 2 and res["f1"].diff == pytest.approx(0.5)
+
+
+def test_a_cost_metric_calls_the_cheaper_run_better():
+    from dynakrag_lite.experiments.comparison import paired_difference
+    more = paired_difference([900.0, 1000.0, 1100.0] * 10, [400.0, 420.0, 380.0] * 10, "tokens")
+    assert more.diff > 0 and more.verdict == "A worse"
+    less = paired_difference([400.0, 420.0, 380.0] * 10, [900.0, 1000.0, 1100.0] * 10, "tokens")
+    assert less.verdict == "A better"
+    # quality metrics keep their sense
+    assert paired_difference([1.0] * 30, [0.0] * 30, "f1").verdict == "A better"

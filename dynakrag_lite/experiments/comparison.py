@@ -24,6 +24,9 @@ __all__ = ["PairedDifference", "paired_difference", "paired_rows", "compare_runs
            "N_RESAMPLES", "SEED"]
 
 N_RESAMPLES = 10_000
+# Costs: for these a positive difference A - B means A spent more, so A is the worse.
+COST_METRICS = frozenset({"tokens", "prompt_tokens", "completion_tokens", "llm_calls",
+                          "retrieval_calls", "seconds", "n_docs"})
 SEED = 20260706  # fixed, so that every table regenerates to the same digits
 
 
@@ -42,6 +45,8 @@ class PairedDifference:
 
     @property
     def verdict(self) -> str:
+        if self.metric in COST_METRICS:  # fewer is better: read the interval the other way
+            return verdict(-self.hi, -self.lo, self.p_value)
         return verdict(self.lo, self.hi, self.p_value)
 
     def to_dict(self) -> dict:
