@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 D=${TMPDIR:-/tmp}/dynakrag-demo-bad
 export DYNAKRAG_CACHE_DIR=$D/cache DYNAKRAG_N_THREADS=1 TQDM_DISABLE=1
 unset DYNAKRAG_LLM_CACHE DYNAKRAG_EMBED_CACHE DYNAKRAG_REPLAY_ONLY
-W=$D/work; rm -rf "$W" "$D/cache/llm_calls.sqlite"* ; mkdir -p "$W"
+# fresh run folders, LLM calls and indexes (the 40-document indexes take seconds to build)
+W=$D/work; rm -rf "$W" "$D/cache/llm_calls.sqlite"* "$D/cache/indexes"; mkdir -p "$W"
 LLM=$D/cache/llm_calls.sqlite EMB=$D/cache/embeddings.sqlite
 EVAL=(python -m dynakrag_lite evaluate --data library --method fixed_k --generator smollm2-135m
       --split all --corpus "$W/c1.jsonl")
