@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from dynakrag_lite.experiments.cli import build_parser
 from dynakrag_lite.policy import select, train_policy
 from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.training.files import load_training_data, save_training_data
@@ -135,3 +136,18 @@ def test_stop_rule_script_writes_both_rules_grids(collected, tmp_path):  # noqa:
         assert sum(row["best"] for row in r["grid"]) == 1
         assert {row["stop_rule"] for row in r["grid"]} == {rule}
         assert r["best"]["lam"] == r["lam"]
+
+
+def test_command_line_accepts_the_continuation_rule_and_a_stop_at_k_schedule():
+    # the flags main_experiment.py passes for dynakrag-cont and dynakrag-cont-stop<k>
+
+    ap = build_parser()
+    train = ap.parse_args(["train", "--data", "library", "--stop-rule", "continuation",
+                           "--token-price", "1e-5", "--generator", "smollm2-135m",
+                           "--out", "p.joblib"])
+    assert train.stop_rule == "continuation" and train.token_price == 1e-5
+    ev = ap.parse_args(["evaluate", "--data", "library", "--method", "dynakrag",
+                        "--stop-after", "3", "--generator", "smollm2-135m"])
+    assert ev.stop_after == 3
+    assert ap.parse_args(["evaluate", "--data", "library", "--generator",
+                          "smollm2-135m"]).stop_after is None

@@ -59,7 +59,7 @@ from ..generators.cache import CacheError
 from ..generators.models import ModelError
 from ..generators.spec import make_generator
 from ..metrics import support_recall
-from ..policy import Policy, PolicyError, check_policy
+from ..policy import STOP_RULES, Policy, PolicyError, check_policy
 from ..storage import LockedError, redact, relative_command
 from ..sufficiency import SIGNAL_CHOICES
 from ..training.recipe import DataOptions, TrainingRecipe, build_run_setup, train
@@ -256,6 +256,7 @@ def training_recipe(args: argparse.Namespace) -> TrainingRecipe:
         calibration_questions=args.calibration_questions, tune_folds=args.tune_folds,
         tune_metric=args.tune_metric, lambdas=_floats(args.lambdas),
         veto_thresholds=_floats(args.veto_thresholds), stop_rule=args.stop_rule,
+        token_price=args.token_price,
         lam=args.lam, veto_threshold=args.veto_threshold, save_data=args.save_data,
         from_data=args.from_data, workers=args.workers, argv=list(args.argv))
 
@@ -350,6 +351,8 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
             policy.lam = args.lam
         if policy is not None and args.veto_threshold is not None:
             policy.veto_threshold = args.veto_threshold
+        if policy is not None and args.stop_after is not None:
+            policy.stop_after = args.stop_after
     out = Path(args.out or f"runs/{dataset}-{args.method}")
     _check_out(out, folder=True)
     demos = None
@@ -443,10 +446,15 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune-metric", choices=("f1", "sr"), default=None)
     p.add_argument("--lambdas", default="", help="lambda grid, comma-separated")
     p.add_argument("--veto-thresholds", default="", help="veto threshold grid")
-    p.add_argument("--stop-rule", choices=("level", "gain"), default="level",
+    p.add_argument("--stop-rule", choices=STOP_RULES, default="level",
                    help="what stop_answer is worth: level = the paper's v = SR(s); "
                    "gain = 0 SR gain, priced like the other actions (lambda then "
-                   "trades support against tokens); see policy.select")
+                   "trades support against tokens); continuation = stop iff the "
+                   "continuation model's estimate is below tau (--veto-threshold), "
+                   "else the best acquisition; see policy.select")
+    p.add_argument("--token-price", type=float, default=0.0,
+                   help="tuning objective: metric - PRICE x tokens (1e-5 trades .01 F1 "
+                   "for 1,000 tokens); 0 = the metric alone")
     _add_save_or_from_data(p)
     p.add_argument("--lam", type=float, default=None, help="fix lambda (no tuning)")
     p.add_argument("--veto-threshold", type=float, default=None,
@@ -467,6 +475,9 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fixed-k", type=NON_NEGATIVE, default=None)
     p.add_argument("--lam", type=float, default=None, help="lambda (cost weight)")
     p.add_argument("--veto-threshold", type=float, default=None)
+    p.add_argument("--stop-after", type=int, default=None, metavar="K",
+                   help="dynakrag: a stop-at-K schedule (the policy's choices, stop_answer "
+                   "withheld before K acquisitions and forced after)")
     p.add_argument("--workers", type=int, default=1,
                    help="questions run at once; > 1 only with a server generator "
                    "(openai:<model>@<base_url>); predictions.jsonl keeps the "
