@@ -149,5 +149,5 @@ def test_command_line_accepts_the_continuation_rule_and_a_stop_at_k_schedule():
     ev = ap.parse_args(["evaluate", "--data", "library", "--method", "dynakrag",
                         "--stop-after", "3", "--generator", "smollm2-135m"])
     assert ev.stop_after == 3
-    assert ap.parse_args(["evaluate", "--data", "library", "--generator",
+    assert ap.parse_args(["evaluate", "--data", "library", "--method", "dynakrag", "--generator",
                           "smollm2-135m"]).stop_after is None
