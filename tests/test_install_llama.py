@@ -105,8 +105,9 @@ def test_smoke_check_names_a_crashing_build(tmp_path):
     (pkg / "__init__.py").write_text("import os, signal\nclass Llama:\n"
                                      "    def __init__(self, *a, **k):\n"
                                      "        os.kill(os.getpid(), signal.SIGILL)\n")
-    code = ("import sys; sys.path.insert(0, %r); from dynakrag_lite import smoke; "
-            "r = smoke.check_model('smollm2-135m'); print(r['ok'], r['error'])" % str(tmp_path))
+    code = ("import sys; sys.path[:0] = [%r, %r]; import smoke; "
+            "r = smoke.check_model('smollm2-135m'); print(r['ok'], r['error'])"
+            % (str(tmp_path), str(ROOT / "data_scripts")))
     # The child of the child imports the fake llama_cpp through PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
