@@ -57,11 +57,13 @@ smoke: install
 	$(PY) data_scripts/smoke.py
 models-large: $(STAMP)/models-large
 
-# Unit + integration tests (real embedder, real bundled generators, real ../shared/data),
+# The layering contracts first (import-linter, pyproject.toml: core <- training <- experiments),
+# then unit + integration tests (real embedder, real bundled generators, real ../shared/data),
 # then every chapter executed under nbval, then the book built with warnings as errors.
 # The smoke check decodes with every installed model in child processes first: a llama.cpp
 # build that crashes on this CPU becomes a named failure, not a dead test runner.
 test: install
+	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command as c; sys.argv[0] = "lint-imports"; c()'
 	$(PY) data_scripts/smoke.py --require smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 	$(PY) -m pytest -q
 	$(MAKE) test-nb
