@@ -85,13 +85,10 @@ def tau_curve(policy: Policy) -> pd.DataFrame:
     return frame.rename(columns={"veto_threshold": "tau"}).sort_values("tau")
 
 
-def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
-                  title: str = "") -> Figure:
-    """F1 against tokens per question: the evaluation runs (left) and, when given, the
-    training split's tau curve (right). Points on the evaluation Pareto front are ringed."""
-    ncols = 2 if curve is not None and not curve.empty else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols, 3.9), squeeze=False)
-    ax = axes[0][0]
+def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> None:
+    """The evaluation runs on ``ax``: F1 (95 % interval) against tokens per question (log),
+    the stop-at-k schedules joined by a line, the operating point as a star, the points on
+    the Pareto front ringed."""
     if not points.empty:
         front = set(pareto_front(list(zip(points["tokens"], points["f1"]))))
         sched = points[points["kind"] == "schedule"].sort_values("k")
@@ -99,8 +96,9 @@ def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
             ax.plot(sched["tokens"], sched["f1"], "-o", color=SCHEDULE_COLOR, ms=5,
                     label="stop after k acquisitions")
             for _, r in sched.iterrows():
-                ax.annotate(f"k={r['k']}", (r["tokens"], r["f1"]), textcoords="offset points",
-                            xytext=(4, -10), fontsize=7, color=SCHEDULE_COLOR)
+                ax.annotate(f"k={int(r['k'])}", (r["tokens"], r["f1"]),
+                            textcoords="offset points", xytext=(4, -10), fontsize=7,
+                            color=SCHEDULE_COLOR)
         for i, r in points.reset_index(drop=True).iterrows():
             if r["kind"] == "schedule":
                 continue
@@ -116,26 +114,61 @@ def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
             r = points.reset_index(drop=True).iloc[i]
             ax.plot(r["tokens"], r["f1"], "o", ms=15, mfc="none", mec="#bdbdbd", mew=1.5)
         ax.set_xscale("log")
+    else:
+        ax.text(0.5, 0.5, "no run answered yet", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("tokens per question (log)")
     ax.set_ylabel("answer F1 (95 % interval)")
-    ax.set_title("evaluation split", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right", frameon=False)
-    if ncols == 2:
-        cx = axes[0][1]
-        cx.plot(curve["tokens"], curve["f1"], "-o", color=SCHEDULE_COLOR, ms=4)
-        # taus that give the same stops share a point and a label ("-1, 0")
-        same = curve.groupby([curve["tokens"].round(3), curve["f1"].round(6)], sort=False)
-        for (tok, f1), g in same:
-            cx.annotate(", ".join(f"{t:g}" for t in g["tau"]), (tok, f1),
-                        textcoords="offset points", xytext=(3, 3), fontsize=6)
-        best = curve[curve["best"]] if "best" in curve else curve.iloc[:0]
-        cx.plot(best["tokens"], best["f1"], "*", color="#08306b", ms=13, label="chosen tau")
-        cx.set_xlabel("tokens per question")
-        cx.set_ylabel("F1 (cross-validated)")
-        cx.set_title("training split: tau of the continuation rule", fontsize=9)
-        cx.legend(fontsize=7, frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
+
+
+def draw_tau_curve(ax, curve: pd.DataFrame,
+                   title: str = "training split: tau of the continuation rule") -> None:
+    """The training split's cross-validated tau curve on ``ax`` (F1 against tokens, taus
+    that give the same stops sharing a label), the chosen tau as a star."""
+    ax.plot(curve["tokens"], curve["f1"], "-o", color=SCHEDULE_COLOR, ms=4)
+    # taus that give the same stops share a point and a label ("-1, 0")
+    same = curve.groupby([curve["tokens"].round(3), curve["f1"].round(6)], sort=False)
+    for (tok, f1), g in same:
+        ax.annotate(", ".join(f"{t:g}" for t in g["tau"]), (tok, f1),
+                    textcoords="offset points", xytext=(3, 3), fontsize=6)
+    best = curve[curve["best"]] if "best" in curve else curve.iloc[:0]
+    ax.plot(best["tokens"], best["f1"], "*", color="#08306b", ms=13, label="chosen tau")
+    ax.set_xlabel("tokens per question")
+    ax.set_ylabel("F1 (cross-validated)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+
+
+def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
+                  title: str = "") -> Figure:
+    """F1 against tokens per question: the evaluation runs (left) and, when given, the
+    training split's tau curve (right). Points on the evaluation Pareto front are ringed."""
+    return pareto_grid([(title, points, curve)])
+
+
+def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]]) -> Figure:
+    """One row per ``(title, points, curve)`` (a dataset x reader): its evaluation runs
+    (:func:`draw_points`) and, when ``curve`` is given, its tau curve
+    (:func:`draw_tau_curve`) beside them; one figure for the book to number and caption."""
+    ncols = 2 if any(c is not None and not c.empty for _, _, c in panels) else 1
+    fig, axes = plt.subplots(len(panels), ncols, figsize=(5.2 * ncols, 3.9 * len(panels)),
+                             squeeze=False)
+    for (title, points, curve), row in zip(panels, axes):
+        draw_points(row[0], points, f"{title}: evaluation split" if title and ncols == 2
+                    and len(panels) > 1 else "evaluation split")
+        if ncols == 2:
+            if curve is not None and not curve.empty:
+                draw_tau_curve(row[1], curve)
+            else:
+                row[1].text(0.5, 0.5, "no continuation policy", ha="center", va="center",
+                            transform=row[1].transAxes)
+                row[1].set_axis_off()
+        if title and len(panels) == 1:
+            fig.suptitle(title, fontsize=10)
+        elif title and ncols == 1:
+            row[0].set_title(f"{title}: evaluation split", fontsize=9)
     fig.tight_layout()
     return fig
 

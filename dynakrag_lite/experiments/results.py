@@ -61,9 +61,10 @@ SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "n_expect
 
 
 
-def _find_root(root: str | Path) -> Path:
+def locate(root: str | Path) -> Path:
     """``root`` as given; a relative root that does not exist is also tried from the parent
-    folders of the working directory (a chapter runs from ``book/``)."""
+    folders of the working directory (a chapter runs from ``book/``). The one way the
+    chapters find a file or folder under ``results/`` (``locate("results/diagnostics")``)."""
     p = Path(root)
     if p.is_absolute() or p.exists():
         return p
@@ -84,7 +85,7 @@ def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
     summary's path relative to ``root``. An empty DataFrame with these columns when nothing
     exists; unreadable summaries are skipped with a warning.
     """
-    base = _find_root(root)
+    base = locate(root)
     rows = []
     if base.is_dir():
         for path in sorted(base.glob("*/*/*/summary.json")):
@@ -166,7 +167,7 @@ def read_run(dataset: str, generator: str, run: str, root: str | Path
              ) -> tuple[list[dict], dict]:
     """(answered rows, status record) of one run folder: the latest row of each question, error
     rows left out, and :func:`run_status`'s record."""
-    folder = _find_root(root) / dataset / generator / run
+    folder = locate(root) / dataset / generator / run
     rec = {"run": run, "status": NOT_RUN, "answered": 0, "expected": None, "complete": None}
     if not (folder / "predictions.jsonl").exists():
         return [], rec
@@ -195,7 +196,7 @@ def run_status(dataset: str, generator: str, run: str,
 def load_summary(dataset: str, generator: str, run: str,
                  root: str | Path = DEFAULT_ROOT) -> dict:
     """The full summary.json of one run (including its ``run`` block)."""
-    path = _find_root(root) / dataset / generator / run / "summary.json"
+    path = locate(root) / dataset / generator / run / "summary.json"
     if not path.exists():
         raise FileNotFoundError(f"no summary for {dataset}/{generator}/{run} under {root}")
     return json.loads(path.read_text())
@@ -212,7 +213,7 @@ def load_predictions(dataset: str, generator: str, run: str,
 
 def _latest(dataset: str, generator: str, run: str, root: str | Path, errors: bool
             ) -> list[dict]:
-    path = _find_root(root) / dataset / generator / run / "predictions.jsonl"
+    path = locate(root) / dataset / generator / run / "predictions.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"no predictions for {dataset}/{generator}/{run} under {root}")
     return latest_rows(read_predictions(path), errors=errors)
@@ -243,7 +244,7 @@ def find_policies(dataset: str | None = None, root: str | Path = POLICIES_DIR,
                   variants: bool = False) -> list[Path]:
     """Saved policies ``<root>/<dataset>-<generator>.joblib`` (all datasets when None); the
     variants (:data:`POLICY_VARIANT_SUFFIXES`) only with ``variants=True``."""
-    base = _find_root(root)
+    base = locate(root)
     if not base.is_dir():
         return []
     found = sorted(base.glob(f"{dataset}-*.joblib" if dataset else "*.joblib"))
@@ -264,7 +265,7 @@ def run_policy(dataset: str, generator: str, run: str,
         return None
     if not isinstance(rec, dict) or not rec.get("path"):
         return None
-    saved = _find_root(root).parent / "policies" / Path(rec["path"]).name
+    saved = locate(root).parent / "policies" / Path(rec["path"]).name
     state = ("missing" if not saved.is_file() else
              "same" if sha256_file(saved) == rec.get("sha256") else "changed")
     return {**rec, "file": state}
@@ -499,7 +500,7 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
 
     ``generator`` / ``comparisons``: only that transfer folder / those comparisons (the
     others are not paired at all, each pairing being a 10,000-resample bootstrap)."""
-    folder = _find_root(root) / dataset
+    folder = locate(root) / dataset
     # a transfer counts from its first predictions file on, so a just-started run says so
     transfers = sorted(p.name for p in (folder.iterdir() if folder.is_dir() else ())
                        if transfer_folder(p.name) and generator in (None, p.name)
@@ -544,7 +545,7 @@ def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:
 
 def run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
     """Run folders holding a predictions file, in :data:`RUN_ORDER` (then by name)."""
-    folder = _find_root(root) / dataset / generator
+    folder = locate(root) / dataset / generator
     if not folder.exists():
         return []
     order = {r: i for i, r in enumerate(RUN_ORDER)}

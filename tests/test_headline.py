@@ -1,0 +1,165 @@
+"""The book's reading of the results (experiments.headline, experiments.records): the headline
+table and its sentences, stop profiles, the continuation controller's comparisons, ablation
+pairs and the records settings come from; on small synthetic run folders, so every phrase is
+checked against numbers we chose."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dynakrag_lite.experiments import headline as h
+from dynakrag_lite.experiments.records import (command_options, diagnosis_table,
+                                               lambda_effect, run_record)
+
+
+def row(qid: str, f1: float, *, sr: float = 0.5, tokens: float = 100.0, docs=("a", "b", "c"),
+        stop: str = "max_steps", retrievals: int = 1) -> dict:
+    return {"id": qid, "question": "?", "prediction": "x", "em": f1, "f1": f1,
+            "support_recall": sr, "all_support": 0.0, "n_docs": len(docs), "tokens": tokens,
+            "llm_calls": 1, "retrieval_calls": retrievals, "seconds": 1.0,
+            "docs": [{"id": d} for d in docs], "stop_reason": stop,
+            "trace": [{"action": "retrieve_more"}, {"action": "stop_answer", "note": ""}]}
+
+
+def write(root: Path, run: str, rows: list[dict], expected: int | None = None,
+          dataset: str = "hotpotqa", reader: str = "g", command: str = "") -> None:
+    d = root / dataset / reader / run
+    d.mkdir(parents=True)
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    n = len(rows)
+    expected = n if expected is None else expected
+    summary = {"method": run, "dataset": dataset, "generator": reader, "n": n,
+               "f1": sum(r["f1"] for r in rows) / n,
+               "policy": {"path": "results/policies/p.joblib", "n_train": 300},
+               "fingerprint": {"policy": {"lam": 0.0, "veto_threshold": 0.05}},
+               "run": {"command": command or f"python -m dynakrag_lite evaluate --n-eval 150 "
+                                             f"--method {run}",
+                       "n_expected": expected, "complete": n == expected}}
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+N = 30
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    # dynakrag better than fixed_k3 on every question, tied with uniform (the best baseline)
+    write(tmp_path, "dynakrag", [row(f"q{i}", 0.6, sr=0.8, tokens=300, stop="stop_answer_chosen")
+                                 for i in range(N)])
+    write(tmp_path, "fixed_k3", [row(f"q{i}", 0.2) for i in range(N)])
+    write(tmp_path, "uniform", [row(f"q{i}", 0.6 + (0.1 if i % 2 else -0.1), sr=0.9,
+                                    tokens=600, docs=("x", "y")) for i in range(N)])
+    write(tmp_path, "oracle", [row(f"q{i}", 0.9, sr=1.0) for i in range(N)])
+    # a second reader with a partial continuation run and its schedule
+    write(tmp_path, "dynakrag", [row(f"q{i}", 0.3) for i in range(N)], reader="big")
+    write(tmp_path, "fixed_k3", [row(f"q{i}", 0.3) for i in range(N)], reader="big")
+    write(tmp_path, h.CONTINUATION, [row(f"q{i}", 0.5, tokens=500, stop="stop_answer_chosen"
+                                         if i < 5 else "max_steps") for i in range(10)],
+          expected=N, reader="big")
+    write(tmp_path, h.ALWAYS_CONTINUE, [row(f"q{i}", 0.5, tokens=1000) for i in range(N)],
+          reader="big")
+    # a transfer folder is not a reader
+    write(tmp_path, "dynakrag", [row("q0", 0.1)], reader="g-policy-big")
+    return tmp_path
+
+
+def test_headline_pairs_each_controller_with_its_best_baseline(tree: Path):
+    t = h.headline_table(tree).set_index(["reader", "run"])
+    assert list(h.readers(tree)) == [("hotpotqa", "big"), ("hotpotqa", "g")]
+    small = t.loc[("g", "dynakrag")]
+    assert small.baseline == "uniform" and small.n == N  # highest F1, not the oracle
+    assert small.f1_diff == pytest.approx(0.0) and small.outcome == "ties"
+    assert small.sr_diff == pytest.approx(-0.1) and small.sr_hi < 0
+    assert small.token_ratio == pytest.approx(0.5)
+    cont = t.loc[("big", h.CONTINUATION)]
+    assert cont.status == f"partial: 10 of {N}" and cont.n == 10
+    assert cont.baseline == "fixed_k3" and cont.outcome == "wins"
+
+
+def test_headline_sentences_say_ties_partial_runs_and_missing_controls(tree: Path):
+    t = h.headline_table(tree)
+    text = h.headline_markdown(t, tree)
+    assert "wins 0, ties 2 and loses 0" in text  # two complete comparisons
+    assert "1 more comparison uses a partial run" in text
+    assert "**ties**" in text and "**wins**" in text
+    assert "which did not become" not in text.split("\n")[2]  # SR was lower, not higher
+    assert "held less of the gold support" in text
+    assert "against the oracle (n = 30): F1 worse" in text
+    assert "`uniform` not run yet" in text  # the big reader has no uniform run
+
+
+def test_a_reader_without_dynakrag_gets_a_not_run_row(tmp_path: Path):
+    write(tmp_path, "fixed_k3", [row("q0", 0.2)])
+    t = h.headline_table(tmp_path)
+    assert list(t.outcome) == ["not compared"] and t.verdict.iloc[0] == "dynakrag not run yet"
+    assert "not compared (dynakrag not run yet)" in h.headline_markdown(t, tmp_path)
+
+
+def test_stop_profile_counts_one_retrieval_stops_caps_and_fixed_k3_documents(tree: Path):
+    p = h.stop_profile("hotpotqa", "g", "dynakrag", tree)
+    assert (p["after_one_retrieval"], p["at_step_cap"]) == (N, 0)
+    assert p["same_docs_as_fixed_k3"] == N == p["paired_with_fixed_k3"]
+    text = h.profile_sentence(p)
+    assert f"after one retrieval on {N} of {N}" in text and "*is* Fixed-K(3)" in text
+    big = h.stop_profile("hotpotqa", "big", "dynakrag", tree)
+    assert big["at_step_cap"] == N and big["after_one_retrieval"] == 0
+
+
+def test_continuation_table_pairs_with_uniform_and_always_continue(tree: Path):
+    c = h.continuation_table(tree).set_index("vs")
+    assert c.loc["uniform", "vs_n"] == 0 and c.loc["uniform", "verdict"] == "not run yet"
+    stop4 = c.loc[h.ALWAYS_CONTINUE]
+    assert stop4.vs_n == 10 and stop4.f1_diff == pytest.approx(0.0)
+    assert stop4.token_ratio == pytest.approx(0.5) and stop4.early_stop == pytest.approx(0.5)
+    text = " ".join(h.continuation_sentences(h.continuation_table(tree)))
+    assert "stopping before the cap on 50% of them: so the stop differs" in text
+    assert "against `uniform`: not compared (not run yet)" in text
+
+
+def test_ablation_pairs_read_full_minus_ablation(tree: Path):
+    write(tree, "dynakrag-no_compression", [row(f"q{i}", 0.1) for i in range(N)])
+    p = h.ablation_pairs(tree)
+    assert set(p.reader) == {"g"} and p.attrs["without"] == [("hotpotqa", "big")]
+    v = h.ablation_view(p).set_index("ablation")
+    assert v.loc["dynakrag-no_compression", "verdict"] == "the component helps"
+    assert v.loc["dynakrag-cap1", "verdict"] == "not run yet"
+    counts = h.ablation_counts(p)
+    assert counts["helps"] == 1 and counts["not paired"] == 4  # no_sufficiency, cap1-3
+
+
+def test_run_record_reads_the_split_and_policy_settings(tree: Path):
+    r = run_record("hotpotqa", "g", "dynakrag", tree)
+    assert (r["n"], r["n_eval"], r["n_train"], r["tau"], r["lam"]) == (N, 150, 300, 0.05, 0.0)
+    assert command_options("x --n-eval 150 --no-compression --out d") == {
+        "--n-eval": "150", "--no-compression": True, "--out": "d"}
+
+
+def test_lambda_effect_calls_an_early_share_change_inert():
+    grid = pd.DataFrame({"lam": [0, 1e-5, 1e-3], "veto_threshold": [.05] * 3,
+                         "f1": [.39] * 3, "sr": [.69] * 3, "tokens": [494.7] * 3,
+                         "early": [.9875, .9875, 1.0]})
+    e = lambda_effect(grid, 0.05)
+    assert (e["n_lams"], e["n_outcomes"]) == (3, 1)
+    assert "λ is inert" in e["sentence"] and "98.8% to 100.0%" in e["sentence"]
+    grid.loc[2, "f1"] = .30
+    assert "λ moved the stops" in lambda_effect(grid, 0.05)["sentence"]
+
+
+def test_diagnosis_table_reads_every_dataset_and_reader():
+    one = {"n_questions": 300, "choice": {
+        "lambdas": {"0": {"n_states": 900, "gain_chosen": .04, "gain_uniform": .06,
+                          "gain_best": .14, "regret": .10, "regret_uniform": .08,
+                          "actions": {"sufficiency_check": {"chosen": .75,
+                                                            "strictly_best": 0.0}}}},
+        "retrieve_more": {"gain_chosen": .08, "regret": .05},
+        "forest_acquisitions_only": {"gain_chosen": .09}},
+        "stop": {"auc": {"f1": {"auc": .5}, "sr": {"auc": .75},
+                         "sr_model_f1_event": {"auc": .69}}}}
+    t = diagnosis_table({"results": {"hotpotqa/qwen2.5-coder-0.5b": one,
+                                     "2wikimultihopqa-qwen2.5-coder-1.5b": one}})
+    assert list(t.dataset) == ["hotpotqa", "2wikimultihopqa"]
+    assert list(t.reader) == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert t.loc[0, "probe chosen"] == .75 and t.loc[0, "AUC sr on F1"] == .69
