@@ -163,3 +163,30 @@ def test_diagnosis_table_reads_every_dataset_and_reader():
     assert list(t.dataset) == ["hotpotqa", "2wikimultihopqa"]
     assert list(t.reader) == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     assert t.loc[0, "probe chosen"] == .75 and t.loc[0, "AUC sr on F1"] == .69
+
+
+# -- chapter 16's conclusions (experiments.conclusions) ----------------------------------------
+def test_conclusions_claim_only_what_complete_runs_support(tree: Path):
+    from dynakrag_lite.experiments import conclusions as cn
+
+    t = h.headline_table(tree)
+    profiles = h.stop_profiles(tree)
+    # g: dynakrag ties uniform with less support; nothing "more support" to claim
+    assert "on none of the 1 complete comparisons" in cn.support_pattern(t, "g")
+    assert "less of the gold support" in cn.support_sentence(t, "g")
+    # big: dynakrag ran every question to the cap; the partial continuation run is no claim
+    assert cn.cap_sentence(profiles, "big") == (
+        f"it ran to the step cap on every question on hotpotqa ({N} of {N})")
+    assert "(a constant stop)" in cn.stop_sentence(profiles, "g")
+    counts = cn.versus_counts(tree)
+    assert counts["complete"] == 1 and counts["ties"] == 1 and not counts["partial"]
+    assert "not measurably different on 1" in cn.uniform_sentence(counts)
+    assert cn.token_sentence(t) == ("1.00x fixed_k3's on hotpotqa/big and 0.50x uniform's on "
+                                    "hotpotqa/g")
+    text = cn.summary_markdown(t, profiles, counts, None, "partial.")
+    done = cn.complete_rows(t)
+    assert len(done) == 2 and f"ties {int((done.outcome == 'ties').sum())}" in text
+    assert f"of its {len(done)} complete comparisons" in text and text.endswith("partial.")
+    # a pair with a partial run is named, never counted
+    partial = {**counts, "partial": ["hotpotqa/big (partial: 10 of 30)"]}
+    assert "not counted, partial: hotpotqa/big (partial: 10 of 30)" in cn.uniform_sentence(partial)
