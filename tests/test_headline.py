@@ -190,3 +190,16 @@ def test_conclusions_claim_only_what_complete_runs_support(tree: Path):
     # a pair with a partial run is named, never counted
     partial = {**counts, "partial": ["hotpotqa/big (partial: 10 of 30)"]}
     assert "not counted, partial: hotpotqa/big (partial: 10 of 30)" in cn.uniform_sentence(partial)
+
+
+def test_conclusions_do_not_deny_a_win_over_uniform_that_they_just_counted(tree: Path):
+    from dynakrag_lite.experiments import conclusions as cn
+
+    t = h.headline_table(tree)
+    profiles = h.stop_profiles(tree)
+    counts = cn.versus_counts(tree)
+    ties = cn.summary_markdown(t, profiles, counts, None, "x.")
+    assert "Nothing here shows" in ties and "beats chance" not in ties
+    better = {**counts, "better": 1, "ties": counts["ties"] - 1}
+    text = cn.summary_markdown(t, profiles, better, None, "x.")
+    assert "better on 1" in text and "beats chance" in text and "Nothing here shows" not in text

@@ -166,8 +166,13 @@ def summary_markdown(table: pd.DataFrame, profiles: pd.DataFrame, uniform: Mappi
                  f"support than a uniform pick in {below} of {len(diagnosis)} dataset x reader "
                  "rows.")
     if n["wins"] == 0 and n["loses"] == 0 and len(done):
-        text += (" Nothing here shows the learned controller separating from its baselines "
-                 "with readers this small.")
+        if uniform.get("better"):
+            # a win over chance is not a win over the best baseline: say both
+            text += (" The learned choice beats chance where a uniform-valid pair says better, "
+                     "but it does not separate from the best baseline with readers this small.")
+        else:
+            text += (" Nothing here shows the learned controller separating from its baselines "
+                     "with readers this small.")
     return text + f" The continuation controller: {continuation_status}"
 
 

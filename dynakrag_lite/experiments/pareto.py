@@ -23,7 +23,7 @@ from ..policy import Policy
 from .artifacts import EXPERIMENTS_DIR
 from .comparison import N_RESAMPLES, SEED
 from .plots import pareto_front
-from .results import load_predictions, run_names, run_status
+from .results import is_partial, load_predictions, run_names, run_status
 
 SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 OPERATING_POINT = "dynakrag-cont"
@@ -96,7 +96,8 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
             ax.plot(sched["tokens"], sched["f1"], "-o", color=SCHEDULE_COLOR, ms=5,
                     label="stop after k acquisitions")
             for _, r in sched.iterrows():
-                ax.annotate(f"k={int(r['k'])}", (r["tokens"], r["f1"]),
+                ax.annotate(f"k={int(r['k'])}" + (f" ({r['status']})" if is_partial(r["status"])
+                                                   else ""), (r["tokens"], r["f1"]),
                             textcoords="offset points", xytext=(4, -10), fontsize=7,
                             color=SCHEDULE_COLOR)
         for i, r in points.reset_index(drop=True).iterrows():
@@ -109,7 +110,8 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
                                                     [r["f1_hi"] - r["f1"]]],
                         fmt=marker, color=color, ms=11 if marker == "*" else 7, capsize=2,
                         lw=0.8, label=r["run"] + (" (chosen tau)" if r["kind"] ==
-                                                  "operating point" else ""))
+                                                  "operating point" else "")
+                        + (f" ({r['status']})" if is_partial(r["status"]) else ""))
         for i in front:
             r = points.reset_index(drop=True).iloc[i]
             ax.plot(r["tokens"], r["f1"], "o", ms=15, mfc="none", mec="#bdbdbd", mew=1.5)
