@@ -1,0 +1,41 @@
+"""Chapter 14's transfer phrases (experiments.transfer): every pair reads in every case, a
+missing pair as its reason, never as nan; the reverse direction's reader-limit reading."""
+import pandas as pd
+
+from dynakrag_lite.experiments.results import NOT_RUN, TRANSFER_PAIRED_COLUMNS
+from dynakrag_lite.experiments.transfer import (VERDICT_WORDS, pair_text, reader_limit_reading,
+                                                transfer_texts)
+
+
+def _row(**kw) -> pd.DataFrame:
+    base = {c: None for c in TRANSFER_PAIRED_COLUMNS}
+    base.update({"dataset": "hotpotqa", "metric": "f1", "generator": "big-policy-small",
+                 "other_generator": "small", "other_run": "dynakrag", "n": 30, "diff": 0.05,
+                 "lo": -0.01, "hi": 0.11, "verdict": "no measurable difference",
+                 "status": "complete", "transferred_status": "complete"})
+    base.update(kw)
+    return pd.DataFrame([base])
+
+
+def test_no_transfer_run_reads_as_not_run_yet_in_every_glued_value():
+    texts = transfer_texts(pd.DataFrame(columns=list(TRANSFER_PAIRED_COLUMNS)), "small", "big")
+    assert texts["c14_vs_native_result"] == f"not paired yet ({NOT_RUN})"
+    assert texts["c14_2wiki_fwd_status"] == NOT_RUN
+    assert texts["c14_reader_text"].startswith("cannot be read yet")
+    assert not any(isinstance(v, float) for v in texts.values())  # no nan anywhere
+
+
+def test_a_pair_names_its_interval_and_a_partial_side():
+    text = pair_text(_row(status="partial: 10 of 30"))
+    assert text["n"] == 30 and text["diff"] == "+0.050"
+    assert text["result"] == ("n 30, difference +0.050, 95 % interval -0.010 to +0.110: no "
+                              "measurable difference (on the questions answered so far: "
+                              "small/dynakrag partial: 10 of 30)")
+    assert pair_text(_row(verdict="A worse"))["verdict"] == VERDICT_WORDS["A worse"]
+
+
+def test_reverse_transfer_reads_as_a_reader_limit_only_in_its_pattern():
+    tie = pair_text(_row())
+    more = pair_text(_row(verdict="A better"))
+    assert reader_limit_reading(tie, tie, tie, more).startswith("reads as a reader limit")
+    assert reader_limit_reading(tie, tie, more, more).startswith("does not show")
