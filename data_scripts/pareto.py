@@ -15,10 +15,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from dynakrag_lite.experiments.artifacts import POLICIES_DIR, policy_file_name  # noqa: E402
 from dynakrag_lite.experiments.pareto import (OPERATING_POINT, pareto_figure,  # noqa: E402
                                               pareto_points, pareto_summary, tau_curve)
 from dynakrag_lite.experiments.paper import DATASETS  # noqa: E402
+from dynakrag_lite.experiments.records import policy_path  # noqa: E402
 from dynakrag_lite.experiments.results import run_names  # noqa: E402
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR  # noqa: E402
 from dynakrag_lite.policy import Policy  # noqa: E402
@@ -29,9 +29,8 @@ def write(dataset: str, generator: str, out_dir: Path) -> Path | None:
     if OPERATING_POINT not in run_names(dataset, generator, EXPERIMENTS_DIR):
         return None
     points = pareto_points(dataset, generator)
-    policy = POLICIES_DIR / policy_file_name(dataset, generator).replace(
-        ".joblib", "-continuation.joblib")
-    curve = tau_curve(Policy.load(policy)) if policy.exists() else None
+    policy = policy_path(dataset, generator, "-continuation", root=ROOT / "results")
+    curve = tau_curve(Policy.load(policy)) if policy else None
     fig = pareto_figure(points, curve, f"{dataset}, {generator}")
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / f"pareto-{dataset}-{generator}.png"

@@ -14,6 +14,7 @@ fields that differ, the fingerprint verdict, seconds). Model calls go through th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import shutil
@@ -29,6 +30,7 @@ from dynakrag_lite.data.sources import load_dataset  # noqa: E402
 from dynakrag_lite.experiments.fingerprint import fingerprint_diff, upgrade  # noqa: E402
 from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, RUN_FILE,  # noqa: E402
                                               SUMMARY_FILE, latest_rows, read_predictions)
+from dynakrag_lite.experiments.records import command_options  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
 COMPARED = ("prediction", "docs", "tokens", "llm_calls", "retrieval_calls")
@@ -47,6 +49,12 @@ def recorded_command(folder: Path) -> list[str]:
                 argv = shlex.split(obj)
                 return argv[argv.index("dynakrag_lite") + 1:]
     raise SystemExit(f"{folder}: no recorded command")
+
+
+@functools.lru_cache(maxsize=None)
+def corpus_of(dataset: str, data_dir: str) -> Corpus:
+    """The pooled corpus of ``dataset`` (loaded once for all the folders of one dataset)."""
+    return Corpus.from_questions(load_dataset(dataset, data_root=ROOT / data_dir))
 
 
 def with_option(argv: list[str], flag: str, value: str) -> list[str]:
@@ -92,10 +100,8 @@ def check(folder: Path, limit: int, scratch: Path) -> dict:
     # the committed fingerprint in today's terms against today's record of the same setup
     recorded = json.loads((folder / RUN_FILE).read_text())["fingerprint"]
     today = json.loads((out / RUN_FILE).read_text())["fingerprint"]
-    dataset = argv[argv.index("--data") + 1]
-    corpus = Corpus.from_questions(load_dataset(dataset, data_root=ROOT / "../shared/data"
-                                                if "--data-dir" not in argv else
-                                                ROOT / argv[argv.index("--data-dir") + 1]))
+    opts = command_options(shlex.join(argv))
+    corpus = corpus_of(opts["--data"], opts.get("--data-dir", "../shared/data"))
     res["fingerprint_diff"] = fingerprint_diff(upgrade(recorded, corpus), today)
     return res
 

@@ -23,12 +23,8 @@ from typing import Mapping
 import pandas as pd
 
 from .artifacts import EXPERIMENTS_DIR
-from .headline import _pair, join_words, readers, short_names, support_phrase
+from .headline import join_words, pair_rows, readers, short_names, support_phrase
 from .results import is_partial, read_run, run_names
-
-VERDICT = {"A better": "better", "A worse": "worse",
-           "no measurable difference": "no measurable difference"}
-
 
 def complete_rows(table: pd.DataFrame, run: str = "dynakrag") -> pd.DataFrame:
     """The rows of a headline table for ``run`` whose run and best baseline are complete."""
@@ -111,7 +107,7 @@ def versus_counts(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag",
     for d, g in readers(root):
         if run not in run_names(d, g, root):
             continue
-        pt = _pair(d, g, run, other, root)
+        pt = pair_rows(d, g, run, other, root)
         if pt is None:
             continue
         f1 = pt.loc["f1"]

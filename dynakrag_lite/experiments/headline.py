@@ -412,8 +412,8 @@ def pair_phrase(diff: float, lo: float, hi: float, n: int | None = None) -> str:
     return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (f", n = {n}" if n is not None else "")
 
 
-def _pair(dataset: str, reader: str, run: str, other: str, root: str | Path
-          ) -> pd.DataFrame | None:
+def pair_rows(dataset: str, reader: str, run: str, other: str, root: str | Path
+              ) -> pd.DataFrame | None:
     """F1 and SR rows of ``run`` minus ``other``, or None when they cannot be paired."""
     names = run_names(dataset, reader, root)
     if run not in names or other not in names:
@@ -426,7 +426,7 @@ def _pair(dataset: str, reader: str, run: str, other: str, root: str | Path
 def control_phrase(dataset: str, reader: str, run: str, other: str, root: str | Path,
                    label: str) -> str:
     """``run`` minus ``other`` on F1 and SR in words, or why the pair cannot be made."""
-    pt = _pair(dataset, reader, run, other, root)
+    pt = pair_rows(dataset, reader, run, other, root)
     if pt is None:
         state = read_run(dataset, reader, other, root)[1]["status"]
         return f"against {label}: not compared (`{other}` {state})"
@@ -497,7 +497,7 @@ def versus_summary(root: str | Path, run: str, other: str,
     short = short_names(g for _, g in found)
     parts = []
     for d, g in found:
-        pt = _pair(d, g, run, other, root)
+        pt = pair_rows(d, g, run, other, root)
         if pt is None:
             state = read_run(d, g, other, root)[1]["status"]
             parts.append(f"{d}/{short[g]}: `{other}` {state}")
@@ -542,6 +542,7 @@ __all__ = ["ABLATION_WORD", "ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CON
            "ablation_view", "continuation_readers", "continuation_sentences",
            "continuation_table", "control_phrase", "grid_status", "headline_markdown",
            "headline_table", "headline_view", "join_words", "outcome_list", "pair_phrase",
+           "pair_rows",
            "paired_view", "pareto_panels", "profile_counts", "profile_sentence",
            "profiles_markdown", "readers", "short_names", "still_to_run", "stop_profile",
            "stop_profiles", "support_phrase", "versus_summary"]
