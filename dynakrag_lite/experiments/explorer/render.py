@@ -26,7 +26,9 @@ _FONT = "font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif
 _TABLE = "border-collapse:collapse;width:100%;margin:6px 0;"
 _TH = ("text-align:left;padding:4px 6px;border-bottom:2px solid #999;background:#f3f3f3;"
        "vertical-align:bottom;")
-_TD = "padding:4px 6px;border-bottom:1px solid #ddd;vertical-align:top;"
+# Cells wrap anywhere (action names are long unbroken words): the view must fit a book's text
+# column (about 690 px; data_scripts/page_check.py measures it), not only a wide notebook.
+_TD = "padding:4px 6px;border-bottom:1px solid #ddd;vertical-align:top;overflow-wrap:anywhere;"
 _GOLD = "color:#1a7f37;font-weight:bold;"
 
 
@@ -59,8 +61,9 @@ def _option_chip(o: OptionView, frac: float | None) -> str:
         nums.append(f"SR={_fmt(o.true_sr)}")
     if o.p is not None:
         nums.append(f"p={_fmt(o.p)}")
-    style = (f"display:inline-block;margin:1px 2px;padding:1px 6px;border-radius:9px;"
-             f"background:{_chip_color(frac)};white-space:nowrap;")
+    # The action's name stays on one line; its numbers may wrap inside the chip.
+    style = (f"display:inline-block;max-width:100%;margin:1px 2px;padding:1px 6px;"
+             f"border-radius:9px;background:{_chip_color(frac)};")
     if o.chosen:
         style += "border:2px solid #0b5394;font-weight:bold;"
     else:
@@ -68,7 +71,8 @@ def _option_chip(o: OptionView, frac: float | None) -> str:
     if o.vetoed:
         style += "text-decoration:line-through;color:#a00;border:1px dashed #a00;"
     tip = ", ".join(f"{k}={v}" for k, v in o.raw.items())
-    label = _E(o.action) + (" ✗veto" if o.vetoed else "") + (" ◀" if o.chosen else "")
+    label = (f'<span style="white-space:nowrap">{_E(o.action)}'
+             + (" ✗veto" if o.vetoed else "") + (" ◀" if o.chosen else "") + "</span>")
     num = f' <span style="font-weight:normal;color:#333">{_E(" ".join(nums))}</span>' \
         if nums else ""
     return f'<span style="{style}" title="{_E(tip)}">{label}{num}</span>'
@@ -132,11 +136,13 @@ def _details_html(s: StepView, prev_gap: str = "") -> str:
 def _steps_table(record: Mapping, steps: Sequence[StepView], upto: int | None) -> str:
     n_gold = n_gold_of(record)
     shown = steps if upto is None else steps[:max(0, upto)]
-    rows = [f'<tr><th style="{_TH}">#</th><th style="{_TH}">chosen</th>'
+    # No separate "chosen" column: the chosen chip is marked (◀, blue border), and the view
+    # must fit a book's text column.
+    rows = [f'<tr><th style="{_TH}">#</th>'
             f'<th style="{_TH}">valid set A(s) and the chooser\'s numbers</th>'
             f'<th style="{_TH}">docs added</th><th style="{_TH}">query / gap / verdict</th>'
             f'<th style="{_TH}">SR after</th></tr>',
-            f'<tr><td style="{_TD}">0</td><td style="{_TD}" colspan="4">'
+            f'<tr><td style="{_TD}">0</td><td style="{_TD}" colspan="3">'
             f'<span style="color:#666">s<sub>0</sub>: the question alone, no documents</span>'
             f'</td><td style="{_TD}">{_sr_html(0.0, 0, n_gold)}</td></tr>']
     prev_gap = ""
@@ -144,13 +150,12 @@ def _steps_table(record: Mapping, steps: Sequence[StepView], upto: int | None) -
         docs = "".join(_doc_html(d) for d in s.added) or '<span style="color:#bbb">–</span>'
         rows.append(
             f'<tr><td style="{_TD}">{s.index}</td>'
-            f'<td style="{_TD}"><b>{_E(s.action)}</b></td>'
             f'<td style="{_TD}">{_options_html(s)}</td>'
             f'<td style="{_TD}">{docs}</td><td style="{_TD}">{_details_html(s, prev_gap)}</td>'
             f'<td style="{_TD}">{_sr_html(s.sr, s.gold_found, n_gold)}</td></tr>')
         prev_gap = s.gap
     if upto is not None and upto < len(steps):
-        rows.append(f'<tr><td style="{_TD};color:#999" colspan="6">… {len(steps) - upto} more '
+        rows.append(f'<tr><td style="{_TD};color:#999" colspan="5">… {len(steps) - upto} more '
                     f'step(s) hidden (move the step slider)</td></tr>')
     return f'<table style="{_TABLE}">{"".join(rows)}</table>'
 
@@ -226,11 +231,12 @@ def render_comparison_html(rec_a: Mapping | None, rec_b: Mapping | None,
     if rec_a.get("id") != rec_b.get("id"):
         warn = ('<div style="color:#a00">note: the two records are for different questions'
                 '</div>')
-    cols = "".join(
-        f'<td style="vertical-align:top;width:50%;padding:0 6px">{_body_html(r, upto, n)}</td>'
-        for r, n in zip(recs, names))
+    # Side by side where there is room (a notebook), one above the other in a narrow column
+    # (the book's page): a flex row that wraps, each view at least 440 px wide.
+    cols = "".join(f'<div style="flex:1 1 440px;min-width:0">{_body_html(r, upto, n)}</div>'
+                   for r, n in zip(recs, names))
     return (f'<div style="{_FONT}">{_question_html(rec_a)}{warn}'
-            f'<table style="width:100%;border-collapse:collapse"><tr>{cols}</tr></table>'
+            f'<div style="display:flex;flex-wrap:wrap;gap:4px 12px">{cols}</div>'
             f'{_LEGEND}</div>')
 
 

@@ -1,0 +1,169 @@
+"""The chapters keep the shape a reader can follow (issue 25's rules, checked on the committed
+notebooks):
+
+* at most :data:`MAX_VISIBLE_CODE` non-blank code lines a reader sees (cells without a
+  ``hide-input`` / ``hide-cell`` / ``remove-input`` / ``remove-cell`` tag): result reading
+  belongs in the library, not in the chapter;
+* no output longer than :data:`MAX_OUTPUT_CHARS` characters as shown (stream text; HTML
+  with its tags, styles and collapsed ``<details>`` removed; else markdown or plain text):
+  long lists go to collapsed cells or to files;
+* every "Exercise N.M" has a "Solution N.M" in a collapsed (``:class: dropdown``) block;
+* at least :data:`MIN_CHAPTERS_WITH_SOURCE` chapters show library source
+  (``dynakrag_lite.show.show_source`` or ``literalinclude`` with ``:pyobject:``).
+
+The rendered page (fit of code and tables in the column, what a page opens with) is measured
+by ``data_scripts/page_check.py`` in headless Chromium; its committed report is checked at the
+end of this file.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))
+MAX_VISIBLE_CODE = 120
+MAX_OUTPUT_CHARS = 4000
+MIN_CHAPTERS_WITH_SOURCE = 10
+HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+
+
+def _text(v) -> str:
+    return "".join(v) if isinstance(v, list) else str(v)
+
+
+def visible_code_lines(nb: dict) -> int:
+    """Non-blank source lines of the code cells a reader sees expanded."""
+    return sum(sum(1 for line in _text(c["source"]).splitlines() if line.strip())
+               for c in nb["cells"] if c["cell_type"] == "code"
+               and not HIDDEN & set(c.get("metadata", {}).get("tags", [])))
+
+
+def shown_text(output: dict) -> str:
+    """An output's text as a reader sees it: HTML without tags, styles, scripts and the
+    contents of closed ``<details>`` (a collapsed list is not in the reader's way)."""
+    if output.get("output_type") == "stream":
+        return _text(output.get("text", ""))
+    data = output.get("data") or {}
+    if "text/html" in data:
+        h = _text(data["text/html"])
+        h = re.sub(r"<(style|script)\b.*?</\1>", "", h, flags=re.S | re.I)
+        # closed details (not `<details open>`): drop everything but the summary line
+        h = re.sub(r"<details(?![^>]*\bopen\b)[^>]*>(.*?)</details>",
+                   lambda m: (re.search(r"<summary.*?</summary>", m.group(1), re.S)
+                              or re.match("", "")).group(0), h, flags=re.S | re.I)
+        return html.unescape(re.sub(r"<[^>]+>", "", h))
+    for kind in ("text/markdown", "text/plain"):
+        if kind in data:
+            return _text(data[kind])
+    return ""
+
+
+def long_outputs(nb: dict, limit: int = MAX_OUTPUT_CHARS) -> list[tuple[int, int]]:
+    """(cell index, characters) of every output longer than ``limit`` as shown."""
+    return [(i, len(shown_text(o))) for i, c in enumerate(nb["cells"])
+            if c["cell_type"] == "code" for o in c.get("outputs", [])
+            if len(shown_text(o)) > limit]
+
+
+EXERCISE = re.compile(r"\{admonition\}\s+Exercise\s+(\w+\.\d+)")
+SOLUTION = re.compile(r"\{admonition\}\s+Solution\s+(\w+\.\d+)\s*\n:class:\s*dropdown")
+
+
+def exercises_without_solution(nb: dict) -> list[str]:
+    md = "\n".join(_text(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    return sorted(set(EXERCISE.findall(md)) - set(SOLUTION.findall(md)))
+
+
+def shows_source(nb: dict) -> bool:
+    src = "\n".join(_text(c["source"]) for c in nb["cells"])
+    return bool(re.search(r"\bshow_source\(|:pyobject:", src))
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_shows_at_most_120_code_lines(path):
+    n = visible_code_lines(_load(path))
+    assert n <= MAX_VISIBLE_CODE, (f"{path.name}: {n} visible code lines; move result "
+                                   "reading into the library or collapse setup cells")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_output_is_longer_than_4000_characters(path):
+    found = long_outputs(_load(path))
+    assert not found, f"{path.name}: outputs over {MAX_OUTPUT_CHARS} characters (cell, n): {found}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_exercise_has_a_collapsed_solution(path):
+    nb = _load(path)
+    assert EXERCISE.findall("\n".join(_text(c["source"]) for c in nb["cells"])), \
+        f"{path.name} has no exercise"
+    missing = exercises_without_solution(nb)
+    assert not missing, f"{path.name}: exercises without a dropdown solution: {missing}"
+
+
+def test_at_least_10_chapters_show_library_source():
+    showing = [p.stem for p in CHAPTERS if shows_source(_load(p))]
+    assert len(showing) >= MIN_CHAPTERS_WITH_SOURCE, showing
+
+
+# -- the checks themselves, on made-up notebooks -------------------------------------------
+def _nb(cells):
+    return {"cells": cells}
+
+
+def _code(src, tags=(), outputs=()):
+    return {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)},
+            "outputs": list(outputs)}
+
+
+def _md(src):
+    return {"cell_type": "markdown", "source": src, "metadata": {}}
+
+
+def test_hidden_cells_and_blank_lines_are_not_counted():
+    nb = _nb([_code("a = 1\n\nb = 2\n"), _code("x\ny\nz", tags=["hide-input"]),
+              _code("q", tags=["remove-cell"])])
+    assert visible_code_lines(nb) == 2
+
+
+def test_collapsed_details_and_markup_do_not_count_but_open_details_do():
+    body = "x" * 5000
+    closed = {"output_type": "display_data",
+              "data": {"text/html": f"<div style='a'><details><summary>list</summary>{body}"
+                                    "</details></div>", "text/plain": body}}
+    opened = {"output_type": "display_data",
+              "data": {"text/html": f"<details open><summary>v</summary>{body}</details>"}}
+    stream = {"output_type": "stream", "name": "stdout", "text": body}
+    assert shown_text(closed) == "list"
+    assert long_outputs(_nb([_code("", outputs=[closed])])) == []
+    assert long_outputs(_nb([_code("", outputs=[opened, stream])])) == [(0, 5001), (0, 5000)]
+
+
+def test_an_exercise_needs_a_dropdown_solution_with_its_number():
+    ex = _md("`````{admonition} Exercise 3.1 (try)\ntext\n`````\n"
+             "`````{admonition} Exercise 3.2\ntext\n`````")
+    sol_open = _md("`````{admonition} Solution 3.1\nanswer\n`````")
+    sol = _md("`````{admonition} Solution 3.2\n:class: dropdown\nanswer\n`````")
+    assert exercises_without_solution(_nb([ex, sol_open, sol])) == ["3.1"]
+
+
+# -- the rendered pages ----------------------------------------------------------------------
+PAGE_REPORT = REPO / "results" / "diagnostics" / "page-check.json"
+
+
+def test_the_committed_page_check_covers_every_chapter_and_found_no_problem():
+    report = json.loads(PAGE_REPORT.read_text(encoding="utf-8"))
+    assert set(report["pages"]) == {p.stem for p in CHAPTERS}
+    bad = {k: v["problems"] for k, v in report["pages"].items() if v["problems"]}
+    assert not bad, bad
+    assert all(v["opening"]["kind"] != "code cell" for v in report["pages"].values())
+    assert "Headline" in report["pages"]["12_main_experiment"]["toc"]
