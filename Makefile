@@ -81,11 +81,13 @@ llm-cache: $(STAMP)/requirements
 	$(PY) -m dynakrag_lite cache merge --missing-ok book/_llm_cache.sqlite $(LLM_CACHE)
 
 # nbval executes every chapter; the -W build then renders those same chapters from their
-# committed outputs (executing them a second time would double CI time and prove nothing new).
+# committed outputs (executing them a second time would double CI time and prove nothing new);
+# headless Chromium then measures the pages (what each opens with, code and tables that fit).
 test-nb: install llm-cache
 	DYNAKRAG_LLM_CACHE=$(LLM_CACHE) $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider book/
 	@sed 's/execute_notebooks: cache/execute_notebooks: "off"/' _config.yml > .cache/_config_noexec.yml
 	$(JB) build . --toc book/_toc.yml --config .cache/_config_noexec.yml -W -n --keep-going --builder html
+	$(PY) data_scripts/page_check.py _build/html --skip-without-browser --out .cache/page-check.json
 
 # Executes every chapter (jupyter-cache re-runs only chapters whose code changed) and builds.
 book: install llm-cache
