@@ -261,14 +261,18 @@ class GitHTTPServer(ThreadingHTTPServer):
         self.stop()
 
 
-def make_bare(checkout: Path, bare: Path, branch: str,
+def make_bare(checkout: Path, bare: Path, branch: str, commit: str = "HEAD",
               run: Callable[[list[str]], Any] = lambda cmd: subprocess.run(
                   cmd, check=True, capture_output=True)) -> str:
-    """A bare repository at ``bare`` whose ``branch`` (and HEAD) is the checkout's HEAD commit,
-    ready for smart and dumb HTTP; returns that commit. Uncommitted changes are not in it."""
+    """A bare repository at ``bare`` whose ``branch`` (and HEAD) is ``commit`` of the checkout
+    (resolved first: a commit made meanwhile in the same checkout does not move it), ready for
+    smart and dumb HTTP; returns the commit. Uncommitted changes are not in it."""
+    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--verify",
+                          f"{commit}^{{commit}}"], check=True, capture_output=True,
+                         text=True).stdout.strip()
     run(["git", "init", "--bare", "-q", str(bare)])
     run(["git", "-C", str(bare), "fetch", "-q", "--no-tags", str(checkout),
-         f"+HEAD:refs/heads/{branch}"])
+         f"+{sha}:refs/heads/{branch}"])
     run(["git", "-C", str(bare), "symbolic-ref", "HEAD", f"refs/heads/{branch}"])
     run(["git", "-C", str(bare), "update-server-info"])
     return subprocess.run(["git", "-C", str(bare), "rev-parse", f"refs/heads/{branch}"],
@@ -526,7 +530,8 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
         nonlocal server
         served = work / "served"
         bare = served / f"{repo.name}.git"
-        sha = make_bare(ROOT, bare, repo.branch, lambda cmd: check.run(cmd, timeout=600))
+        sha = make_bare(ROOT, bare, repo.branch, commit,
+                        lambda cmd: check.run(cmd, timeout=600))
         if sha != commit:
             raise StepFailed(f"served {sha}, checkout HEAD is {commit}")
         server = GitHTTPServer(served).start()

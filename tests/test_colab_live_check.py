@@ -70,6 +70,13 @@ def test_head_commit_is_served_as_the_branch_and_clones_shallow_over_http(checko
     assert any("git-upload-pack" in r and r.endswith(" 200") for r in srv.requests), srv.requests
 
 
+def test_the_commit_resolved_first_is_served_even_if_head_moves_meanwhile(checkout, tmp_path):
+    resolved = _git("rev-parse", "HEAD", cwd=checkout)
+    _git("commit", "-q", "-am", "another engineer's commit", cwd=checkout)
+    assert live.make_bare(checkout, tmp_path / "r.git", "main", resolved) == resolved
+    assert _git("rev-parse", "HEAD", cwd=checkout) != resolved
+
+
 def test_server_listens_on_loopback_only_and_stops_within_its_bound(tmp_path):
     srv = live.GitHTTPServer(tmp_path).start()
     assert srv.server_address[0] == "127.0.0.1"
