@@ -303,6 +303,15 @@ def wheel_source(pip_output: str) -> str | None:
     return f"{m.group(1)} {m.group(2)}" if m else None
 
 
+def index_failures(pip_output: str, index_url: str) -> list[str]:
+    """pip's lines saying a request to the index ``index_url`` failed (pip names the index by
+    its host in some messages and only by its path in its retry warnings)."""
+    parts = urllib.parse.urlsplit(index_url)
+    where = [x for x in (parts.hostname, parts.path.rstrip("/")) if x]
+    return [ln.strip() for ln in pip_output.splitlines()
+            if any(w in ln for w in where) and re.search(r"Retrying|Could not|[Ee]rror", ln)]
+
+
 _NAN = re.compile(r"(?<![A-Za-z])nan(?![A-Za-z])", re.I)
 
 
@@ -564,11 +573,11 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
         state = next((json.loads(ln[6:]) for ln in out.splitlines() if ln.startswith("STATE ")),
                      None)
         found["state_left"] = state
-        index_host = urllib.parse.urlsplit(colab.LLAMA_CPU_INDEX).hostname or ""
+        failed = index_failures(out, colab.LLAMA_CPU_INDEX)
         found["llama"] = {"compiled": colab.COMPILE_WARNING in out,
                           "pip_took": wheel_source(out),
-                          "index_messages": [ln.strip() for ln in out.splitlines()
-                                             if index_host in ln][:3]}
+                          "index_lookups_failed": len(failed), "index_first_failure":
+                              failed[0][:300] if failed else None}
         found["models"] = [ln.split("model ", 1)[1] for ln in found["setup_lines"]
                            if "[colab setup] model " in ln]
         found["data"] = ({"needed": [], "note": "the chapter reads the bundled library dataset: "

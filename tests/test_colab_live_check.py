@@ -184,6 +184,19 @@ def test_wheel_source_reads_what_pip_installed_llama_from():
     assert live.wheel_source("Collecting numpy\n") is None
 
 
+def test_index_failures_are_the_failed_requests_to_that_index_only():
+    out = ("llama-cpp-python: trying a prebuilt CPU wheel from https://ex.io/whl/cpu\n"
+           "Looking in indexes: https://pypi.org/simple, https://ex.io/whl/cpu\n"
+           "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError("
+           "[Errno -2] Name or service not known)': /whl/cpu/llama-cpp-python/\n"
+           "WARNING: Retrying (Retry(total=0)) after connection broken by 'x': /simple/numpy/\n"
+           "ERROR: Could not fetch URL https://ex.io/whl/cpu/diskcache/: connection error\n")
+    failed = live.index_failures(out, "https://ex.io/whl/cpu")
+    assert len(failed) == 2
+    assert failed[0].endswith("/whl/cpu/llama-cpp-python/") and "ex.io" in failed[1]
+    assert live.index_failures("Collecting numpy\n", "https://ex.io/whl/cpu") == []
+
+
 def test_portable_wheel_folder_exact_name_first_then_any_portable_build(tmp_path):
     wheels = tmp_path / ".cache" / "wheels"
     exact = wheels / "llama_cpp_python-0.3.36-portable-aaa"
