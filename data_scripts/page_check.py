@@ -24,6 +24,7 @@ Chromium first). ``tests/test_chapter_shape.py`` checks the committed report.
 from __future__ import annotations
 
 import argparse
+import html as html_lib
 import json
 import os
 import re
@@ -131,7 +132,7 @@ def measure(browser: str, page: Path, screenshot: Path | None = None,
         if not m:
             raise RuntimeError(f"{page}: no measurement came back from {browser} "
                                f"(exit {p.returncode}): {p.stderr.strip()[-300:]}")
-        found = json.loads(_unescape(m.group(1)))
+        found = json.loads(html_lib.unescape(m.group(1)))
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(flags + [f"--screenshot={screenshot}", page.as_uri()],
@@ -139,11 +140,6 @@ def measure(browser: str, page: Path, screenshot: Path | None = None,
         return found
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _unescape(s: str) -> str:
-    return s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"') \
-        .replace("&#39;", "'").replace("&amp;", "&")
 
 
 def problems(found: dict, required_toc: tuple[str, ...] = ()) -> list[str]:

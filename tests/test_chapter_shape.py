@@ -43,6 +43,11 @@ def visible_code_lines(nb: dict) -> int:
                and not HIDDEN & set(c.get("metadata", {}).get("tags", [])))
 
 
+def _summary_only(details: re.Match) -> str:
+    summary = re.search(r"<summary.*?</summary>", details.group(1), re.S)
+    return summary.group(0) if summary else ""
+
+
 def shown_text(output: dict) -> str:
     """An output's text as a reader sees it: HTML without tags, styles, scripts and the
     contents of closed ``<details>`` (a collapsed list is not in the reader's way)."""
@@ -53,9 +58,8 @@ def shown_text(output: dict) -> str:
         h = _text(data["text/html"])
         h = re.sub(r"<(style|script)\b.*?</\1>", "", h, flags=re.S | re.I)
         # closed details (not `<details open>`): drop everything but the summary line
-        h = re.sub(r"<details(?![^>]*\bopen\b)[^>]*>(.*?)</details>",
-                   lambda m: (re.search(r"<summary.*?</summary>", m.group(1), re.S)
-                              or re.match("", "")).group(0), h, flags=re.S | re.I)
+        h = re.sub(r"<details(?![^>]*\bopen\b)[^>]*>(.*?)</details>", _summary_only, h,
+                   flags=re.S | re.I)
         return html.unescape(re.sub(r"<[^>]+>", "", h))
     for kind in ("text/markdown", "text/plain"):
         if kind in data:
