@@ -3,7 +3,8 @@ answer is known in closed form."""
 import numpy as np
 import pytest
 
-from dynakrag_lite.experiments.comparison import compare_runs, paired_difference, paired_rows, verdict
+from dynakrag_lite.experiments.comparison import (A_BETTER, A_WORSE, NO_DIFFERENCE, compare_runs,
+                                                  paired_difference, paired_rows, verdict)
 
 
 def test_identical_runs_have_a_zero_interval_and_p_value_one():
@@ -61,6 +62,12 @@ def test_same_seed_gives_the_same_interval():
 def test_verdict_calls_an_interval_containing_zero_no_difference():
     assert verdict(-0.01, 0.3, 0.01) == "no measurable difference"
     assert verdict(0.01, 0.3, 0.01) == "A better" and verdict(-0.3, -0.01, 0.01) == "A worse"
+
+
+def test_verdict_strings_are_the_committed_ones():
+    # result files and notebook outputs store these strings: renaming one orphans them
+    assert (A_BETTER, A_WORSE, NO_DIFFERENCE) == ("A better", "A worse",
+                                                  "no measurable difference")
 
 
 def test_few_discordant_questions_are_no_measurable_difference_even_if_the_interval_is():

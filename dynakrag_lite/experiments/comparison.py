@@ -21,13 +21,22 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 __all__ = ["PairedDifference", "paired_difference", "paired_rows", "compare_runs", "verdict",
-           "N_RESAMPLES", "SEED"]
+           "A_BETTER", "A_WORSE", "NO_DIFFERENCE", "COMPARATIVE", "N_RESAMPLES", "SEED"]
 
 N_RESAMPLES = 10_000
 # Costs: for these a positive difference A - B means A spent more, so A is the worse.
 COST_METRICS = frozenset({"tokens", "prompt_tokens", "completion_tokens", "llm_calls",
                           "retrieval_calls", "seconds", "n_docs"})
 SEED = 20260706  # fixed, so that every table regenerates to the same digits
+
+# The verdicts of :func:`verdict`. The strings are stored in committed result files and
+# notebook outputs, so their values must not change.
+A_BETTER = "A better"
+A_WORSE = "A worse"
+NO_DIFFERENCE = "no measurable difference"
+# A win or a loss read as a comparative of A; a tie has no comparative, so readers keep or
+# replace NO_DIFFERENCE themselves.
+COMPARATIVE = {A_BETTER: "better", A_WORSE: "worse"}
 
 
 @dataclass(frozen=True)
@@ -59,10 +68,10 @@ def verdict(lo: float, hi: float, p_value: float = 0.0, alpha: float = 0.05) -> 
     """'A better' / 'A worse' when the interval excludes 0 *and* the permutation p-value is
     below ``alpha``; otherwise 'no measurable difference'."""
     if p_value < alpha and lo > 0:
-        return "A better"
+        return A_BETTER
     if p_value < alpha and hi < 0:
-        return "A worse"
-    return "no measurable difference"
+        return A_WORSE
+    return NO_DIFFERENCE
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], metric: str = "",

@@ -23,6 +23,7 @@ from typing import Mapping
 import pandas as pd
 
 from .artifacts import EXPERIMENTS_DIR
+from .comparison import A_BETTER, COMPARATIVE
 from .headline import join_words, pair_rows, readers, short_names, support_phrase
 from .results import is_partial, read_run, run_names
 
@@ -58,7 +59,7 @@ def support_pattern(table: pd.DataFrame, reader: str, run: str = "dynakrag") -> 
     if more.empty:
         return (f"With {reader} the controller held measurably more of the gold support than "
                 f"the best baseline on none of the {len(done)} complete comparisons.")
-    better = more[more.verdict == "A better"]
+    better = more[more.verdict == A_BETTER]
     return (f"With {reader} the controller held measurably more of the gold support than the "
             f"best baseline on {join_words(more.dataset)}, and answered measurably better on "
             + (join_words(better.dataset) if len(better) else "none of them")
@@ -116,7 +117,7 @@ def versus_counts(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag",
             out["partial"].append(f"{d}/{g} ({f1.status if is_partial(f1.status) else mine})")
             continue
         out["complete"] += 1
-        out[{"A better": "better", "A worse": "worse"}.get(f1.verdict, "ties")] += 1
+        out[COMPARATIVE.get(f1.verdict, "ties")] += 1
     return out
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .artifacts import EXPERIMENTS_DIR
-from .comparison import paired_rows
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
 from .diagnostics import row_diagnostics
 from ..policy import Policy
 from .paper import ABLATION_RUNS, DATASETS
@@ -47,7 +47,7 @@ SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
 STOP_CHOSEN = "stop_answer_chosen"
 STEP_CAP = "max_steps"
-WORD = {"A better": "wins", "A worse": "loses", "no measurable difference": "ties"}
+WORD = {A_BETTER: "wins", A_WORSE: "loses", NO_DIFFERENCE: "ties"}
 HEADLINE_COLUMNS = ("dataset", "reader", "run", "status", "n", "baseline", "baseline_status",
                     "f1_run", "f1_baseline", "f1_diff", "f1_lo", "f1_hi", "f1_p", "em_diff",
                     "em_lo", "em_hi", "sr_diff", "sr_lo", "sr_hi", "token_ratio", "verdict",
@@ -374,8 +374,8 @@ def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
     return out
 
 
-ABLATION_WORD = {"A better": "the component helps", "A worse": "the component hurts",
-                 "no measurable difference": "no measurable difference"}
+ABLATION_WORD = {A_BETTER: "the component helps", A_WORSE: "the component hurts",
+                 NO_DIFFERENCE: NO_DIFFERENCE}
 
 
 def ablation_view(pairs: pd.DataFrame, metric: str = "f1") -> pd.DataFrame:
@@ -396,15 +396,14 @@ def ablation_counts(pairs: pd.DataFrame, metric: str = "f1") -> dict[str, int]:
     p = pairs[pairs.metric == metric]
     out = {"helps": 0, "hurts": 0, "ties": 0, "not paired": 0}
     for n, v in zip(p.n, p.verdict):
-        key = ("not paired" if n == 0 else {"A better": "helps", "A worse": "hurts"}
-               .get(v, "ties"))
+        key = ("not paired" if n == 0 else {A_BETTER: "helps", A_WORSE: "hurts"}.get(v, "ties"))
         out[key] += 1
     return out
 
 
 # -- the reading ------------------------------------------------------------------------------
 def _verdict_words(v: str) -> str:
-    return {"A better": "better", "A worse": "worse"}.get(v, v)
+    return COMPARATIVE.get(v, v)
 
 
 def pair_phrase(diff: float, lo: float, hi: float, n: int | None = None) -> str:
@@ -443,8 +442,8 @@ def support_phrase(row: Mapping) -> str:
     sr_up, sr_down = row["sr_lo"] > 0, row["sr_hi"] < 0
     support = ("more of the gold support" if sr_up else "less of the gold support" if sr_down
                else "no measurably different share of the gold support")
-    answers = {"A better": "and answered measurably better",
-               "A worse": "and answered measurably worse"}.get(
+    answers = {A_BETTER: "and answered measurably better",
+               A_WORSE: "and answered measurably worse"}.get(
         row["verdict"], "and its answers were not measurably different" if not sr_up
         else "which did not become measurably better answers")
     return (f"it held {support} (SR {pair_phrase(row['sr_diff'], row['sr_lo'], row['sr_hi'])}) "

@@ -32,6 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
+from .comparison import A_BETTER, A_WORSE, NO_DIFFERENCE
 from .results import is_partial, stop_rule_table
 
 # -- the lambda sweep: cost against quality ----------------------------------------------
@@ -485,8 +486,7 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
 
 # -- paired differences ------------------------------------------------------------------
 # One colour per verdict of comparison.verdict ("A" is the run the differences start from).
-VERDICT_COLORS = {"A better": "tab:green", "A worse": "tab:red",
-                  "no measurable difference": "tab:gray"}
+VERDICT_COLORS = {A_BETTER: "tab:green", A_WORSE: "tab:red", NO_DIFFERENCE: "tab:gray"}
 
 
 def paired_forest_figure(pairs: Any, label: str = "run",

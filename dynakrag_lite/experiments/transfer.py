@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE
 from .results import NOT_RUN, is_partial
 
 # "A" of comparison.verdict is the transferred run
-VERDICT_WORDS = {"A better": "transferred run better", "A worse": "transferred run worse"}
+VERDICT_WORDS = {v: f"transferred run {word}" for v, word in COMPARATIVE.items()}
 PARTS = ("n", "diff", "lo", "hi", "verdict", "status", "result")
 DATASET_TAGS = (("hotpotqa", ""), ("2wikimultihopqa", "2wiki_"))
 
@@ -45,14 +46,14 @@ def reader_limit_reading(f1_native: dict, f1_own: dict, sr_native: dict, sr_own:
     the reader's own policy without an F1 gain, says the reader is short, not the evidence."""
     if not isinstance(f1_native["n"], int):
         return "cannot be read yet (the reverse transfer is not paired)"
-    same_sr = sr_native["verdict"] == "no measurable difference"
-    more_sr = sr_own["verdict"] == VERDICT_WORDS["A better"]
-    no_f1_gain = f1_own["verdict"] == "no measurable difference"
+    same_sr = sr_native["verdict"] == NO_DIFFERENCE
+    more_sr = sr_own["verdict"] == VERDICT_WORDS[A_BETTER]
+    no_f1_gain = f1_own["verdict"] == NO_DIFFERENCE
     if same_sr and more_sr and no_f1_gain:
         return ("reads as a reader limit: the larger reader's policy gave the smaller reader "
                 "more support than its own policy but no measurable F1 gain"
                 + (", and the same support as with the larger reader, at a lower F1"
-                   if f1_native["verdict"] == VERDICT_WORDS["A worse"] else
+                   if f1_native["verdict"] == VERDICT_WORDS[A_WORSE] else
                    "; against the larger reader on the same support, F1 differed by "
                    f"{f1_native['diff']}, not measurably"))
     return ("does not show the reader-limit pattern (same support as the native run, more "
