@@ -354,6 +354,39 @@ def write_chapters(book_dir: str | Path, repo: Repo, check: bool = False) -> lis
     return changed
 
 
+# -- running the cell outside Colab (tests/test_colab_setup.py, colab_live_check.py) ---------
+# Appended to the cell when it runs as a script: prints what the chapter's next cells would see.
+STATE_PROBE = '''
+import json as _json, os as _os, sys as _sys
+print("STATE " + _json.dumps({"cwd": _os.getcwd(), "path0": _sys.path[0], "env": {
+    k: _os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                                    "DYNAKRAG_DATA_DIR", "DYNAKRAG_LLM_CACHE")}}))
+'''
+
+
+def cell_state(output: str) -> dict | None:
+    """What :data:`STATE_PROBE` printed in ``output``, or None when it printed nothing."""
+    return next((json.loads(ln[len("STATE "):]) for ln in output.splitlines()
+                 if ln.startswith("STATE ")), None)
+
+
+def write_fake_colab(folder: Path) -> Path:
+    """A stand-in ``google.colab`` in ``folder``, imported at start-up (``sitecustomize``) by an
+    interpreter that has ``folder`` on PYTHONPATH, as Colab's kernel has it loaded. ``google``
+    stays a namespace package (no ``__init__.py``), so ``google.protobuf`` etc. still import.
+    Returns ``folder``."""
+    (folder / "google" / "colab").mkdir(parents=True)
+    (folder / "google" / "colab" / "__init__.py").write_text("# a stand-in: not Colab\n")
+    (folder / "sitecustomize.py").write_text("import google.colab  # as Colab's kernel has\n")
+    return folder
+
+
+def find_install_cell(nb: Mapping) -> str | None:
+    """The source of the install cell (marked by :data:`MARKER`) of notebook ``nb``, or None."""
+    return next((_source(c) for c in nb.get("cells", []) if _is_install_cell(c, legacy=False)),
+                None)
+
+
 # -- setup (runs on Colab; standard library only) --------------------------------------------
 def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
@@ -391,6 +424,12 @@ def llama_pin(root: Path) -> str:
     return f"=={m.group(1)}" if m else ""
 
 
+def command_line(cmd: Sequence[str | Path], env: Mapping[str, str] | None = None) -> str:
+    """``cmd`` as a shell line, preceded by the ``NAME=value`` settings of ``env``."""
+    settings = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
+    return " ".join([*settings, shlex.join(str(c) for c in cmd)])
+
+
 class Runner:
     """Runs commands with their output streamed through ``log`` (a notebook shows it; a
     child's own stdout would go to the kernel's terminal), or only prints them (dry run)."""
@@ -404,8 +443,7 @@ class Runner:
     def __call__(self, cmd: Sequence[str], env: Mapping[str, str] | None = None,
                  cwd: Path | None = None) -> int:
         cmd = [str(c) for c in cmd]
-        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-        shown = (shown + " " if shown else "") + shlex.join(cmd)
+        shown = command_line(cmd, env)
         if self.dry_run:
             self.log(f"[dry-run] {shown}")
             return 0

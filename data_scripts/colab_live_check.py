@@ -6,7 +6,7 @@ runs chapter 5's real cell the way a fresh Colab runtime would, with nothing fak
 ``google.colab`` module, and writes what happened to a JSON report::
 
     python data_scripts/colab_live_check.py              # make colab-live-check
-    python data_scripts/colab_live_check.py --work DIR --keep --out report.json
+    python data_scripts/colab_live_check.py --work DIR --out report.json
 
 The steps (each command is printed, and recorded with its exit code and seconds):
 
@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import importlib.util
 import json
 import os
 import platform
@@ -66,6 +65,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "data_scripts") not in sys.path:  # the sibling scripts, run from anywhere
+    sys.path.insert(0, str(ROOT / "data_scripts"))
+
+import colab  # noqa: E402
+import install_llama  # noqa: E402
+
 CHAPTER = "05_atomic_actions.ipynb"
 KERNEL = "dynakrag-colab-live"
 DEFAULT_OUT = ROOT / "results" / "diagnostics" / "colab-live-check.json"
@@ -73,15 +78,6 @@ DEFAULT_OUT = ROOT / "results" / "diagnostics" / "colab-live-check.json"
 KEEP_HOST = ("DYNAKRAG_N_THREADS",)
 DROP_HOST = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "JUPYTER_PATH",
              "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR", "HF_HOME")
-
-# Printed by the cell script after the cell, as test_colab_setup.py does: what the chapter's
-# next cells would see.
-STATE = '''
-import json as _json, os as _os, sys as _sys
-print("STATE " + _json.dumps({"cwd": _os.getcwd(), "path0": _sys.path[0], "env": {
-    k: _os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                    "DYNAKRAG_DATA_DIR", "DYNAKRAG_LLM_CACHE")}}))
-'''
 
 DECODE = r'''
 import importlib.metadata as md, json, sys, time
@@ -112,15 +108,6 @@ print("DECODE " + json.dumps({
     "llama_cpp_file": llama_cpp.__file__, "dynakrag_lite_file": dynakrag_lite.__file__,
     "system_info": info.decode() if isinstance(info, bytes) else str(info)}))
 '''
-
-
-def load_script(name: str):
-    """``data_scripts/<name>.py`` of this checkout as a module (the folder is no package)."""
-    path = ROOT / "data_scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"dynakrag_script_{name}", path)
-    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # -- paths in the report ----------------------------------------------------------------------
@@ -261,35 +248,37 @@ class GitHTTPServer(ThreadingHTTPServer):
         self.stop()
 
 
+def git_out(*args: str | Path) -> str:
+    """The stripped stdout of a local git command (raises when it fails or hangs)."""
+    return subprocess.run(["git", *map(str, args)], check=True, capture_output=True, text=True,
+                          timeout=120).stdout.strip()
+
+
 def make_bare(checkout: Path, bare: Path, branch: str, commit: str = "HEAD",
               run: Callable[[list[str]], Any] = lambda cmd: subprocess.run(
-                  cmd, check=True, capture_output=True)) -> str:
+                  cmd, check=True, capture_output=True, timeout=600)) -> str:
     """A bare repository at ``bare`` whose ``branch`` (and HEAD) is ``commit`` of the checkout
-    (resolved first: a commit made meanwhile in the same checkout does not move it), ready for
-    smart and dumb HTTP; returns the commit. Uncommitted changes are not in it."""
-    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--verify",
-                          f"{commit}^{{commit}}"], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    (resolved first: a commit made meanwhile in the same checkout does not move it), for
+    :class:`GitHTTPServer`; returns the commit. Uncommitted changes are not in it."""
+    sha = git_out("-C", checkout, "rev-parse", "--verify", f"{commit}^{{commit}}")
     run(["git", "init", "--bare", "-q", str(bare)])
     run(["git", "-C", str(bare), "fetch", "-q", "--no-tags", str(checkout),
          f"+{sha}:refs/heads/{branch}"])
     run(["git", "-C", str(bare), "symbolic-ref", "HEAD", f"refs/heads/{branch}"])
-    run(["git", "-C", str(bare), "update-server-info"])
-    return subprocess.run(["git", "-C", str(bare), "rev-parse", f"refs/heads/{branch}"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return git_out("-C", bare, "rev-parse", f"refs/heads/{branch}")
 
 
 # -- what the outputs say ---------------------------------------------------------------------
-def portable_wheel_dir(checkout: Path, install_llama: Any) -> Path | None:
+def portable_wheel_dir(checkout: Path, builds: Any = install_llama) -> Path | None:
     """The folder of the portable llama-cpp-python wheel `make install` built, or None.
-    ``wheel_dir("portable")`` names it exactly; any portable build of the pinned version is
-    taken when that one is absent (the name also hashes the Python version)."""
-    exact = install_llama.wheel_dir("portable")
-    exact = checkout / exact.relative_to(install_llama.ROOT)
-    if list(exact.glob("llama_cpp_python-*.whl")):
+    ``builds.wheel_dir("portable")`` (``builds``: install_llama.py) names it exactly; any
+    portable build of the pinned version is taken when that one is absent (the name also hashes
+    the Python version)."""
+    exact = checkout / builds.wheel_dir("portable").relative_to(builds.ROOT)
+    if any(exact.glob("llama_cpp_python-*.whl")):
         return exact
     found = sorted(d for d in (checkout / ".cache" / "wheels").glob(
-        f"llama_cpp_python-{install_llama.VERSION}-portable-*") if list(d.glob("*.whl")))
+        f"llama_cpp_python-{builds.VERSION}-portable-*") if any(d.glob("*.whl")))
     return found[0] if found else None
 
 
@@ -315,12 +304,13 @@ def index_failures(pip_output: str, index_url: str) -> list[str]:
 _NAN = re.compile(r"(?<![A-Za-z])nan(?![A-Za-z])", re.I)
 
 
-def check_notebook(nb: Mapping, marker: str) -> dict:
+def check_notebook(nb: Mapping, marker: str = colab.MARKER) -> dict:
     """Errors, "nan" in text outputs, stderr outputs and the install cell's log lines of an
     executed notebook."""
     code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     errors, nans, stderr, setup = [], [], 0, []
     for i, cell in enumerate(code):
+        is_setup = "".join(cell.get("source", "")).startswith(marker)
         for out in cell.get("outputs", []):
             kind = out.get("output_type")
             if kind == "error":
@@ -338,7 +328,7 @@ def check_notebook(nb: Mapping, marker: str) -> dict:
                 for m in _NAN.finditer(text):
                     nans.append({"code_cell": i, "context": text[max(0, m.start() - 40):
                                                                   m.end() + 40].strip()})
-                if "".join(cell.get("source", "")).startswith(marker):
+                if is_setup:
                     setup += [ln for ln in text.splitlines() if ln.startswith("[colab setup]")]
     return {"code_cells": len(code),
             "executed": sum(c.get("execution_count") is not None for c in code),
@@ -360,7 +350,8 @@ def child_env(base: Mapping[str, str], venv_bin: Path, caches: Path) -> tuple[di
         k.startswith("DYNAKRAG_") and k not in KEEP_HOST))
     env = {k: v for k, v in base.items() if k not in dropped}
     # A proxy of the host must not carry the clone from the loopback server.
-    loopback = ",".join(x for x in (base.get("no_proxy", ""), "127.0.0.1,localhost") if x)
+    host_no_proxy = base.get("no_proxy") or base.get("NO_PROXY", "")
+    loopback = ",".join(x for x in (host_no_proxy, "127.0.0.1,localhost") if x)
     env.update(no_proxy=loopback, NO_PROXY=loopback,
                PATH=f"{venv_bin}{os.pathsep}{base.get('PATH', '')}",
                XDG_CACHE_HOME=str(caches), DYNAKRAG_CACHE_DIR=str(caches / "dynakrag_lite"),
@@ -410,50 +401,57 @@ class Check:
 
     def run(self, cmd: Sequence[str | Path], *, extra_env: Mapping[str, str] | None = None,
             cwd: Path | None = None, timeout: float = 600.0, check: bool = True) -> str:
-        """Run ``cmd`` (stdout and stderr to a log file), record it; return its output."""
-        cmd = [str(c) for c in cmd]
+        """Run ``cmd`` (stdout and stderr to a log file), record it; return its output. With
+        ``check``, a command that fails or outlives ``timeout`` raises :class:`StepFailed`."""
         rec = self.steps[-1]
-        shown = shlex.join(cmd)
-        if extra_env:
-            shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env.items()) + " " + shown
+        shown = colab.command_line(cmd, extra_env)
         log = self.logs / f"{rec['name']}-{len(rec['commands']) + 1}.log"
         self.echo(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
         t0 = time.monotonic()
         with open(log, "wb") as fh:
             # own session: a timeout ends the command's whole process group (pip's children)
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen([str(c) for c in cmd], stdout=fh, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
                                     env={**self.env, **(extra_env or {})})
             try:
                 rc: int | None = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 rc = None
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=10)
-                        break
+                _end_group(proc)
         seconds = round(time.monotonic() - t0, 1)
         out = log.read_text(encoding="utf-8", errors="replace")
         entry = {"command": shown, "exit_code": rc, "seconds": seconds, "log": str(log)}
         if cwd:
             entry["cwd"] = str(cwd)
+        if rc is None:
+            entry["timeout"] = timeout
+        if rc != 0:
+            entry["tail"] = out.splitlines()[-25:]
         rec["commands"].append(entry)
         self.echo(f"   exit {rc} in {seconds} s (log: {log})")
         if check and rc != 0:
-            entry["tail"] = out.splitlines()[-25:]
-            why = f"exit code {rc}" if rc is not None else f"no exit within {timeout:.0f} s"
-            raise StepFailed(f"{why}: {shown}")
+            raise StepFailed(f"{exit_problem(entry)}: {shown}")
         return out
 
 
-def _marked_cell(nb: Mapping, marker: str) -> str | None:
-    for cell in nb.get("cells", []):
-        src = "".join(cell.get("source", ""))
-        if cell.get("cell_type") == "code" and src.startswith(marker):
-            return src
-    return None
+def _end_group(proc: subprocess.Popen) -> None:
+    """End ``proc``'s process group: TERM, then KILL for whatever outlives 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    # Also when the leader ended on TERM: a child of it that ignores TERM is still running.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def exit_problem(entry: Mapping) -> str | None:
+    """What went wrong with a recorded command (``exit code 3``, ``no exit within 600 s``), or
+    None when it exited 0."""
+    if entry["exit_code"] is None:
+        return f"no exit within {entry['timeout']:.0f} s"
+    return f"exit code {entry['exit_code']}" if entry["exit_code"] else None
 
 
 def _pin(requirements: str, name: str) -> str:
@@ -463,45 +461,36 @@ def _pin(requirements: str, name: str) -> str:
     return f"{name}=={m.group(1)}"
 
 
-def _cpu() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = print) -> dict:
-    """Run every step in ``work`` (an empty folder); return the report (paths not scrubbed)."""
-    colab, install_llama = load_script("colab"), load_script("install_llama")
+    """Run every step in ``work`` (an empty folder); return the report (paths not scrubbed).
+    POSIX only: commands run in their own process group, ended as a group on a timeout."""
     t_start = time.monotonic()
+    work = work.resolve()  # the cell reports os.getcwd(), a resolved path, to compare with
     venv, fake, content = work / "venv", work / "fakecolab", work / "content"
-    vbin = venv / ("Scripts" if os.name == "nt" else "bin")
-    vpy = vbin / ("python.exe" if os.name == "nt" else "python")
+    vbin = venv / "bin"
+    vpy = vbin / "python"
     (work / "logs").mkdir(parents=True)
     env, dropped = child_env(os.environ, vbin, work / "cache")
     check = Check(work / "logs", env, echo)
     repo = colab.read_repo(ROOT / "_config.yml")
     needs = colab.needs_for(chapter)
     clone = content / repo.name
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
-                            "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    commit = git_out("-C", ROOT, "rev-parse", "HEAD")
+    dirty = git_out("-C", ROOT, "status", "--porcelain", "--untracked-files=no")
     wheels = portable_wheel_dir(ROOT, install_llama)
     links = " ".join(x for x in (os.environ.get("PIP_FIND_LINKS", ""), str(wheels or "")) if x)
     report: dict = {
         "check": "colab-live-check", "what": __doc__.split("\n\n")[0],
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cpu": {"model": _cpu(), "cores": os.cpu_count(),
+        "cpu": {"model": install_llama.cpu_model(), "cores": os.cpu_count(),
                 "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
         "python": platform.python_version(), "platform": platform.platform(),
         "commit": commit, "worktree_changes_not_served": bool(dirty),
         "chapter": chapter, "needs": {"models": list(needs.models), "data": list(needs.data)},
         "environment": {"dropped_from_host": dropped,
                         "kept_from_host": {k: os.environ[k] for k in (
-                            "DYNAKRAG_N_THREADS", "OMP_NUM_THREADS", "PIP_FIND_LINKS",
-                            "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL") if k in os.environ},
+                            *KEEP_HOST, "OMP_NUM_THREADS", "PIP_FIND_LINKS", "PIP_INDEX_URL",
+                            "PIP_EXTRA_INDEX_URL") if k in os.environ},
                         "set": {k: env[k] for k in ("XDG_CACHE_HOME", "DYNAKRAG_CACHE_DIR")}},
         "portable_wheel_dir": str(wheels) if wheels else None,
         "steps": check.steps}
@@ -520,10 +509,7 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
     def runtime_step(rec: dict) -> None:
         torch = _pin((ROOT / "requirements.txt").read_text(encoding="utf-8"), "torch")
         check.run([vpy, "-m", "pip", "install", torch, "ipykernel", "papermill"], timeout=3600)
-        # Namespace package google (no __init__.py): google.protobuf etc. still import.
-        (fake / "google" / "colab").mkdir(parents=True)
-        (fake / "google" / "colab" / "__init__.py").write_text("# a stand-in: not Colab\n")
-        (fake / "sitecustomize.py").write_text("import google.colab  # as Colab's kernel has\n")
+        colab.write_fake_colab(fake)
         check.run([vpy, "-m", "ipykernel", "install", "--prefix", venv, "--name", KERNEL,
                    "--display-name", "Python 3 (colab live check)"])
         spec = venv / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json"
@@ -556,23 +542,21 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
 
     def cell_step(rec: dict) -> None:
         cell = colab.install_cell_source(repo, needs, chapter)
-        committed_nb = json.loads(subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{commit}:{repo.path_to_book}/{chapter}"],
-            capture_output=True, text=True, check=True).stdout)
-        rec["found"]["cell_is_the_chapters"] = cell == _marked_cell(committed_nb, colab.MARKER)
+        committed_nb = json.loads(git_out("-C", ROOT, "show",
+                                          f"{commit}:{repo.path_to_book}/{chapter}"))
+        rec["found"]["cell_is_the_chapters"] = cell == colab.find_install_cell(committed_nb)
         if not rec["found"]["cell_is_the_chapters"]:
             raise StepFailed(f"the generated cell is not the one committed in {chapter} "
                              "(run `make colab-cells` and commit)")
         script = work / "cell.py"
-        script.write_text(cell + "\n" + STATE, encoding="utf-8")
+        script.write_text(cell + "\n" + colab.STATE_PROBE, encoding="utf-8")
         content.mkdir()
+        # Not checked here: what pip did is read from the output of a failed cell too.
         out = check.run([vpy, script], extra_env=cell_env, cwd=work,
-                        timeout=3600 if wheels else 10800)
+                        timeout=3600 if wheels else 10800, check=False)
         found = rec["found"]
         found["setup_lines"] = [ln for ln in out.splitlines() if ln.startswith("[colab setup]")]
-        state = next((json.loads(ln[6:]) for ln in out.splitlines() if ln.startswith("STATE ")),
-                     None)
-        found["state_left"] = state
+        state = found["state_left"] = colab.cell_state(out)
         failed = index_failures(out, colab.LLAMA_CPU_INDEX)
         found["llama"] = {"compiled": colab.COMPILE_WARNING in out,
                           "pip_took": wheel_source(out),
@@ -587,7 +571,11 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
                              if any(f"] {ds}:" in ln for ds in needs.data)]})
         found["clone"] = {"path": str(clone), "shallow": (clone / ".git" / "shallow").exists(),
                           "commit": subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"],
-                                                   capture_output=True, text=True).stdout.strip()}
+                                                   capture_output=True, text=True,
+                                                   timeout=120).stdout.strip()}
+        problem = exit_problem(rec["commands"][-1])
+        if problem:
+            raise StepFailed(f"the cell: {problem}")
         found["torch_after"] = check.run([vpy, "-c", "import importlib.metadata as m; "
                                           "print(m.version('torch'))"]).strip().splitlines()[-1]
         if state is None:
@@ -624,12 +612,12 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
                   cwd=work, timeout=3600, check=False)
         found = rec["found"]
         found.update(check_notebook(json.loads(out_nb.read_text(encoding="utf-8"))
-                                    if out_nb.exists() else {}, colab.MARKER))
+                                    if out_nb.exists() else {}))
         after = cache_rows(cache)
         found["llm_cache_rows"] = {"before": before, "after": after}
         found["live_model_calls"] = None if None in (before, after) else after - before
-        rc = rec["commands"][-1]["exit_code"]
-        problems = ([f"papermill exit code {rc}"] if rc != 0 else []) + \
+        papermill = exit_problem(rec["commands"][-1])
+        problems = ([f"papermill: {papermill}"] if papermill else []) + \
             [f"{len(found['errors'])} error output(s)"] * bool(found["errors"]) + \
             [f"'nan' in {len(found['nan'])} text output(s)"] * bool(found["nan"]) + \
             ["the install cell did not run its Colab path"] * (
@@ -663,7 +651,9 @@ def run_check(work: Path, chapter: str = CHAPTER, echo: Callable[[str], None] = 
                 if not rec["found"]["stopped"]:
                     raise StepFailed("the server thread did not end within 10 s")
     report["ok"] = check.ok
-    report["failed_steps"] = [s["name"] for s in check.steps if not s.get("ok")]
+    report["failed_steps"] = [s["name"] for s in check.steps
+                              if not s.get("ok") and "skipped" not in s]
+    report["skipped_steps"] = [s["name"] for s in check.steps if "skipped" in s]
     report["seconds"] = round(time.monotonic() - t_start, 1)
     return report
 
@@ -673,7 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="an empty or new folder for the venv, clone and logs (default: a "
                          "temporary folder, removed after a successful check)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the temporary folder after a successful check (a --work folder "
+                         "is always kept)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
     ap.add_argument("--chapter", default=CHAPTER, help="the chapter file (default: %(default)s)")
     args = ap.parse_args(argv)
@@ -684,7 +676,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
     else:
         work = Path(tempfile.mkdtemp(prefix="colab-live-check-"))
-    report = run_check(work, args.chapter)
+    try:
+        report = run_check(work, args.chapter)
+    except BaseException:  # no report (setup outside the steps failed, or ^C): say where
+        print(f"work folder kept: {work}", file=sys.stderr)
+        raise
     report["command"] = shlex.join(["python", "data_scripts/colab_live_check.py",
                                     *(argv if argv is not None else sys.argv[1:])])
     places = {work: "<work>", work.resolve(): "<work>", ROOT: "<checkout>", Path.home(): "~"}

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,6 +48,15 @@ def load_script(name: str, folder: str = "data_scripts"):
     mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    """Run git with a test identity, no system config and no prompt; its stdout, stripped."""
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org",
+                           "-c", "init.defaultBranch=main", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1",
+                               "GIT_TERMINAL_PROMPT": "0"}).stdout.strip()
 
 
 def require_llama() -> None:
@@ -196,7 +206,6 @@ def start_llama_server(model: str, log_path: Path, alias: str | None = None):
     until it answers /v1/models. Returns (process, base_url); the caller stops it with
     :func:`stop_process`. A server that exits or does not answer in time fails the test with
     the end of its output (it logs to ``log_path``: a pipe would fill up)."""
-    import subprocess
     import time
     import urllib.request
     from dynakrag_lite.generators import models

@@ -21,17 +21,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import load_script
+from helpers import git, load_script
 
 live = load_script("colab_live_check")
 REPO = Path(__file__).resolve().parents[1]
 GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
-
-
-def _git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org",
-                           "-c", "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True, env=GIT_ENV).stdout.strip()
 
 
 @pytest.fixture
@@ -39,14 +33,14 @@ def checkout(tmp_path: Path) -> Path:
     """A repository whose HEAD is a branch other than main, one commit ahead of it."""
     src = tmp_path / "checkout"
     src.mkdir()
-    _git("init", "-q", str(src))
+    git("init", "-q", str(src))
     (src / "a.txt").write_text("on main\n")
-    _git("add", "a.txt", cwd=src)
-    _git("commit", "-q", "-m", "main", cwd=src)
-    _git("checkout", "-q", "-b", "work", cwd=src)
+    git("add", "a.txt", cwd=src)
+    git("commit", "-q", "-m", "main", cwd=src)
+    git("checkout", "-q", "-b", "work", cwd=src)
     (src / "b.txt").write_text("only at HEAD\n")
-    _git("add", "b.txt", cwd=src)
-    _git("commit", "-q", "-m", "head", cwd=src)
+    git("add", "b.txt", cwd=src)
+    git("commit", "-q", "-m", "head", cwd=src)
     (src / "a.txt").write_text("uncommitted\n")  # not served: only commits are
     return src
 
@@ -54,7 +48,7 @@ def checkout(tmp_path: Path) -> Path:
 def test_head_commit_is_served_as_the_branch_and_clones_shallow_over_http(checkout, tmp_path):
     served = tmp_path / "served"
     sha = live.make_bare(checkout, served / "r.git", "main")
-    assert sha == _git("rev-parse", "HEAD", cwd=checkout)
+    assert sha == git("rev-parse", "HEAD", cwd=checkout)
     with live.GitHTTPServer(served) as srv:
         url = srv.url("r.git")
         p = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "main", url,
@@ -63,18 +57,18 @@ def test_head_commit_is_served_as_the_branch_and_clones_shallow_over_http(checko
         assert p.returncode == 0, p.stderr
     clone = tmp_path / "clone"
     assert (clone / ".git" / "shallow").exists()
-    assert _git("rev-parse", "HEAD", cwd=clone) == sha
-    assert _git("rev-list", "--count", "HEAD", cwd=clone) == "1"
+    assert git("rev-parse", "HEAD", cwd=clone) == sha
+    assert git("rev-list", "--count", "HEAD", cwd=clone) == "1"
     assert (clone / "b.txt").read_text() == "only at HEAD\n"
     assert (clone / "a.txt").read_text() == "on main\n"
     assert any("git-upload-pack" in r and r.endswith(" 200") for r in srv.requests), srv.requests
 
 
 def test_the_commit_resolved_first_is_served_even_if_head_moves_meanwhile(checkout, tmp_path):
-    resolved = _git("rev-parse", "HEAD", cwd=checkout)
-    _git("commit", "-q", "-am", "another engineer's commit", cwd=checkout)
+    resolved = git("rev-parse", "HEAD", cwd=checkout)
+    git("commit", "-q", "-am", "another engineer's commit", cwd=checkout)
     assert live.make_bare(checkout, tmp_path / "r.git", "main", resolved) == resolved
-    assert _git("rev-parse", "HEAD", cwd=checkout) != resolved
+    assert git("rev-parse", "HEAD", cwd=checkout) != resolved
 
 
 def test_server_listens_on_loopback_only_and_stops_within_its_bound(tmp_path):
@@ -128,8 +122,11 @@ def test_steps_record_commands_and_a_failed_step_fails_the_report(tmp_path):
 def test_a_command_past_its_timeout_is_ended_with_its_children(tmp_path):
     check = live.Check(tmp_path, os.environ, echo=lambda s: None)
     t0 = time.monotonic()
-    with check.step("slow", "sleeps"):  # a shell that starts a child and waits
-        check.run(["sh", "-c", "sleep 60 & echo $!; sleep 60"], timeout=2.0)
+    # A shell that starts a child ignoring TERM, then waits: the shell ends on TERM, the
+    # child only on the KILL that follows.
+    with check.step("slow", "sleeps"):
+        check.run(["sh", "-c", "trap '' TERM; sleep 60 & echo $!; trap - TERM; sleep 60"],
+                  timeout=2.0)
     assert time.monotonic() - t0 < 15
     step = check.steps[0]
     assert not step["ok"] and "no exit within 2 s" in step["error"]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from dynakrag_lite.generators.cache import CallCache
-from helpers import load_script
+from helpers import git, load_script
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "book"
@@ -212,6 +212,9 @@ def test_a_chapter_without_badge_or_cell_gets_both_after_its_title(tmp_path):
     assert [c.get("id") for c in out["cells"]] == ["t", "colab-badge", "colab-setup", "c"]
     assert repo.badge_url("42_new.ipynb") in _src(out["cells"][1])
     assert colab.rewrite_notebook(out, "42_new.ipynb", repo) == out
+    assert colab.find_install_cell(nb) is None
+    assert colab.find_install_cell(out) == colab.install_cell_source(
+        repo, colab.needs_for("42_new.ipynb"), "42_new.ipynb")
     assert nb["cells"][0]["id"] == "t" and len(nb["cells"]) == 2  # input not mutated
 
 
@@ -341,20 +344,6 @@ out.mkdir(parents=True, exist_ok=True)
 (out / f"{ds}.jsonl").write_text("{}\n")
 '''
 
-STATE = '''
-import json as _json, os as _os, sys as _sys
-print("STATE " + _json.dumps({"cwd": _os.getcwd(), "path0": _sys.path[0], "env": {
-    k: _os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                    "DYNAKRAG_DATA_DIR", "DYNAKRAG_LLM_CACHE")}}))
-'''
-
-
-def _git(*args, cwd=None):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org",
-                    "-c", "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def colab_world(tmp_path_factory):
     """A bare venv, a fake google.colab, a fake pip and a local bare repository holding this
@@ -364,11 +353,7 @@ def colab_world(tmp_path_factory):
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    fake = root / "fakecolab"
-    (fake / "google" / "colab").mkdir(parents=True)
-    (fake / "google" / "__init__.py").write_text("")
-    (fake / "google" / "colab" / "__init__.py").write_text("")
-    (fake / "sitecustomize.py").write_text("import google.colab  # as Colab's kernel does\n")
+    fake = colab.write_fake_colab(root / "fakecolab")
     (root / "fakepip.py").write_text(FAKE_PIP)
     link_requirements(root / "installed")
 
@@ -388,11 +373,11 @@ def colab_world(tmp_path_factory):
         real.replace(f'VERSION = "{install_llama.VERSION}"', 'VERSION = "9.9.9"'))
     CallCache(src / "book" / "_llm_cache.sqlite").put("recorded-key", "recorded calls", 3, 2, 0.1)
     (src / "results" / "README.md").write_text("results\n")
-    _git("init", "-q", str(src))
-    _git("add", "-A", cwd=src)
-    _git("commit", "-q", "-m", "fake", cwd=src)
+    git("init", "-q", str(src))
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "fake", cwd=src)
     bare = root / "remote.git"
-    _git("clone", "-q", "--bare", str(src), str(bare))
+    git("clone", "-q", "--bare", str(src), str(bare))
     return {"root": root, "python": python, "fake": fake, "bare": bare}
 
 
@@ -418,7 +403,7 @@ def run_cell(world, home: Path, chapter: str, port: int, colab_module=True,
              expect_rc=0, **extra):
     cell = colab.install_cell_source(repo, colab.needs_for(chapter), chapter)
     script = home.parent / f"cell-{home.name}.py"
-    script.write_text(cell + "\n" + STATE)
+    script.write_text(cell + "\n" + colab.STATE_PROBE)
     log = home.parent / f"log-{home.name}.jsonl"
     env = {"PATH": os.environ["PATH"], "HOME": str(home.parent), "GIT_CONFIG_NOSYSTEM": "1",
            "DYNAKRAG_COLAB_HOME": str(home),
@@ -429,15 +414,14 @@ def run_cell(world, home: Path, chapter: str, port: int, colab_module=True,
     if colab_module:
         env["PYTHONPATH"] = str(world["fake"])
     home.mkdir(exist_ok=True)
+    # About 2 s of CPU, but minutes of wall time on a loaded 2-core machine.
     p = subprocess.run([str(world["python"]), str(script)], capture_output=True, text=True,
-                       env=env, cwd=home.parent, timeout=120)
+                       env=env, cwd=home.parent, timeout=600)
     assert p.returncode == expect_rc, p.stdout + p.stderr
     if expect_rc:
         return p.stderr, [], None
     calls = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-    state = next((json.loads(x[6:]) for x in p.stdout.splitlines() if x.startswith("STATE ")),
-                 None)
-    return p.stdout, calls, state
+    return p.stdout, calls, colab.cell_state(p.stdout)
 
 
 def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port):
