@@ -8,6 +8,11 @@ lambda), of "always retrieve_more" and of the oracle; the continuation forest's 
 stop-after-k along the uniform rollouts; permutation importances; the data-size curve; and a
 verdict read off the numbers (``dynakrag_lite.training.diagnosis``). Writes every number to
 ``--out`` (JSON) and the tables a reader reads to the same path with ``.md``.
+
+Section 8, horizon labels (``--sections horizon`` runs it alone, in seconds): a value forest on
+the Monte-Carlo returns of the uniform rollouts' taken actions, every chooser valued off-policy
+by importance sampling; written to ``--horizon-out`` (default: ``--out`` with ``-horizon``
+before the suffix) and its ``.md``, so a horizon-only run leaves sections 1-7 as they are.
 """
 from __future__ import annotations
 
@@ -21,12 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
-from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
+from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose, \
+    diagnose_horizon  # noqa: E402
 from dynakrag_lite.training.files import load_training_data  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
                 "sufficiency_check")
+# "main": sections 1-7 (--out); "horizon": section 8 (--horizon-out)
+SECTIONS = ("main", "horizon")
+HORIZON_CHOOSERS = (("horizon_forest", "horizon forest"),
+                    ("horizon_forest_acquisitions_only", "horizon forest w/o suff_check"),
+                    ("onestep_forest", "one-step forest"),
+                    ("onestep_forest_acquisitions_only", "one-step forest w/o suff_check"),
+                    ("retrieve_more", "always retrieve_more"))
 
 
 def name_of(path: Path, data: TrainingData) -> tuple[str, str]:
@@ -164,42 +177,134 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
     return "\n".join(L)
 
 
+def horizon_markdown(results: dict, command: str, seconds: float, settings: dict,
+                     cpu: float = float("nan")) -> str:
+    """Section 8 of the diagnosis, in its own file."""
+    L = ["# Control diagnosis, section 8: horizon labels",
+         "",
+         f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, one "
+         "job; the wall time depends on the machine's load, the CPU time is the cost). No "
+         "model call: the saved trajectories only. Sections 1-7 are in "
+         "`control-diagnosis.md`. Cross-validation: GroupKFold by question, "
+         f"{settings['folds']} folds; forests: 300 trees, min leaf 8, seed 13; bootstrap: "
+         f"{settings['boot']} resamples of the questions, seed 13.",
+         "",
+         "**Labels.** For the action the uniform-valid rollout took at a visited state s, its "
+         "Monte-Carlo return G = SR(end of the rollout) - SR(s) is an unbiased sample of "
+         "Q^uniform(s, a). G is the sum of the taken actions' realized one-step gains from s "
+         "on; with the raw labels, where a taken sufficiency_check counts its level label "
+         "1[SR=1], the identity fails (checked per file below). The *horizon forest* is the "
+         "value forest fitted to (phi(s, a), G) over the taken actions of the training "
+         "questions; acting greedily on it is one step of policy improvement over uniform.",
+         "",
+         "**Estimator.** On the held-out decisions (visited states with at least two options; "
+         "the options are the rollout's own, every valid action but stop_answer, so "
+         "|A(s)| is 3 to 5), a chooser pi is valued by importance sampling against the "
+         "uniform behaviour: the mean of 1[pi(s) = a_taken] * G * |A(s)|. Its expectation "
+         "is the mean of Q^uniform(s, pi(s)) over the states uniform visits: the support "
+         "recall of deviating once to pi, then continuing uniformly, not of running pi "
+         "throughout (that needs a live run). Uniform's value is the mean of G. Only the "
+         "decisions where pi picks the taken action carry the estimate (*pick = taken*, "
+         "about 1/|A|). Intervals: 95% question-level bootstrap of (chooser - uniform), "
+         "paired (the same resamples for every chooser).",
+         "",
+         "## 8. Horizon labels (held-out decisions)",
+         "",
+         "| dataset | reader | chooser | value | - uniform | 95% CI | pick = taken | "
+         "picks suff_check |",
+         "|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        h = r["horizon"]
+        L.append(f"| {ds} | {rd} | uniform (mean G) | {h['uniform']['value']:.3f} | — | — | "
+                 "— | — |")
+        for key, label in HORIZON_CHOOSERS:
+            c = h["choosers"][key]
+            lo, hi = c["ci_minus_uniform"]
+            L.append(f"| {ds} | {rd} | {label} | {c['value']:.3f} | "
+                     f"{c['minus_uniform']:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                     f"{c['share_pick_taken']:.0%} | {c['share_sufficiency_check']:.0%} |")
+    L += ["", "Per file: decisions, the horizon forest's held-out R² on G (all taken actions "
+          "of the held-out questions), the identity check, and the mean G of each action "
+          "where the rollout took it (n).", ""]
+    for (ds, rd), r in results.items():
+        h, idn = r["horizon"], r["horizon"]["identity"]
+        mr = h["mean_return_taken"]
+        L.append(f"- **{ds}, {rd}**: {h['n_decisions']} decisions of {h['n_questions']} "
+                 f"questions; R² {h['r2_returns']:.2f}; G = SR(end) - SR(s) at "
+                 f"{idn['n_states']} taken states, max |difference| "
+                 f"{_f(idn['max_abs_diff'], '.1e')}; with raw labels it differs at "
+                 f"{idn['share_raw_labels_differ']:.0%} of them (max "
+                 f"{_f(idn['max_abs_diff_raw_labels'], '.2f')}); mean G when taken: "
+                 + ", ".join(f"{a} {mr[a]['mean']:.3f} ({mr[a]['n']})"
+                             for a in ACTION_ORDER if a in mr) + ".")
+    L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
+    for (ds, rd), r in results.items():
+        L.append(f"- **{ds}, {rd}**: {r['horizon']['verdict']}")
+    return "\n".join(L)
+
+
+def write_report(path: Path, results: dict, settings: dict, command: str, seconds: float,
+                 cpu: float, markdown_of) -> Path:
+    """``path`` (JSON, every number) and its ``.md`` (``markdown_of``'s tables)."""
+    atomic_write_json(path, clean({
+        "command": command, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
+        "settings": settings,
+        "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}))
+    md = path.with_suffix(".md")
+    atomic_write_text(md, markdown_of(results, command, seconds, settings, cpu) + "\n")
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trajectories", nargs="+", required=True, type=Path,
                     help=".npz files from train --save-data")
     ap.add_argument("--out", type=Path, default=Path("results/diagnostics/control-diagnosis.json"))
+    ap.add_argument("--horizon-out", type=Path, default=None,
+                    help="section 8's JSON (default: --out with -horizon before the suffix)")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                    help="main: sections 1-7 (--out); horizon: section 8 (--horizon-out); "
+                         "default both")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5, help="permutation-importance repeats")
     ap.add_argument("--sizes", type=int, nargs="*", default=[25, 50, 100],
                     help="training questions per fold for the data-size curve (plus all)")
+    ap.add_argument("--boot", type=int, default=2000,
+                    help="question-level bootstrap resamples (section 8)")
     args = ap.parse_args(argv)
-    t0, c0 = time.perf_counter(), time.process_time()
-    settings = {"folds": args.folds, "repeats": args.repeats, "sizes": args.sizes,
-                "lambdas": list(CHOICE_LAMBDAS),
-                "forest": {"n_estimators": 300, "min_samples_leaf": 8, "seed": 13,
-                           "n_jobs": 1}}
-    results = {}
+    forest = {"n_estimators": 300, "min_samples_leaf": 8, "seed": 13, "n_jobs": 1}
+    settings = {"main": {"folds": args.folds, "repeats": args.repeats, "sizes": args.sizes,
+                         "lambdas": list(CHOICE_LAMBDAS), "forest": forest},
+                "horizon": {"folds": args.folds, "boot": args.boot, "boot_seed": 13,
+                            "forest": forest}}
+    results: dict[str, dict] = {sec: {} for sec in args.sections}
+    clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
     for path in args.trajectories:
-        t = time.perf_counter()
         data = load_training_data(path)
         key = name_of(path, data)
-        results[key] = diagnose(data, folds=args.folds, sizes=args.sizes,
-                                n_repeats=args.repeats)
-        results[key]["file"] = path.as_posix()
-        print(f"{key[0]} {key[1]}: {time.perf_counter() - t:.0f} s", flush=True)
-        for v in results[key]["verdict"]:
-            print("  -", v, flush=True)
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        for sec in args.sections:
+            t, c = time.perf_counter(), time.process_time()
+            if sec == "main":
+                r = diagnose(data, folds=args.folds, sizes=args.sizes, n_repeats=args.repeats)
+                lines = r["verdict"]
+            else:
+                r = {"horizon": diagnose_horizon(data, folds=args.folds, n_boot=args.boot)}
+                lines = [r["horizon"]["verdict"]]
+            results[sec][key] = {**r, "file": path.as_posix(), "n_questions":
+                                 len(data.questions)}
+            clock[sec][0] += time.perf_counter() - t
+            clock[sec][1] += time.process_time() - c
+            print(f"{key[0]} {key[1]} [{sec}]: {time.perf_counter() - t:.0f} s", flush=True)
+            for v in lines:
+                print("  -", v, flush=True)
     command = relative_command(list(argv if argv is not None else sys.argv[1:]),
                                prefix="python data_scripts/control_diagnosis.py")
-    atomic_write_json(args.out, clean({
-        "command": command, "seconds": round(seconds, 1),
-        "cpu_seconds": round(cpu, 1), "settings": settings,
-        "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}))
-    md = args.out.with_suffix(".md")
-    atomic_write_text(md, markdown(results, command, seconds, settings, cpu) + "\n")
-    print(f"wrote {args.out} and {md} ({seconds:.0f} s)")
+    horizon_out = args.horizon_out or args.out.with_name(
+        f"{args.out.stem}-horizon{args.out.suffix}")
+    for sec in args.sections:
+        out, md_of = (args.out, markdown) if sec == "main" else (horizon_out, horizon_markdown)
+        md = write_report(out, results[sec], settings[sec], command, *clock[sec], md_of)
+        print(f"wrote {out} and {md} ({clock[sec][0]:.0f} s)")
     return 0
 
 

@@ -5,8 +5,10 @@ import pytest
 
 from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES
 from dynakrag_lite.training.diagnosis import (
-    ChoiceState, choice_metrics, choice_states, constant_chooser, diagnose_choice,
-    feature_constancy, forest_chooser, oracle_chooser, stop_at_k, stop_auc, verdict)
+    ChoiceState, HorizonState, choice_metrics, choice_states, constant_chooser, diagnose_choice,
+    diagnose_horizon, feature_constancy, forest_chooser, horizon_identity, horizon_returns,
+    horizon_states, horizon_verdict, importance_terms, offline_value, oracle_chooser,
+    question_bootstrap, realized_gain, stop_at_k, stop_auc, taken_returns, verdict)
 from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}
@@ -248,3 +250,150 @@ def test_pick_score_negative_counts_picks_stop_would_beat():
     # lambda 1e-2 without suff: A .2-4.5 < 0, B .3-4.5 < 0
     m = choice_metrics([a, b], forest_chooser(1e-2, acquisitions_only=True))
     assert m["pick_score_negative"] == 1.0
+
+
+# -- horizon labels ----------------------------------------------------------------------------
+def test_horizon_returns_sum_the_taken_realized_gains_to_the_end():
+    # q "a" in step order retrieve_more (+.5), sufficiency_check (level label 1, gain 0),
+    # bridge (+.25); q "b" interleaved and out of order; untaken rows stay NaN
+    rows = [("a", 0, "retrieve_more", 0.5, True), ("b", 1, "rewrite_query", 0.5, True),
+            ("a", 2, "bridge_entity_expand", 0.25, True), ("a", 1, "retrieve_more", 0.5, False),
+            ("a", 1, "sufficiency_check", 1.0, True), ("b", 0, "retrieve_more", 0.0, True)]
+    q, st, act, y, ch = map(list, zip(*rows))
+    gains = [realized_gain(a, t) for a, t in zip(act, y)]
+    g = horizon_returns(q, st, gains, ch)
+    assert g[[0, 4, 2]].tolist() == [0.75, 0.25, 0.25]
+    assert g[[5, 1]].tolist() == [0.5, 0.5]
+    assert np.isnan(g[3])
+    # the raw labels count sufficiency_check's level as a gain: no longer SR(end) - SR(s)
+    assert horizon_returns(q, st, y, ch)[[0, 4, 2]].tolist() == [1.75, 1.25, 0.25]
+    with pytest.raises(ValueError, match="more than one taken"):
+        horizon_returns(["a", "a"], [0, 0], [0.0, 0.0], [True, True])
+
+
+def _options_state(qid, actions, taken, good="bridge_entity_expand"):
+    return HorizonState(qid, 1, actions, np.zeros(len(actions)), taken,
+                        float(actions[taken] == good))
+
+
+def test_importance_sampling_is_exact_in_expectation():
+    """One action always returns G = 1, the others 0: enumerating every action uniform could
+    have drawn, 'always pick it' is worth exactly 1 at each state, a wrong pick 0, uniform
+    1/|A(s)| (three to five options)."""
+    good = constant_chooser("bridge_entity_expand")
+    wrong = constant_chooser("rewrite_query")
+    for acts in (("retrieve_more", "bridge_entity_expand", "rewrite_query"),
+                 ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
+                  "sufficiency_check")):
+        draws = [_options_state("q", acts, t) for t in range(len(acts))]
+        assert importance_terms(draws, good).mean() == pytest.approx(1.0)
+        assert importance_terms(draws, wrong).mean() == 0.0
+        assert np.mean([s.ret for s in draws]) == pytest.approx(1 / len(acts))
+
+
+def test_importance_sampling_on_sampled_draws():
+    rng = np.random.default_rng(0)
+    acts = ("retrieve_more", "bridge_entity_expand", "rewrite_query", "sufficiency_check")
+    st = [_options_state(f"q{i}", acts, int(rng.integers(4))) for i in range(4000)]
+    v = offline_value(st, constant_chooser("bridge_entity_expand"), n_boot=200)
+    assert v["value"] == pytest.approx(1.0, abs=0.1)
+    assert v["value"] - v["minus_uniform"] == pytest.approx(0.25, abs=0.03)  # uniform's value
+    assert v["share_pick_taken"] == pytest.approx(0.25, abs=0.03)
+    lo, hi = v["ci_minus_uniform"]
+    assert lo < 0.75 < hi and hi - lo < 0.2
+
+
+def test_horizon_states_use_the_rollouts_options():
+    ds = [decision("q", 0, {"retrieve_more": 0.5, "stop_answer": 0.0}),  # one option: no choice
+          decision("q", 1, {"retrieve_more": 0.0, "sufficiency_check": 1.0, "stop_answer": .5},
+                   values={"retrieve_more": 0.1, "sufficiency_check": 0.9, "stop_answer": 0.})]
+    st = horizon_states(ds, {("q", 0): ("retrieve_more", 0.5),
+                             ("q", 1): ("sufficiency_check", 0.0)})
+    assert len(st) == 1
+    s = st[0]
+    # stop_answer is not drawn by the rollout; sufficiency_check is
+    assert s.actions == ("retrieve_more", "sufficiency_check") and s.taken == 1
+    assert s.values.tolist() == [0.1, 0.9] and s.gains.tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="no option"):
+        horizon_states(ds, {("q", 1): ("stop_answer", 0.0)})
+
+
+def test_question_bootstrap_resamples_questions():
+    assert question_bootstrap(["a", "a", "b"], np.full(3, 0.3), n_boot=50) == \
+        pytest.approx((0.3, 0.3))
+    # a question of 3 decisions worth 1 and one of 1 worth 0: the mean over decisions (3/4)
+    lo, hi = question_bootstrap(["a", "a", "a", "b"], np.array([1., 1., 1., 0.]), n_boot=500)
+    assert lo < 0.75 < hi and lo >= 0 and hi <= 1
+    assert question_bootstrap(["a", "b"], np.array([0., 1.]), seed=5) == \
+        question_bootstrap(["a", "b"], np.array([0., 1.]), seed=5)
+
+
+def rollouts(n_q=60, seed=1) -> TrainingData:
+    """Seeded uniform-valid rollouts of 4 states: step 0 has one option (retrieve_more, +.25),
+    steps 1 and 2 four (the cue's acquisition adds .25 SR, the others nothing;
+    sufficiency_check's label is the level 1 everywhere), step 3 only stop. Prefixes carry
+    the SR so the return identity can be checked."""
+    rng = np.random.default_rng(seed)
+    opts = ("retrieve_more", "bridge_entity_expand", "rewrite_query", "sufficiency_check")
+    samples, prefixes = [], []
+    for i in range(n_q):
+        qid, cue = f"q{i}", float(i % 2)
+        good = "bridge_entity_expand" if cue else "retrieve_more"
+        sr_now, path = 0.0, []
+        for step in range(4):
+            base = {"q_compare_words": cue, "steps": step, "n_docs": 3 * step}
+            labels = ({"retrieve_more": 0.25} if step == 0 else {} if step == 3 else
+                      {a: 1.0 if a == "sufficiency_check" else 0.25 * (a == good)
+                       for a in opts})
+            taken = list(labels)[int(rng.integers(len(labels)))] if labels else None
+            for a, y in labels.items():
+                samples.append(Sample(qid, step, a, phi(**base, **{f"act_{a}": 1}), y, 0,
+                                      3 * step, chosen=a == taken))
+            samples.append(Sample(qid, step, "stop_answer", phi(**base, act_stop_answer=1),
+                                  sr_now, 0, 3 * step))
+            if step:
+                path.append(PrefixSample(qid, state_vec(), 0.0, step, sr_now=sr_now))
+            if taken:
+                sr_now += realized_gain(taken, labels[taken])
+        for p in path:
+            p.sr_end = path[-1].sr_now
+        prefixes += path
+    return TrainingData(samples, prefixes, [f"q{i}" for i in range(n_q)], "sr")
+
+
+def test_horizon_identity_on_rollouts():
+    idn = horizon_identity(rollouts())
+    assert idn["n_states"] == 60 * 3  # steps 0 (SR 0, no documents), 1 and 2
+    assert idn["max_abs_diff"] == 0
+    assert idn["share_raw_labels_differ"] > 0  # wherever a sufficiency_check was taken
+
+
+@pytest.fixture(scope="module")
+def horizon():
+    return diagnose_horizon(rollouts(), folds=4, rf=SMALL_RF, n_boot=300)
+
+
+def test_horizon_forest_learns_what_the_level_label_hides(horizon):
+    h = horizon
+    assert h["n_decisions"] == 120 and h["n_questions"] == 60
+    hf, one = h["choosers"]["horizon_forest"], h["choosers"]["onestep_forest"]
+    # the one-step forest follows sufficiency_check's level label; the horizon forest never
+    assert one["share_sufficiency_check"] == 1.0 and hf["share_sufficiency_check"] == 0.0
+    assert hf["ci_minus_uniform"][0] > 0 and hf["value"] > one["value"]
+    assert h["r2_returns"] > 0
+    # uniform's value: the mean return over the decisions (steps 1 and 2)
+    rets = taken_returns(rollouts())
+    assert h["uniform"]["value"] == pytest.approx(
+        np.mean([g for (_, step), (_, g) in rets.items() if step in (1, 2)]))
+    assert "beats uniform offline" in h["verdict"]
+
+
+def test_horizon_verdict_wording():
+    c = {"value": 0.1, "minus_uniform": -0.01, "ci_minus_uniform": (-0.05, 0.03),
+         "share_sufficiency_check": 0.0}
+    h = {"r2_returns": 0.5, "uniform": {"value": 0.11},
+         "choosers": {"horizon_forest": c, "retrieve_more": {**c, "value": 0.2}},
+         "horizon_minus_retrieve_more": {"mean": -0.1, "ci": (-0.15, -0.05)}}
+    v = horizon_verdict(h)
+    assert "is not distinguishable from uniform offline" in v
+    assert "is worse than the constant rule" in v
