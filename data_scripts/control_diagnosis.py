@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
-from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose, \
-    diagnose_horizon  # noqa: E402
+from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
+from dynakrag_lite.training.horizon import diagnose_horizon  # noqa: E402
 from dynakrag_lite.training.files import load_training_data  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
