@@ -75,7 +75,9 @@ def main(argv: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         t0 = time.perf_counter()
         try:
-            NotebookClient(nb, timeout=1800, kernel_name="python3",
+            # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
+            # (nbclient's default wait is 60 s).
+            NotebookClient(nb, timeout=1800, startup_timeout=600, kernel_name="python3",
                            resources={"metadata": {"path": str(BOOK)}}).execute()
         except Exception as e:  # keep the committed version of a chapter that fails
             failed.append(path.name)
