@@ -12,7 +12,8 @@ import pytest
 
 from dynakrag_lite.experiments import headline as h
 from dynakrag_lite.experiments.records import (command_options, diagnosis_table,
-                                               lambda_effect, run_record)
+                                               horizon_report, horizon_table, lambda_effect,
+                                               run_record)
 
 
 def row(qid: str, f1: float, *, sr: float = 0.5, tokens: float = 100.0, docs=("a", "b", "c"),
@@ -163,6 +164,28 @@ def test_diagnosis_table_reads_every_dataset_and_reader():
     assert list(t.dataset) == ["hotpotqa", "2wikimultihopqa"]
     assert list(t.reader) == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     assert t.loc[0, "probe chosen"] == .75 and t.loc[0, "AUC sr on F1"] == .69
+
+
+def test_horizon_table_has_one_row_per_dataset_and_chooser_with_its_interval(tmp_path):
+    def chooser(v, lo, hi, probe=0.0):
+        return {"value": v, "minus_uniform": v - .10, "ci_minus_uniform": [lo, hi],
+                "share_sufficiency_check": probe}
+    one = {"horizon": {"choosers": {
+        "horizon_forest": chooser(.13, .01, .05, .02),
+        "horizon_forest_acquisitions_only": chooser(.12, -.01, .05),
+        "onestep_forest": chooser(.07, -.06, -.01, .8), "retrieve_more": chooser(.11, -.02, .04)}}}
+    report = {"results": {"hotpotqa/qwen2.5-coder-1.5b": one, "musique/qwen2.5-coder-1.5b": one}}
+    t = horizon_table(report)
+    assert t.index.names == ["dataset", "chooser"] and len(t) == 8
+    assert t.index.get_level_values("dataset").unique().tolist() == ["hotpotqa", "musique"]
+    r = t.loc[("musique", "one-step forest")]
+    assert (r["lo"], r["hi"], r["picks probe"]) == (-.06, -.01, .8)
+    assert r["minus uniform"] == pytest.approx(-.03)
+    assert all(t.dtypes == float)  # numeric columns, so .round() applies in the chapter
+    assert horizon_report(tmp_path) is None
+    (tmp_path / "diagnostics").mkdir()
+    (tmp_path / "diagnostics" / "control-diagnosis-horizon.json").write_text(json.dumps(report))
+    assert horizon_report(tmp_path) == report
 
 
 # -- chapter 16's conclusions (experiments.conclusions) ----------------------------------------

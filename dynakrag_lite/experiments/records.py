@@ -25,6 +25,7 @@ from .results import load_summary, locate, status_label
 
 RESULTS_ROOT = "results"  # relative: found from the working folder or its parents
 DIAGNOSIS_FILE = "diagnostics/control-diagnosis.json"
+HORIZON_FILE = "diagnostics/control-diagnosis-horizon.json"
 DEFAULT_N_EVAL = 100  # the CLI's --n-eval default (an older command without the flag used it)
 
 
@@ -145,6 +146,37 @@ def diagnosis_markdown(table: pd.DataFrame) -> str:
         "the F1 event)." for _, r in table.iterrows())
 
 
+def horizon_report(root: str | Path = RESULTS_ROOT) -> dict | None:
+    """``results/diagnostics/control-diagnosis-horizon.json`` (section 8, horizon labels), or
+    None when it was not measured."""
+    path = results_path(HORIZON_FILE, root=root)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+HORIZON_CHOOSERS = {"horizon_forest": "horizon forest",
+                    "horizon_forest_acquisitions_only": "horizon, no probe",
+                    "onestep_forest": "one-step forest",
+                    "retrieve_more": "always retrieve_more"}
+
+
+def horizon_table(report: Mapping) -> pd.DataFrame:
+    """One row per dataset x chooser of the horizon-label diagnosis (held-out decisions,
+    cross-validated by question): the chooser's importance-sampling support recall per
+    decision, its difference to uniform with the question-bootstrap 95% interval (``lo``,
+    ``hi``) and the share of decisions where it picks ``sufficiency_check``; indexed by
+    (dataset, chooser)."""
+    rows = {}
+    for key, r in report["results"].items():
+        h = r["horizon"]
+        for name, label in HORIZON_CHOOSERS.items():
+            c = h["choosers"][name]
+            lo, hi = c["ci_minus_uniform"]
+            rows[(key.split("/")[0], label)] = {
+                "SR per decision": c["value"], "minus uniform": c["minus_uniform"],
+                "lo": lo, "hi": hi, "picks probe": c["share_sufficiency_check"]}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["dataset", "chooser"])
+
+
 # -- what lambda did to a cross-validated sweep ---------------------------------------------
 def lambda_effect(grid: pd.DataFrame | list, tau: float) -> dict[str, Any]:
     """The lambdas of a tuning grid at veto threshold ``tau`` and what they changed:
@@ -203,7 +235,7 @@ def sweep_sentence(report: Mapping, dataset: str) -> str:
             f"{report.get('folds')} folds): " + "; ".join(parts))
 
 
-__all__ = ["DIAGNOSIS_COLUMNS", "command_options", "diagnosis_markdown", "diagnosis_report",
-           "diagnosis_table",
+__all__ = ["DIAGNOSIS_COLUMNS", "HORIZON_CHOOSERS", "command_options", "diagnosis_markdown",
+           "diagnosis_report", "diagnosis_table", "horizon_report", "horizon_table",
            "lambda_effect", "policy_path", "policy_record", "results_path", "run_record",
            "stop_rule_reports", "sweep_sentence"]
