@@ -767,6 +767,28 @@ def policies_section(s: pd.DataFrame, root: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def control_diagnosis_section(root: Path) -> str | None:
+    """The offline control diagnosis (issue 24; ``data_scripts/control_diagnosis.py``): where
+    its reports are and the verdict each writes per dataset x reader, or None before any."""
+    reports = [(f, json.loads((root / "diagnostics" / f).read_text(encoding="utf-8")))
+               for f in ("control-diagnosis.json", "control-diagnosis-horizon.json")
+               if (root / "diagnostics" / f).is_file()]
+    if not reports:
+        return None
+    lines = ["## Control diagnosis (offline, from the saved trajectories)\n",
+             "No model call: cross-validation grouped by question on the uniform-valid "
+             "rollouts of `trajectories/`. The tables are in the Markdown file beside each "
+             "report; the verdicts, read off the numbers by the script:\n"]
+    for name, rep in reports:
+        lines.append(f"`diagnostics/{name}` (command: `{rep.get('command', '-')}`):\n")
+        for key, r in rep["results"].items():
+            v = r.get("verdict") or (r.get("horizon") or {}).get("verdict") or "-"
+            v = v[-1] if isinstance(v, list) else v
+            lines.append(f"- **{key}**: {v}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def baselines_note(s: pd.DataFrame, dataset: str, answer: str, policy: str) -> str:
     """The line of a transfer folder ``<answer>-policy-<policy>`` saying where its baselines
     are: a baseline uses no policy, so it is run once, in the answer generator's folder."""
@@ -827,6 +849,9 @@ def main(argv: list[str] | None = None) -> int:
         parts.append("")
     if len(s):
         parts.append(breakdown_section(s, root))
+    diag = control_diagnosis_section(root)
+    if diag:
+        parts.append(diag)
     pol = policies_section(s, root)
     if pol:
         parts.append(pol)

@@ -502,3 +502,17 @@ def test_execute_chapters_reports_the_cells_exception_not_nbclients_preamble():
     assert ec.failure_text(err) == "ModuleNotFoundError: No module named 'dynakrag_lite'"
     assert ec.failure_text(TimeoutError("cell timed out\nafter 1800 s")) == (
         "TimeoutError: cell timed out after 1800 s")
+
+
+def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_path):
+    assert rr.control_diagnosis_section(tmp_path) is None  # nothing measured: no section
+    d = tmp_path / "diagnostics"
+    d.mkdir()
+    (d / "control-diagnosis.json").write_text(json.dumps({"command": "python a", "results": {
+        "hotpotqa/g": {"verdict": ["Choice: ...", "Signal lost in: labels."]}}}))
+    (d / "control-diagnosis-horizon.json").write_text(json.dumps({"command": "python b",
+        "results": {"musique/g": {"horizon": {"verdict": "Horizon forest: no better."}}}}))
+    text = rr.control_diagnosis_section(tmp_path)
+    assert "`diagnostics/control-diagnosis.json` (command: `python a`)" in text
+    assert "- **hotpotqa/g**: Signal lost in: labels." in text and "Choice" not in text
+    assert "- **musique/g**: Horizon forest: no better." in text
