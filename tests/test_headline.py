@@ -149,6 +149,27 @@ def test_lambda_effect_calls_an_early_share_change_inert():
     assert "λ moved the stops" in lambda_effect(grid, 0.05)["sentence"]
 
 
+def test_headroom_reads_the_oracle_margin_against_the_interval_width(tree: Path):
+    from dynakrag_lite.experiments import conclusions as cn
+
+    t = cn.headroom_table(tree, reader="g")
+    assert list(t.dataset) == ["hotpotqa"] and t.n.iloc[0] == N
+    r = t.iloc[0]
+    assert r.upper == pytest.approx(0.3) and r.upper_lo > 0  # oracle .9 against uniform's .6
+    assert r.run == pytest.approx(0.0) and r.run_lo < 0 < r.run_hi
+    assert r.half_width == pytest.approx((r.run_hi - r.run_lo) / 2) and r.half_width > 0
+    text = cn.headroom_sentence(t)
+    assert "hotpotqa (n = 30): oracle +0.300" in text and "clears 0 on 1 of 1" in text
+    # the big reader has neither uniform nor oracle: no row, and the sentence says so
+    assert cn.headroom_table(tree, reader="big").empty
+    assert "no dataset has complete" in cn.headroom_sentence(cn.headroom_table(tree, "big"))
+    # a partial oracle run leaves its dataset out
+    write(tree, "oracle", [row(f"q{i}", 0.9) for i in range(5)], expected=N, dataset="musique")
+    write(tree, "uniform", [row(f"q{i}", 0.5) for i in range(N)], dataset="musique")
+    write(tree, "dynakrag", [row(f"q{i}", 0.5) for i in range(N)], dataset="musique")
+    assert list(cn.headroom_table(tree, reader="g").dataset) == ["hotpotqa"]
+
+
 def test_diagnosis_table_reads_every_dataset_and_reader():
     one = {"n_questions": 300, "choice": {
         "lambdas": {"0": {"n_states": 900, "gain_chosen": .04, "gain_uniform": .06,

@@ -10,6 +10,9 @@ is named as "partial: k of N" and a missing one as "not run yet".
   (run to the step cap; stopped after one retrieval, reading Fixed-K(3)'s documents);
 * :func:`versus_counts` and :func:`uniform_sentence`: the controller against uniform-valid;
 * :func:`token_sentence`: tokens against the best baseline on the same questions;
+* :func:`headroom_table` and :func:`headroom_sentence`: what the gold-label oracle gains over
+  uniform-valid, against how wide the paired interval is at the committed n (the resolution
+  a controller's win must clear);
 * :func:`summary_markdown`: the chapter's closing paragraph, assembled from the above.
 
 Only reads.
@@ -143,6 +146,50 @@ def token_sentence(table: pd.DataFrame, run: str = "dynakrag") -> str:
     short = short_names(done.reader)
     return join_words(f"{r.token_ratio:.2f}x {r.baseline}'s on {r.dataset}/{short[r.reader]}"
                       for r in done.itertuples() if not math.isnan(r.token_ratio))
+
+
+def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
+                   run: str = "dynakrag", other: str = "uniform", upper: str = "oracle"
+                   ) -> pd.DataFrame:
+    """Per dataset of ``reader`` with complete ``upper``, ``run`` and ``other`` runs: the F1
+    difference ``upper - other`` (the oracle's headroom) with its paired interval, and
+    ``run - other`` with its interval and half-width (the resolution of the comparison at
+    this n). A partial run leaves its dataset out."""
+    rows = []
+    for d, g in readers(root):
+        if g != reader:
+            continue
+        pairs = {name: pair_rows(d, g, name, other, root) for name in (upper, run)}
+        if any(pt is None for pt in pairs.values()):
+            continue
+        f1 = {name: pt.loc["f1"] for name, pt in pairs.items()}
+        states = [read_run(d, g, name, root)[1]["status"] for name in (upper, run)]
+        if any(is_partial(x.status) for x in f1.values()) or any(map(is_partial, states)):
+            continue
+        u, r = f1[upper], f1[run]
+        rows.append({"dataset": d, "n": int(r.n), "upper": float(u["diff"]),
+                     "upper_lo": float(u.lo), "upper_hi": float(u.hi), "run": float(r["diff"]),
+                     "run_lo": float(r.lo), "run_hi": float(r.hi),
+                     "half_width": float(r.hi - r.lo) / 2})
+    return pd.DataFrame(rows, columns=["dataset", "n", "upper", "upper_lo", "upper_hi", "run",
+                                       "run_lo", "run_hi", "half_width"])
+
+
+def headroom_sentence(table: pd.DataFrame, run: str = "dynakrag", other: str = "uniform",
+                      upper: str = "oracle") -> str:
+    """:func:`headroom_table` in words: per dataset the oracle's margin over ``other`` and the
+    half-width of ``run``'s paired interval, then on how many the oracle itself clears 0."""
+    if table.empty:
+        return f"no dataset has complete {upper}, {run} and {other} runs yet"
+    per = "; ".join(
+        f"{r.dataset} (n = {r.n}): {upper} {r.upper:+.3f} [{r.upper_lo:+.3f}, "
+        f"{r.upper_hi:+.3f}], {run} {r.run:+.3f} (interval half-width {r.half_width:.3f})"
+        for r in table.itertuples())
+    clear = int((table.upper_lo > 0).sum())
+    return (f"F1 minus {other}'s, paired: {per}. The {upper}, which chooses with the gold "
+            f"support labels, clears 0 on {clear} of {len(table)} datasets: at these n a "
+            f"controller's margin must come close to the {upper}'s for its interval to "
+            f"leave 0")
 
 
 def summary_markdown(table: pd.DataFrame, profiles: pd.DataFrame, uniform: Mapping,
