@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..policy import Policy
 from .artifacts import EXPERIMENTS_DIR
@@ -116,13 +117,20 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
             r = points.reset_index(drop=True).iloc[i]
             ax.plot(r["tokens"], r["f1"], "o", ms=15, mfc="none", mec="#bdbdbd", mew=1.5)
         ax.set_xscale("log")
+        # plain token counts at 1-2-5 steps: the default 10^k labels collide on a narrow axis
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     else:
         ax.text(0.5, 0.5, "no run answered yet", ha="center", va="center",
                 transform=ax.transAxes)
     ax.set_xlabel("tokens per question (log)")
     ax.set_ylabel("answer F1 (95 % interval)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    # under the axes: inside, nine entries covered the points they name
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+                  frameon=False)
 
 
 def draw_tau_curve(ax, curve: pd.DataFrame,
