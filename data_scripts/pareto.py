@@ -10,6 +10,7 @@ intervals, and the operating point against the always-continue schedule). No mod
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json  # noqa: E402
 
 
+def records(frame) -> list[dict]:
+    """Rows as dicts rounded to 6 decimals, a missing value as null (NaN is not JSON)."""
+    return json.loads(frame.round(6).to_json(orient="records"))
+
+
 def write(dataset: str, generator: str, out_dir: Path) -> Path | None:
     if OPERATING_POINT not in run_names(dataset, generator, EXPERIMENTS_DIR):
         return None
@@ -37,8 +43,8 @@ def write(dataset: str, generator: str, out_dir: Path) -> Path | None:
     fig.savefig(png, dpi=110)
     atomic_write_json(png.with_suffix(".json"), {
         "dataset": dataset, "generator": generator,
-        "points": points.round(6).to_dict("records"),
-        "tau_curve": [] if curve is None else curve.round(6).to_dict("records"),
+        "points": records(points),
+        "tau_curve": [] if curve is None else records(curve),
         "summary": pareto_summary(points),
         "command": "python data_scripts/pareto.py"})
     return png

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from helpers import load_script
 
 from dynakrag_lite.experiments.pareto import (OPERATING_POINT, SCHEDULES, pareto_figure,
                                               pareto_points, pareto_summary)
@@ -59,3 +61,10 @@ def test_the_figure_draws_points_and_schedule_line(tree: Path):
     assert ax.get_xscale() == "log"
     line = next(l for l in ax.lines if l.get_label() == "stop after k acquisitions")
     assert np.allclose(line.get_xdata(), [400, 800, 1200, 1600])
+
+
+def test_pareto_script_writes_a_missing_value_as_json_null():
+    rows = load_script("pareto").records(pd.DataFrame({"run": ["uniform"], "k": [float("nan")],
+                                                       "f1": [0.1234567]}))
+    assert rows == [{"run": "uniform", "k": None, "f1": 0.123457}]
+    json.dumps(rows, allow_nan=False)  # strict JSON: raises on a NaN
