@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments.diagnostics import diagnostics
+from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, diagnosis_report,
+                                               horizon_report)
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
 from dynakrag_lite.experiments.breakdown import MIN_GROUP_N, breakdown_table
 from dynakrag_lite.experiments.results import (STARTED, TRANSFER_RUNS, best_baseline, is_partial,
@@ -770,21 +772,18 @@ def policies_section(s: pd.DataFrame, root: Path | None = None) -> str:
 def control_diagnosis_section(root: Path) -> str | None:
     """The offline control diagnosis (issue 24; ``data_scripts/control_diagnosis.py``): where
     its reports are and the verdict each writes per dataset x reader, or None before any."""
-    reports = [(f, json.loads((root / "diagnostics" / f).read_text(encoding="utf-8")))
-               for f in ("control-diagnosis.json", "control-diagnosis-horizon.json")
-               if (root / "diagnostics" / f).is_file()]
+    reports = [(DIAGNOSIS_FILE, diagnosis_report(root), lambda r: r["verdict"][-1]),
+               (HORIZON_FILE, horizon_report(root), lambda r: r["horizon"]["verdict"])]
+    reports = [(name, rep, last) for name, rep, last in reports if rep is not None]
     if not reports:
         return None
     lines = ["## Control diagnosis (offline, from the saved trajectories)\n",
              "No model call: cross-validation grouped by question on the uniform-valid "
              "rollouts of `trajectories/`. The tables are in the Markdown file beside each "
              "report; the verdicts, read off the numbers by the script:\n"]
-    for name, rep in reports:
-        lines.append(f"`diagnostics/{name}` (command: `{rep.get('command', '-')}`):\n")
-        for key, r in rep["results"].items():
-            v = r.get("verdict") or (r.get("horizon") or {}).get("verdict") or "-"
-            v = v[-1] if isinstance(v, list) else v
-            lines.append(f"- **{key}**: {v}")
+    for name, rep, last in reports:
+        lines.append(f"`{name}` (command: `{rep.get('command', '-')}`):\n")
+        lines += [f"- **{key}**: {last(r)}" for key, r in rep["results"].items()]
         lines.append("")
     return "\n".join(lines)
 

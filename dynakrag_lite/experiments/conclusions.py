@@ -28,7 +28,7 @@ import pandas as pd
 from .artifacts import EXPERIMENTS_DIR
 from .comparison import A_BETTER, COMPARATIVE
 from .headline import join_words, pair_rows, readers, short_names, support_phrase
-from .results import is_partial, read_run, run_names
+from .results import is_partial, read_run, run_names, run_status
 
 def complete_rows(table: pd.DataFrame, run: str = "dynakrag") -> pd.DataFrame:
     """The rows of a headline table for ``run`` whose run and best baseline are complete."""
@@ -159,14 +159,11 @@ def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-co
     for d, g in readers(root):
         if g != reader:
             continue
-        pairs = {name: pair_rows(d, g, name, other, root) for name in (upper, run)}
-        if any(pt is None for pt in pairs.values()):
+        pairs = [pair_rows(d, g, name, other, root) for name in (upper, run)]
+        if any(pt is None for pt in pairs) or any(
+                is_partial(run_status(d, g, name, root)["status"]) for name in (upper, run, other)):
             continue
-        f1 = {name: pt.loc["f1"] for name, pt in pairs.items()}
-        states = [read_run(d, g, name, root)[1]["status"] for name in (upper, run)]
-        if any(is_partial(x.status) for x in f1.values()) or any(map(is_partial, states)):
-            continue
-        u, r = f1[upper], f1[run]
+        u, r = (pt.loc["f1"] for pt in pairs)
         rows.append({"dataset": d, "n": int(r.n), "upper": float(u["diff"]),
                      "upper_lo": float(u.lo), "upper_hi": float(u.hi), "run": float(r["diff"]),
                      "run_lo": float(r.lo), "run_hi": float(r.hi),

@@ -225,6 +225,10 @@ def _interval_word(lo: float, hi: float) -> str:
     return "above 0" if lo > 0 else "below 0" if hi < 0 else "includes 0"
 
 
+_BEATS = {"above 0": "beats", "below 0": "is worse than",
+          "includes 0": "is not distinguishable from"}
+
+
 def horizon_verdict(h: dict) -> str:
     """One sentence read off :func:`diagnose_horizon`'s numbers: does the horizon forest beat
     uniform offline (interval of the difference above 0) and always-retrieve_more?"""
@@ -232,10 +236,8 @@ def horizon_verdict(h: dict) -> str:
     lo, hi = hf["ci_minus_uniform"]
     vs = h["horizon_minus_retrieve_more"]
     rlo, rhi = vs["ci"]
-    beats_u = {"above 0": "beats", "below 0": "is worse than",
-               "includes 0": "is not distinguishable from"}[_interval_word(lo, hi)]
-    beats_r = {"above 0": "beats", "below 0": "is worse than",
-               "includes 0": "is not distinguishable from"}[_interval_word(rlo, rhi)]
+    beats_u = _BEATS[_interval_word(lo, hi)]
+    beats_r = _BEATS[_interval_word(rlo, rhi)]
     return (f"Horizon forest (R² {h['r2_returns']:.2f} on held-out returns): estimated value "
             f"{hf['value']:.3f} SR per decision against uniform's {h['uniform']['value']:.3f} "
             f"(difference {hf['minus_uniform']:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}], "
