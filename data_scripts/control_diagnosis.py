@@ -13,10 +13,19 @@ Section 8, horizon labels (``--sections horizon`` runs it alone, in seconds): a 
 the Monte-Carlo returns of the uniform rollouts' taken actions, every chooser valued off-policy
 by importance sampling; written to ``--horizon-out`` (default: ``--out`` with ``-horizon``
 before the suffix) and its ``.md``, so a horizon-only run leaves sections 1-7 as they are.
+
+``--answer-labels FILE ...``: answer F1s added later by ``data_scripts/answer_labels.py``, each
+merged into the trajectories file its header names (by sha256; questions the replay did not
+reproduce are left out), so the stop AUC and stop-after-k use every labelled question:
+
+    python data_scripts/control_diagnosis.py \
+        --trajectories results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \
+        --answer-labels results/trajectories/hotpotqa-qwen2.5-coder-1.5b.answer-f1.jsonl
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import sys
 import time
@@ -28,7 +37,9 @@ from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
 from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
 from dynakrag_lite.training.horizon import diagnose_horizon  # noqa: E402
-from dynakrag_lite.training.files import load_training_data  # noqa: E402
+from dynakrag_lite.training.answer_labels import (merge_answer_labels,  # noqa: E402
+                                                  read_label_file)
+from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
@@ -120,8 +131,10 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
         L.append(f"| {ds} | {rd} | " + " | ".join(cells) + " |")
     L += ["", "## 4. Stop", "",
           "Continuation forest, out-of-fold AUC for \"continuing raises the final answer's "
-          "F1\" (f1 target, the 80 questions with answer F1) and \"... raises SR\" (sr target, "
-          "all questions); the rollout's last prefix (stop forced) is not scored. "
+          "F1\" (f1 target, the questions with answer F1: those the saved trajectories "
+          "answered, plus data_scripts/answer_labels.py's with --answer-labels) and \"... "
+          "raises SR\" (sr target, all questions); the rollout's last prefix (stop forced) is "
+          "not scored. "
           "Stop-after-k: answer F1 / tokens (ledger + answer call) right after the k-th "
           "acquisition **along the saved uniform rollouts** (not the learned path); "
           "a path with fewer acquisitions stops at its end (share reaching k in brackets); "
@@ -255,6 +268,27 @@ def write_report(path: Path, results: dict, settings: dict, command: str, second
     return md
 
 
+def labels_for(paths: list[Path], labels: list[Path]) -> dict[Path, Path]:
+    """{trajectories file: its labels file}, matched by the sha256 each labels header records;
+    ValueError for a labels file of none of them, or two for one."""
+    if not labels:
+        return {}
+    sha = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in paths}
+    out: dict[Path, Path] = {}
+    for lp in labels:
+        h = read_label_file(lp).header
+        if h is None:
+            raise ValueError(f"--answer-labels {lp}: no labels in it (empty or missing)")
+        p = sha.get(h.get("npz_sha256"))
+        if p is None:
+            raise ValueError(f"--answer-labels {lp}: made for a trajectories file (sha256 "
+                             f"{h.get('npz_sha256')}, {h.get('npz')}) not among --trajectories")
+        if p in out:
+            raise ValueError(f"--answer-labels {out[p]} and {lp} are both for {p}")
+        out[p] = lp
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trajectories", nargs="+", required=True, type=Path,
@@ -271,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="training questions per fold for the data-size curve (plus all)")
     ap.add_argument("--boot", type=int, default=2000,
                     help="question-level bootstrap resamples (section 8)")
+    ap.add_argument("--answer-labels", nargs="+", type=Path, default=[],
+                    help="answer F1 files of data_scripts/answer_labels.py, each merged into "
+                    "the trajectories file it was made for")
     args = ap.parse_args(argv)
+    labels = labels_for(args.trajectories, args.answer_labels)  # before hours of work
     forest = {"n_estimators": 300, "min_samples_leaf": 8, "seed": 13, "n_jobs": 1}
     settings = {"main": {"folds": args.folds, "repeats": args.repeats, "sizes": args.sizes,
                          "lambdas": list(CHOICE_LAMBDAS), "forest": forest},
@@ -280,7 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {sec: {} for sec in args.sections}
     clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
     for path in args.trajectories:
-        data = load_training_data(path)
+        raw = path.read_bytes()
+        data = load_training_data_bytes(raw, path)
+        merged = None
+        if path in labels:  # questions it did not reproduce stay without F1
+            data, merged = merge_answer_labels(data, labels[path],
+                                               npz_sha256=hashlib.sha256(raw).hexdigest())
+            merged["file"] = labels[path].as_posix()
+            print(f"{path}: answer labels {merged}", flush=True)
         key = name_of(path, data)
         for sec in args.sections:
             t, c = time.perf_counter(), time.process_time()
@@ -291,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = {"horizon": diagnose_horizon(data, folds=args.folds, n_boot=args.boot)}
                 lines = [r["horizon"]["verdict"]]
             results[sec][key] = {**r, "file": path.as_posix(), "n_questions":
-                                 len(data.questions)}
+                                 len(data.questions),
+                                 **({"answer_labels": merged} if merged else {})}
             clock[sec][0] += time.perf_counter() - t
             clock[sec][1] += time.process_time() - c
             print(f"{key[0]} {key[1]} [{sec}]: {time.perf_counter() - t:.0f} s", flush=True)

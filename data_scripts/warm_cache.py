@@ -28,7 +28,8 @@ demonstrations drawn for the whole question list) and evaluates questions ``--st
 by default, so the run and this process meet in the middle (``--forward`` keeps the run's
 order). Every choice is seeded per question, so the scratch run makes the very calls the run
 will make for those questions. Questions the run has already written to --out are left out,
-and a --out folder whose ``run.json`` records another setup is refused. The scratch folder is
+and a --out folder whose ``run.json`` records another setup or another question list (the
+checks of a resume, ``fingerprint.check_recorded_run``) is refused. The scratch folder is
 an ordinary run folder (resumable; its rows are the run's rows for those questions); delete
 it once the run is complete.
 
@@ -117,9 +118,8 @@ def check_slice(start: int, stop: int | None, n: int, what: str) -> int:
 
 def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[str]) -> int:
     from dynakrag_lite.experiments.cli import evaluation_setup
-    from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, RUN_FILE, latest_rows,
-        read_predictions)
-    from dynakrag_lite.experiments.fingerprint import fingerprint_diff
+    from dynakrag_lite.experiments.folder import PREDICTIONS_FILE, latest_rows, read_predictions
+    from dynakrag_lite.experiments.fingerprint import FingerprintError, check_recorded_run
     from dynakrag_lite.storage import relative_command
     if args.replay_only:
         raise ValueError("--replay-only: that run never calls the model; there is nothing to "
@@ -134,16 +134,16 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
     if same_folder(scratch, run.out):
         raise ValueError(f"--scratch {scratch} is the run's --out folder; the warming run "
                          "needs a folder of its own (its rows come in another order)")
-    done: set[str] = set()
-    if (run.out / RUN_FILE).exists():  # the run has started: same setup, and skip its rows
-        recorded = json.loads((run.out / RUN_FILE).read_text(encoding="utf-8"))["fingerprint"]
-        diff = fingerprint_diff(recorded, run.fingerprint())
-        if diff:
-            raise ValueError(f"{run.out} holds a run with another setup than this command's "
-                             f"(differing fields: {'; '.join(diff)}); warming would fill the "
-                             "cache with calls that run never makes")
-        done = {r["id"] for r in latest_rows(read_predictions(run.out / PREDICTIONS_FILE),
-                                             errors=False)}
+    # The run's folder, read only: the checks its resume makes (same setup, same question
+    # list), then its finished questions are skipped.
+    try:
+        check_recorded_run(run.out, run.fingerprint(), run.options["selection"],
+                           corpus=run.env.retriever.corpus)
+    except FingerprintError as e:
+        raise ValueError(f"{e}; warming for this command would fill the cache with calls "
+                         "that run never makes") from None
+    done = {r["id"] for r in latest_rows(read_predictions(run.out / PREDICTIONS_FILE),
+                                         errors=False)}
     todo = [q for q in run.questions[own.start:stop] if q.id not in done]
     if not own.forward:
         todo.reverse()

@@ -66,7 +66,7 @@ from .oracle import sr
 from .validity import valid_actions
 
 __all__ = ["CONTINUATION_TARGETS", "Sample", "PrefixSample", "TrainingData", "label",
-           "answer_f1", "collect_question", "collect", "sr"]
+           "answer_f1", "collect_question", "finish_prefixes", "collect", "sr"]
 
 CONTINUATION_TARGETS = ("f1", "sr", "onestep")
 
@@ -279,12 +279,18 @@ def collect_question(q: Question, env: Environment, seed: int = 13, continuation
                     smp.cost_tokens = float(nxt.ledger.tokens - state.ledger.tokens)
                     smp.executed = True
         state = branches[choice]
-    if prefixes:  # the last prefix is the rollout's end
+    finish_prefixes(prefixes, continuation)
+    return samples, prefixes
+
+
+def finish_prefixes(prefixes: list[PrefixSample], continuation: str) -> None:
+    """Set one rollout's ``sr_end``/``f1_end`` (its last prefix is the rollout's end) and each
+    prefix's ``gain`` (target ``continuation``); also after answer F1s are added later."""
+    if prefixes:
         end = prefixes[-1]
         for p in prefixes:
             p.sr_end, p.f1_end = end.sr_now, end.f1_now
             p.gain = float(p.target(continuation))
-    return samples, prefixes
 
 
 def collect(questions: Iterable[Question], env: Environment, seed: int = 13,

@@ -23,13 +23,16 @@ import pytest
 
 from helpers import ScriptedGenerator
 
+import dynakrag_lite.pipeline as pipeline_mod
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.data.corpus import Corpus
 from dynakrag_lite.experiments.fingerprint import (FingerprintError, corpus_sha256, prompts_digest,
     run_fingerprint)
 from dynakrag_lite.experiments.folder import (ResultsError, latest_rows, read_predictions,
     repair_predictions)
+from dynakrag_lite.experiments.cli import main as cli_main
 from dynakrag_lite.experiments.run import SUMMARY_KEYS, evaluate
+from dynakrag_lite.experiments.selection import question_selection
 from dynakrag_lite.experiments.diagnostics import diagnostics, trace_diagnostics
 from dynakrag_lite.generators.base import GeneratorError
 from dynakrag_lite.storage import LockedError
@@ -354,6 +357,119 @@ def test_predictions_without_any_fingerprint_are_refused(tmp_path):
     (out / "summary.json").unlink()
     with pytest.raises(FingerprintError, match="no fingerprint"):
         run(qs[:2], env, out)
+
+
+# -- which questions a folder is for: its split, checked apart from the fingerprint ----------
+# Through the command line (in this process): the split flags are what a resume must repeat.
+# fixed_k with the scripted generator on the library (60 questions; 10 held out).
+SPLIT_RUN = ["evaluate", "--data", "library", "--method", "fixed_k", "--generator", "scripted",
+             "--n-eval", "10"]
+
+
+@pytest.fixture
+def split_cli(monkeypatch, capsys, tmp_path):
+    """``go(*flags)``: (exit code, stderr) of ``evaluate`` into tmp_path/run with SPLIT_RUN's
+    flags, then ``flags`` (argparse: the last value of a flag counts)."""
+    monkeypatch.setattr(pipeline_mod, "make_generator",
+                        lambda spec, cache=True, **kw: ScriptedGenerator())
+
+    def go(*flags: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = cli_main([*SPLIT_RUN, *flags, "--out", str(tmp_path / "run")])
+        return code, capsys.readouterr().err
+    return go
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """Every file of a run folder with its bytes, the lock file aside (it holds the pid)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != ".lock"}
+
+
+@pytest.mark.parametrize("change, field, recorded, new", [
+    (["--n-eval", "12"], "n_eval (--n-eval)", "10", "12"),
+    (["--split-seed", "1"], "split_seed (--split-seed)", "0", "1"),
+    (["--offset", "1"], "offset (--offset)", "0", "1")])
+def test_resume_that_selects_other_questions_is_refused_and_leaves_the_folder_byte_identical(
+        split_cli, tmp_path, change, field, recorded, new):
+    assert split_cli("--limit", "2")[0] == 0
+    out = tmp_path / "run"
+    before = folder_files(out)
+    code, err = split_cli("--limit", "2", *change)
+    assert code == 2
+    assert str(out / "run.json") in err and 'field "selection"' in err
+    assert f"selection.{field}: recorded {recorded}, this command {new}" in err
+    assert "only --limit may change" in err
+    assert folder_files(out) == before
+
+
+def test_resume_with_only_a_larger_limit_extends_the_run(split_cli, tmp_path):
+    out = tmp_path / "run"
+    assert split_cli("--limit", "2")[0] == 0
+    first, run_json = lines_of(out / "predictions.jsonl"), (out / "run.json").read_bytes()
+    assert json.loads(run_json)["selection"] == {"split": "eval", "n_eval": 10,
+                                                 "split_seed": 0, "offset": 0}  # no limit
+    assert split_cli("--limit", "4")[0] == 0
+    rows = lines_of(out / "predictions.jsonl")
+    assert len(rows) == 4 and rows[:2] == first
+    assert (out / "run.json").read_bytes() == run_json
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["n_expected"] == 4 and summary["run"]["complete"]
+
+
+def _as_written_before_the_selection_field(out: Path, summary_command: str | None = None):
+    """The folder as an earlier version left it: no "selection" in run.json or the summary
+    (``summary_command``: the latest run's command, when it differed from the first's)."""
+    record = json.loads((out / "run.json").read_text())
+    record.pop("selection", None)
+    (out / "run.json").write_text(json.dumps(record))
+    summary = json.loads((out / "summary.json").read_text())
+    summary["run"].pop("selection", None)
+    if summary_command is not None:
+        summary["run"]["command"] = summary_command
+    (out / "summary.json").write_text(json.dumps(summary))
+
+
+def test_folder_written_before_the_selection_field_resumes_and_its_command_guards_it(
+        split_cli, tmp_path):
+    out = tmp_path / "run"
+    assert split_cli("--limit", "2")[0] == 0
+    _as_written_before_the_selection_field(out)
+    run_json = (out / "run.json").read_bytes()
+    assert split_cli("--limit", "3")[0] == 0
+    assert len(lines_of(out / "predictions.jsonl")) == 3
+    assert (out / "run.json").read_bytes() == run_json  # not rewritten to add the field
+    # its recorded command stands for the field: another --n-eval is still refused
+    before = folder_files(out)
+    code, err = split_cli("--limit", "3", "--n-eval", "12")
+    assert code == 2 and "derived from its command" in err and str(out / "run.json") in err
+    assert "selection.n_eval (--n-eval): recorded 10, this command 12" in err
+    assert folder_files(out) == before
+
+
+def test_folder_extended_under_another_split_by_an_earlier_version_resumes_with_either(
+        split_cli, tmp_path):
+    """As four committed HotpotQA folders were: started with the default --n-eval, extended
+    with --n-eval 150 (their summary.json says so). Both commands still resume them."""
+    out = tmp_path / "run"
+    assert split_cli("--limit", "2")[0] == 0
+    latest = json.loads((out / "summary.json").read_text())["run"]["command"]
+    _as_written_before_the_selection_field(out, latest.replace("--n-eval 10", "--n-eval 12"))
+    assert split_cli("--limit", "2", "--n-eval", "12")[0] == 0  # the latest command's
+    before = folder_files(out)
+    code, err = split_cli("--limit", "2", "--n-eval", "14")  # neither
+    assert code == 2 and "recorded 10, this command 14" in err and \
+        "recorded 12, this command 14" in err
+    assert folder_files(out) == before
+    assert split_cli("--limit", "2")[0] == 0  # the first command's (run.json)
+
+
+def test_folder_that_records_no_selection_nor_command_is_not_checked(tmp_path):
+    """A run started from Python without split options: as before the field existed."""
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    run(qs[:1], env, out)
+    assert "selection" not in json.loads((out / "run.json").read_text())
+    assert run(qs[:2], env, out, selection=question_selection("eval", 10, 0, 0))["n"] == 2
 
 
 def test_default_policy_is_only_the_exact_file(tmp_path):

@@ -15,6 +15,8 @@ from dynakrag_lite.data.sources import data_dir, load_dataset
 from dynakrag_lite.experiments.fingerprint import (LEGACY_PROMPTS, FingerprintError,
                                                     corpus_sha256, legacy_corpus_hash,
                                                     prompts_digest, upgrade)
+from dynakrag_lite.experiments.selection import (question_selection, recorded_selection,
+                                                  selection_from_command)
 from dynakrag_lite.storage import sha256_file
 
 from test_experiments import lexical_env, run
@@ -104,6 +106,19 @@ def test_a_version_1_record_with_another_prompts_file_is_refused(tmp_path):
     (out / "run.json").write_text(json.dumps({"fingerprint": old}))
     with pytest.raises(FingerprintError, match="prompts_sha256.*not known"):
         run(qs[:2], env, out)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_committed_run_folders_accept_the_split_of_the_commands_they_record(path: Path):
+    """The split of each command a committed folder records (run.json's first, summary.json's
+    latest; most predate the "selection" field) is one a resume may use, and no other."""
+    run_json = json.loads(path.read_text())
+    summary = json.loads((path.parent / "summary.json").read_text())["run"]
+    allowed = [a for a, _ in recorded_selection([("run.json", run_json),
+                                                 ("summary.json", summary)])]
+    for record in (run_json, summary):
+        assert selection_from_command(record["command"]) in allowed
+    assert question_selection("eval", 99, 0, 0) not in allowed
 
 
 @pytest.mark.skipif(data_dir() is None, reason="benchmark data folder not available")

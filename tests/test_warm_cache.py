@@ -187,6 +187,26 @@ def test_questions_the_run_has_written_are_skipped_and_another_setup_is_refused(
     assert fake.prompts == [] and not (tmp_path / "s2").exists()
 
 
+def test_a_run_folder_of_another_question_list_is_refused_as_a_resume_would_be(
+        backend, warm, tmp_path, capsys):
+    """The run's folder was started on another split (another --split-seed): the same check
+    as the run's resume refuses it, before any call, and neither folder is touched."""
+    run = [*EVAL, "--method", "uniform"]
+    out, scratch = tmp_path / "run", tmp_path / "scratch"
+    backend.use("a")
+    assert main([*run, "--limit", "2", "--split-seed", "1", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
+    fake = backend.use("empty")
+    capsys.readouterr()
+    assert warm.main(["evaluate", "--start", "2", "--scratch", str(scratch), "--", *run,
+                      "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "another question list" in err and str(out / "run.json") in err
+    assert "selection.split_seed (--split-seed): recorded 1, this command 0" in err
+    assert fake.prompts == [] and not scratch.exists()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"} == before
+
+
 @pytest.mark.parametrize("spelling", ["same", "other_spelling", "default_out"])
 def test_scratch_folder_that_is_the_run_folder_is_refused(backend, warm, tmp_path, capsys,
                                                           monkeypatch, spelling):

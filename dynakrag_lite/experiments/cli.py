@@ -4,7 +4,7 @@
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N] [--workers N]
-                    [--save-data FILE.npz | --from-data FILE.npz]
+                    [--save-data FILE.npz | --from-data FILE.npz [--answer-labels F.jsonl]]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -25,7 +25,9 @@ into ``results/policies`` in its manifest (:mod:`dynakrag_lite.experiments.artif
 (``policy.check_policy``). ``--policy`` with ``uniform`` or ``oracle`` takes only the policy's
 calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate``
 resumes into ``--out`` (see :mod:`dynakrag_lite.experiments.run`): it refuses a folder of
-another setup, a folder another process is evaluating into, and a damaged predictions file;
+another setup or of other questions (split options but ``--limit``:
+:mod:`dynakrag_lite.experiments.selection`), a folder another process is evaluating into, and a
+damaged predictions file;
 questions that failed are retried. Recorded commands have relative paths and no credentials
 (``storage.relative_command``).
 
@@ -67,6 +69,7 @@ from .artifacts import default_policy_path, display_path, register_policy
 from .folder import output_problem
 from .maintenance import add_maintenance_commands
 from .run import METHODS, FailedQuestionsWarning, evaluate, evaluation_fingerprint
+from .selection import NON_NEGATIVE, add_split_options, selection_of
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
@@ -86,37 +89,6 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vectors", default=None, metavar="FILE.npy",
                    help="stream the corpus embeddings to this file (reused by a later build "
                    "with another --index-factory) instead of holding them in memory")
-
-
-def _int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``low`` (argparse names the flag in its error)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(
-                f"must be {'a positive integer' if low == 1 else f'an integer >= {low}'}, "
-                f"got {value}")
-        return value
-    return parse
-
-
-POSITIVE = _int_at_least(1)
-NON_NEGATIVE = _int_at_least(0)
-
-
-def _add_split(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--split", choices=("train", "eval", "all"), default=default)
-    p.add_argument("--n-eval", type=POSITIVE, default=100,
-                   help="questions held out for evaluation (at most half of the file)")
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--offset", type=NON_NEGATIVE, default=0,
-                   help="skip the first M questions of the split (before --limit), e.g. to "
-                   "measure on training questions a policy was not trained on")
-    p.add_argument("--limit", type=POSITIVE, default=None,
-                   help="first N questions of the split")
 
 
 def _add_control(p: argparse.ArgumentParser) -> None:
@@ -258,7 +230,8 @@ def training_recipe(args: argparse.Namespace) -> TrainingRecipe:
         veto_thresholds=_floats(args.veto_thresholds), stop_rule=args.stop_rule,
         token_price=args.token_price,
         lam=args.lam, veto_threshold=args.veto_threshold, save_data=args.save_data,
-        from_data=args.from_data, workers=args.workers, argv=list(args.argv))
+        from_data=args.from_data, answer_labels=args.answer_labels, workers=args.workers,
+        argv=list(args.argv))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -279,7 +252,7 @@ class EvaluationSetup:
     """What an ``evaluate`` command runs (:func:`evaluation_setup`): its questions in order,
     its run folder, and every other argument it passes to :func:`experiments.run.evaluate`
     (``options``: method, env, policy, dataset, generator, fixed_k, seed, run_info,
-    data_sha256, policy_sha256, summary_extra, demos, workers)."""
+    data_sha256, policy_sha256, summary_extra, demos, workers, selection)."""
     questions: list[Question]
     out: Path
     options: dict
@@ -372,7 +345,9 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
                   "config": dict(env.config.__dict__)},
         data_sha256=data_sha256(args.data, args.data_dir),
         policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
-        summary_extra=extra, demos=demos, workers=args.workers))
+        summary_extra=extra, demos=demos, workers=args.workers,
+        # which questions: compared on resume, apart from the fingerprint (selection.py)
+        selection=selection_of(args)))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -419,6 +394,10 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       "saved by --save-data (no model call, no index), cut to this "
                       "split's training questions (--n-eval, --offset, --limit); "
                       "refused when the file was collected under other settings")
+    p.add_argument("--answer-labels", default=None, metavar="FILE.jsonl",
+                   help="with --from-data: merge the answer F1s of data_scripts/"
+                   "answer_labels.py (made for that file) first; the policy's meta "
+                   "records the file and its sha256")
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -496,13 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("index", help="build (or load) the dense index of a corpus")
     _add_data(p)
-    _add_split(p, "all")
+    add_split_options(p, "all")
     p.add_argument("--out", dest="index_dir", default=None,
                    help="index folder (default: a cache folder keyed by corpus and embedder)")
     p.set_defaults(func=cmd_index)
     p = sub.add_parser("retrieval-eval", help="support recall of one-shot retrieval")
     _add_data(p)
-    _add_split(p, "all")
+    add_split_options(p, "all")
     p.add_argument("--k", default="3,6,12")
     p.set_defaults(func=cmd_retrieval_eval)
     p = sub.add_parser("generate", help="one chat call through a generator")
@@ -515,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  ("evaluate", cmd_evaluate, "eval", _add_evaluate)):
         p = sub.add_parser(name)
         _add_data(p)
-        _add_split(p, split)
+        add_split_options(p, split)
         _add_control(p)
         p.add_argument("--generator", required=True)
         p.add_argument("--seed", type=int, default=13)

@@ -21,6 +21,10 @@ the old record proves the same setup:
 
 A folder whose ``run.json`` is missing takes its fingerprint from ``summary.json`` (which every
 run rewrites after each question); predictions with no fingerprint anywhere are refused.
+
+Which questions a folder is for (its split: ``--split``, ``--n-eval``, ``--split-seed``,
+``--offset``) is checked next to the fingerprint but kept out of it, so that committed folders
+stay resumable: :mod:`dynakrag_lite.experiments.selection`.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from ..data.corpus import Corpus, doc_id_for
 from ..state import RetrievedDoc
 from ..storage import atomic_write_json, redact, sha256_file
 from .folder import PREDICTIONS_FILE, RUN_FILE, SUMMARY_FILE
+from .selection import SELECTION_FIELD, recorded_selection, selection_diff
 
 FINGERPRINT_VERSION = 2
 
@@ -251,15 +256,21 @@ def upgrade(old: dict, corpus: Corpus | None) -> dict:
     return new
 
 
-def recorded_fingerprint(out: Path) -> tuple[dict | None, str]:
-    """(the fingerprint recorded in ``out``, where it was found): run.json, else summary.json
-    (written with every question), else (None, "")."""
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
+    """(the fingerprint recorded in ``out``, the file it was found in, the folder's run
+    records as (where, record): run.json and summary.json's ``"run"`` block, which hold its
+    commands and question selection)."""
     for name in (RUN_FILE, SUMMARY_FILE):
         path = out / name
         if not path.exists():
             continue
         try:
-            fp = json.loads(path.read_text(encoding="utf-8"))["fingerprint"]
+            data = _read_json(path)
+            fp = data["fingerprint"]
             if not isinstance(fp, dict):
                 raise TypeError("not an object")
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -267,30 +278,41 @@ def recorded_fingerprint(out: Path) -> tuple[dict | None, str]:
                 f"{path}: unreadable run fingerprint ({e}); refusing to resume into this "
                 f"folder. Restore the file (e.g. `git checkout -- {path}`) or evaluate into "
                 "another --out folder") from None
-        return fp, name
-    return None, ""
+        records = [(str(path), data)] if name == RUN_FILE else []
+        try:  # the summary only adds evidence: an unreadable one is no record
+            run = _read_json(out / SUMMARY_FILE).get("run")
+        except (OSError, ValueError, AttributeError):
+            run = None
+        if isinstance(run, dict):
+            records.append((f'{out / SUMMARY_FILE} ("run")', run))
+        return fp, name, records
+    return None, "", []
 
 
-def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = None,
-                     corpus: Corpus | None = None) -> dict:
-    """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint.
+def recorded_fingerprint(out: Path) -> tuple[dict | None, str]:
+    """(the fingerprint recorded in ``out``, where it was found): run.json, else summary.json
+    (written with every question), else (None, "")."""
+    fp, source, _ = _recorded(Path(out))
+    return fp, source
 
-    The recorded fingerprint comes from run.json, or from summary.json when run.json was
-    lost; a version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus)
-    and, when equal, run.json is rewritten in version 2 with the old record kept under
-    ``"upgraded_from"``. Predictions without any recorded fingerprint are refused."""
+
+def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | None = None,
+                       corpus: Corpus | None = None) -> tuple[dict | None, dict | None, str]:
+    """The checks of a resume into ``out``, reading only (nothing in the folder is written):
+    :class:`FingerprintError` when it records another setup than ``fingerprint`` or, with
+    ``selection`` (:mod:`dynakrag_lite.experiments.selection`), another question list, or
+    predictions with no fingerprint at all. Returns (the recorded fingerprint, it upgraded to
+    today's terms, the file it was found in); (None, None, "") for a folder with no run.
+    :func:`check_run_folder` and data_scripts/warm_cache.py both check with it."""
     out = Path(out)
-    path = out / RUN_FILE
-    old, source = recorded_fingerprint(out)
+    old, source, records = _recorded(out)
     if old is None:
         if (out / PREDICTIONS_FILE).exists() and (out / PREDICTIONS_FILE).stat().st_size:
             raise FingerprintError(
                 f"{out / PREDICTIONS_FILE} has rows but the folder records no fingerprint "
                 f"(no {RUN_FILE}, no {SUMMARY_FILE}): their setup cannot be checked. Move "
                 "them away or evaluate into another --out folder")
-        atomic_write_json(path, {"fingerprint": fingerprint, "command": command,
-                                 "created_at": _now()})
-        return fingerprint
+        return None, None, ""
     seen = upgrade(old, corpus)
     diff = fingerprint_diff(seen, fingerprint)
     if diff:
@@ -298,8 +320,41 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
             f"{out} holds a run with another setup (recorded in {source}); differing fields: "
             + "; ".join(diff) + ". Evaluate into another --out folder: resuming would mix "
             "results of two setups")
+    # Which questions: compared apart from the fingerprint (a folder recorded before the
+    # field existed has it derived from its commands, or is not checked; see selection.py).
+    allowed = recorded_selection(records) if selection is not None else []
+    if allowed and selection not in [a for a, _ in allowed]:
+        said = [f"{'; '.join(selection_diff(a, selection))} (in {where})"
+                for a, where in allowed]
+        raise FingerprintError(
+            f"{out} holds the rows of another question list than this command selects: "
+            + ", or ".join(said) + ". Resuming would mix rows of two question lists in one "
+            "predictions file; run with the folder's split options (only --limit may change: "
+            "a larger one extends the run) or evaluate into another --out folder")
+    return old, seen, source
+
+
+def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = None,
+                     corpus: Corpus | None = None, selection: dict | None = None) -> dict:
+    """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
+    or, with ``selection``, a different question list (:func:`check_recorded_run`).
+
+    The recorded fingerprint comes from run.json, or from summary.json when run.json was
+    lost; a version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus)
+    and, when equal, run.json is rewritten in version 2 with the old record kept under
+    ``"upgraded_from"``. Predictions without any recorded fingerprint are refused. A run.json
+    without a ``"selection"`` is left so (its command stands for it)."""
+    out = Path(out)
+    path = out / RUN_FILE
+    old, seen, source = check_recorded_run(out, fingerprint, selection, corpus)
+    record = {"fingerprint": fingerprint, "command": command}
+    if selection is not None:
+        record[SELECTION_FIELD] = selection
+    record["created_at"] = _now()
+    if old is None:
+        atomic_write_json(path, record)
+        return fingerprint
     if source != RUN_FILE or seen is not old:
-        record = {"fingerprint": fingerprint, "command": command, "created_at": _now()}
         if seen is not old:
             record["upgraded_from"] = old
         if source != RUN_FILE:

@@ -25,6 +25,9 @@ A run folder ``DIR`` holds:
   method, generator, embedder, corpus, policy, budgets, selector, prompts, data file,
   fixed_k, seed), written atomically. Resuming into a folder with another fingerprint is
   refused, listing the fields that differ, so results of two setups never mix in one file.
+  Next to it, not in it, ``"selection"``: which questions the rows are for (the split
+  options; :mod:`dynakrag_lite.experiments.selection`); a resume that selects another
+  question list is refused too, while another ``--limit`` (more of the same list) is not.
 * ``DIR/summary.json``: metric means over the latest real row of each requested question
   (error rows excluded, counted in ``"errors"``), ``"diagnostics"``
   (:func:`dynakrag_lite.experiments.diagnostics.diagnostics`), the fingerprint and a ``"run"``

@@ -42,6 +42,7 @@ from .diagnostics import diagnostics, trace_diagnostics
 from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_error, latest_rows,
     read_predictions, repair_predictions)
 from .fingerprint import check_run_folder, run_fingerprint
+from .selection import SELECTION_FIELD
 
 METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
 
@@ -174,7 +175,8 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
              policy=None, dataset: str = "", generator: str = "", fixed_k: int | None = None,
              seed: int = 13, progress: bool = True, run_info: dict | None = None, *,
              data_sha256: str | None = None, policy_sha256: str | None = None,
-             summary_extra: dict | None = None, demos=None, workers: int = 1) -> dict:
+             summary_extra: dict | None = None, demos=None, workers: int = 1,
+             selection: dict | None = None) -> dict:
     """Run ``method`` on every question of ``questions`` not yet done in ``out_dir`` (see the
     module docstring for the folder's files); return the summary.
 
@@ -186,7 +188,13 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
 
     ``workers``: questions run at once (module docstring); > 1 needs a server generator
     (:func:`check_workers`, refused before the folder is touched). It is not part of the
-    fingerprint: rows do not depend on it, so a run may be resumed with another value."""
+    fingerprint: rows do not depend on it, so a run may be resumed with another value.
+
+    ``selection``: which questions ``questions`` are (the command's split options,
+    :mod:`dynakrag_lite.experiments.selection`), recorded in run.json and the summary's
+    ``"run"`` block; a folder that records another one is refused (:class:`FingerprintError`)
+    before any question runs, so rows of two question lists never mix. None (a caller without
+    split options): not recorded, not checked."""
     check_workers(workers, env.generator)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,7 +208,7 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
         # and a folder of another setup is refused before its torn line is cut.
         read_predictions(pred_path, complete=True)  # a stub row is not a finished question
         check_run_folder(out, fingerprint, (run_info or {}).get("command"),
-                         corpus=env.retriever.corpus)
+                         corpus=env.retriever.corpus, selection=selection)
         rows = repair_predictions(pred_path)
         latest = {r["id"]: r for r in latest_rows(rows)}
         todo = [q for q in questions if q.id not in latest or is_error(latest[q.id])]
@@ -213,7 +221,9 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
             summary["fingerprint"] = fingerprint
             summary.update(summary_extra or {})
             n_ok = summary["n"]
-            summary["run"] = {**(run_info or {}), "n_expected": len(wanted),
+            # the selection too: a folder whose run.json is lost is restored from here
+            selected = {SELECTION_FIELD: selection} if selection is not None else {}
+            summary["run"] = {**(run_info or {}), **selected, "n_expected": len(wanted),
                               "complete": n_ok == len(wanted), "workers": workers,
                               "finished_at": datetime.now(timezone.utc).isoformat(
                                   timespec="seconds")}

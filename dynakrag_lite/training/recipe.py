@@ -14,7 +14,9 @@ all on the training split.
   (:func:`collection_run`) and the sufficiency calibration states; ``--from-data``
   (:func:`data_from_file`) rebuilds a policy from such a file without a model call, refusing a
   file collected under other settings (:func:`from_data_problems`) and keeping only this
-  split's training questions (:func:`split_ids`).
+  split's training questions (:func:`split_ids`); with ``--answer-labels FILE`` the answer F1s
+  of ``data_scripts/answer_labels.py`` are merged in first (:mod:`.answer_labels`), and the
+  policy's meta records the file and its sha256.
 
 Chapters 7-9 build the same pieces by hand; chapter 13 describes the tuning.
 """
@@ -37,6 +39,7 @@ from ..retriever import DEFAULT_EMBEDDER
 from ..storage import redact, relative_command, sha256_file
 from ..sufficiency import SufficiencySignal
 from ..trajectories import TrainingData, collect
+from .answer_labels import merge_answer_labels
 from .calibration import train_signal
 from .files import build_calibration, load_training_data_bytes, save_training_data
 from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
@@ -145,6 +148,7 @@ class TrainingRecipe:
     veto_threshold: float | None = None  # fixed: no tuning of the threshold
     save_data: str | Path | None = None  # also write the trajectories here
     from_data: str | Path | None = None  # collect nothing: read them from here
+    answer_labels: str | Path | None = None  # with from_data: answer F1s merged in
     workers: int = 1
     argv: list[str] = field(default_factory=list)  # the command line, for the records
 
@@ -237,6 +241,11 @@ def data_from_file(recipe: TrainingRecipe
                          "'run' metadata (dataset, generator, embedder, doc_chars, "
                          "per_action, seed, ...) needed to check it against this run; "
                          "collect the trajectories again with train --save-data")
+    labels = None
+    if recipe.answer_labels:  # before the cut: the labels are per question of the file
+        data, labels = merge_answer_labels(data, recipe.answer_labels,
+                                           npz_sha256=hashlib.sha256(raw).hexdigest())
+        labels["file"] = relative_command([str(recipe.answer_labels)], prefix="")
     questions = load_dataset(o.data, data_root=o.data_dir)
     dataset = questions[0].dataset
     config = ControlConfig.for_dataset(dataset, **recipe.control)
@@ -284,7 +293,8 @@ def data_from_file(recipe: TrainingRecipe
     extra = {"from_data": shown, "from_data_sha256": hashlib.sha256(raw).hexdigest(),
              "from_data_questions": counts,
              "collection": {k: data.run.get(k) for k in ("command", "split")},
-             "sufficiency_recalibrated": recalibrated, "run_metadata_from": "from_data"}
+             "sufficiency_recalibrated": recalibrated, "run_metadata_from": "from_data",
+             **({"answer_labels": labels} if labels else {})}
     return data, signal, dataset, extra, counts
 
 
@@ -340,6 +350,9 @@ def train(recipe: TrainingRecipe) -> tuple[Policy, Path, dict]:
     tune lambda and the veto threshold by cross-validation (all on the training split), fit
     and save the policy to ``recipe.out``. Returns (policy, its path, the run's report)."""
     check_workers(recipe.workers, recipe.generator)  # from the spec: before anything loads
+    if recipe.answer_labels and not recipe.from_data:
+        raise ValueError("--answer-labels adds answer F1s to saved trajectories: it needs "
+                         "--from-data FILE.npz")
     extra: dict = {}
     if recipe.from_data:
         data, signal, dataset, cfg, model_id, train_ids, extra = _read(recipe)
@@ -382,5 +395,6 @@ def train(recipe: TrainingRecipe) -> tuple[Policy, Path, dict]:
               "lam": lam, "veto_threshold": thr, "stop_rule": recipe.stop_rule,
               **({"from_data": extra["from_data"],
                   "from_data_questions": extra["from_data_questions"]}
-                 if recipe.from_data else {})}
+                 if recipe.from_data else {}),
+              **({"answer_labels": extra["answer_labels"]} if "answer_labels" in extra else {})}
     return pol, path, report

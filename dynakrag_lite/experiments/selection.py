@@ -1,0 +1,152 @@
+"""Which questions a run folder is for: the split options of an ``evaluate`` command
+(``--split``, ``--n-eval``, ``--split-seed``, ``--offset``), recorded in ``DIR/run.json`` under
+``"selection"`` and compared when a run resumes into the folder
+(:func:`dynakrag_lite.experiments.fingerprint.check_recorded_run`), so that rows of two
+question lists never mix in one predictions file.
+
+Not part of the fingerprint, on purpose: the fingerprint is what decides each question's row;
+the selection, which questions the rows are for. Hashing it in would make every folder written
+before the field existed refuse to resume. ``--limit`` is not part of it either: a larger limit
+evaluates more of the same list, which is how runs are extended.
+
+A folder written before the field existed has its selection derived from the commands it
+records (:func:`recorded_selection`: run.json's first, summary.json's latest), each parsed with
+the very options the command line defines (:func:`add_split_options`, so with the defaults it
+ran with). A folder with neither field nor command (a run started from Python) is not checked,
+as before the field existed. A run.json without the field is not rewritten to add it (unless
+it is rewritten anyway: a version-1 upgrade, a restore from summary.json).
+
+``--n-eval`` is recorded as given: a value above half the file is capped by the split (a notice
+says so), so two values above the cap select the same list yet are refused as different.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Callable, Sequence
+
+SELECTION_FIELD = "selection"
+# The flag behind each recorded field, for messages that say what to type.
+FLAGS = {"split": "--split", "n_eval": "--n-eval", "split_seed": "--split-seed",
+         "offset": "--offset"}
+EVALUATE_SPLIT = "eval"  # evaluate's default --split (run folders are evaluate's only)
+
+
+# -- the command line's split options -------------------------------------------------------
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low`` (argparse names the flag in its error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"must be {'a positive integer' if low == 1 else f'an integer >= {low}'}, "
+                f"got {value}")
+        return value
+    return parse
+
+
+POSITIVE = _int_at_least(1)
+NON_NEGATIVE = _int_at_least(0)
+
+
+def add_split_options(p: argparse.ArgumentParser, default: str) -> None:
+    """The split options of a command (``default``: its ``--split``). Defined here so that a
+    recorded command is read with the same flags and defaults it ran with."""
+    p.add_argument("--split", choices=("train", "eval", "all"), default=default)
+    p.add_argument("--n-eval", type=POSITIVE, default=100,
+                   help="questions held out for evaluation (at most half of the file)")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--offset", type=NON_NEGATIVE, default=0,
+                   help="skip the first M questions of the split (before --limit), e.g. to "
+                   "measure on training questions a policy was not trained on")
+    p.add_argument("--limit", type=POSITIVE, default=None,
+                   help="first N questions of the split")
+
+
+# -- the record ---------------------------------------------------------------------------------
+def question_selection(split: str, n_eval: int | None, split_seed: int | None,
+                       offset: int | None) -> dict:
+    """The record of which questions a run takes: ``{"split", "n_eval", "split_seed",
+    "offset"}``. With ``--split all`` every question is taken whatever is held out, so
+    ``n_eval`` and ``split_seed`` are None there (changing them selects the same list)."""
+    held_out = split != "all"
+    return {"split": split, "n_eval": n_eval if held_out else None,
+            "split_seed": split_seed if held_out else None, "offset": offset or 0}
+
+
+def selection_of(args: argparse.Namespace) -> dict:
+    """:func:`question_selection` of a parsed command's split options."""
+    return question_selection(args.split, args.n_eval, args.split_seed, args.offset)
+
+
+class _RecordParser(argparse.ArgumentParser):
+    def error(self, message: str):  # a record that cannot be read: "not known", never an exit
+        raise ValueError(message)
+
+
+def selection_from_command(command: str | None) -> dict | None:
+    """The selection of a recorded ``evaluate`` command (``python -m dynakrag_lite evaluate
+    ...``, or data_scripts/warm_cache.py's ``... -- <the run's arguments>``); None when there
+    is no command or it cannot be read as one."""
+    if not isinstance(command, str) or not command.strip():
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if "--" in words:  # warm_cache.py: the run's own command line follows "--"
+        words = words[words.index("--") + 1:]
+    if "dynakrag_lite" in words[:3]:
+        words = words[words.index("dynakrag_lite") + 1:]
+    if words and words[0] == "evaluate":
+        words = words[1:]
+    elif words and not words[0].startswith("-"):  # another command: not a run folder's
+        return None
+    parser = _RecordParser(add_help=False)
+    add_split_options(parser, EVALUATE_SPLIT)
+    try:
+        args, _ = parser.parse_known_args(words)  # the other options are not ours to read
+    except ValueError:
+        return None
+    return selection_of(args)
+
+
+def recorded_selection(records: Sequence[tuple[str, dict]]) -> list[tuple[dict, str]]:
+    """The selections a folder's records allow, each with where it is recorded.
+    ``records``: (where, record) of its run.json, then of its summary.json's ``"run"`` block
+    (either may be missing).
+
+    A record's selection is its ``"selection"`` field, else the one its ``"command"`` makes.
+    The first record's field, when present, decides alone (run.json is written once, with the
+    folder). Otherwise the folder was written before the field existed, and each record's is
+    allowed: run.json's command is the run's first, summary.json's its latest (every run
+    rewrites the summary), and an earlier version let a resume change the split, so a folder
+    extended so (its rows are the latest command's questions) stays resumable with either.
+    [] when nothing is known: not checked, as before the field existed."""
+    allowed: list[tuple[dict, str]] = []
+    for i, (where, record) in enumerate(records):
+        if isinstance(record.get(SELECTION_FIELD), dict):
+            found = (record[SELECTION_FIELD], f'{where}, field "{SELECTION_FIELD}"')
+            if i == 0:
+                return [found]
+        else:
+            derived = selection_from_command(record.get("command"))
+            if derived is None:
+                continue
+            found = (derived, f"{where}, derived from its command (recorded before the "
+                              f'"{SELECTION_FIELD}" field existed)')
+        if found[0] not in [a for a, _ in allowed]:
+            allowed.append(found)
+    return allowed
+
+
+def selection_diff(recorded: dict, new: dict) -> list[str]:
+    """Human-readable differences ``selection.FIELD (--flag): recorded X, this command Y``."""
+    def shown(d: dict, k: str) -> str:
+        return repr(d[k]) if k in d else "(absent)"
+    return [f"{SELECTION_FIELD}.{k} ({FLAGS.get(k, k)}): recorded {shown(recorded, k)}, "
+            f"this command {shown(new, k)}"
+            for k in sorted(set(recorded) | set(new)) if recorded.get(k) != new.get(k)]

@@ -1,0 +1,515 @@
+"""Answer-utility labels for saved trajectories: the reader's answer F1 at every prefix of the
+questions a ``train --save-data`` file holds without it, computed later, resumably.
+
+``train --continuation-questions N`` makes answer calls on the first N training questions only
+(with a 1.5B reader each costs minutes), so the other questions' prefixes have ``f1_now`` NaN.
+:func:`label_questions` adds them without collecting again:
+
+* **Replay, not re-collection.** The file records the action the rollout took at every step
+  (``Sample.chosen``). From ``initial_state`` the chosen actions are applied in order on the
+  training run's environment (:func:`dynakrag_lite.training.recipe.training_setup`: same
+  index, reader and calibrated sufficiency signal), so the counterfactual branches, most of
+  collection's cost, are not run again. At each state with documents (where
+  ``collect_question`` records a prefix) one answer call gives ``answer_f1``.
+* **Reproduction check.** Each replayed prefix's state features (as ``PrefixSample.features``
+  is built) and SR must equal the file's (tolerance 1e-6, relative to values above 1). A
+  question that differs is kept with ``reproduced: false`` and its first difference
+  (``mismatch``); :func:`merge_answer_labels` leaves it out unless asked.
+* **One row per question, appended.** The labels live in a JSONL file, not in the machine-local
+  LLM call cache, so a run can stop and continue anywhere: line 1 is a header (the
+  trajectories file's sha256, the collection command, the reader's model id, the label kind;
+  a resume under another header is refused), then one row per question, flushed and fsynced
+  as soon as the question is done. A truncated last line (a killed run) is reported and cut
+  off, and its question redone; a corrupt line before it is an error. Earlier lines are never
+  rewritten. The file is locked (``flock``) while a run appends to it.
+
+Row: ``{"qid", "reproduced", "mismatch": null | {"prefix", "step", "field", "npz",
+"replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}`` (NaN is
+written as null).
+
+:func:`merge_answer_labels` / :func:`with_answer_labels` put the labels into a
+:class:`~dynakrag_lite.trajectories.TrainingData` (``f1_now``, ``answer_tokens``, then
+``f1_end`` and the gains as ``collect_question`` sets them): ``data_scripts/
+control_diagnosis.py --answer-labels`` and ``train --from-data X.npz --answer-labels FILE``
+use them. ``data_scripts/answer_labels.py`` is the command line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..actions import apply_action
+from ..config import Environment
+from ..data.corpus import gold_titles
+from ..data.schema import Question
+from ..features import state_features
+from ..oracle import sr
+from ..state import initial_state
+from ..storage import LockedError
+from ..trajectories import PrefixSample, TrainingData, answer_f1, finish_prefixes
+from ..validity import valid_actions
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None
+
+__all__ = ["KIND", "FORMAT", "HEADER_FIELDS", "AnswerLabelError", "LabelFile", "LabelPlan",
+           "default_label_path", "make_header", "read_label_file", "check_header",
+           "plan_labels", "replay_question", "label_questions", "merge_answer_labels",
+           "with_answer_labels"]
+
+KIND = "answer_f1"
+FORMAT = 1
+# The header fields a resume must match (the "npz" path may differ between machines).
+HEADER_FIELDS = ("answer_labels", "kind", "npz_sha256", "command", "generator_model_id")
+# Retrieval scores are float32: the same documents scored on another machine or after an
+# index rebuild differ by ~1e-8 (measured: 4e-8 on a HotpotQA score_mean); another document
+# changes the features by far more.
+TOLERANCE = 1e-6
+ROW_FIELDS = ("qid", "reproduced", "mismatch", "prefixes", "seconds")
+
+
+class AnswerLabelError(ValueError):
+    """A labels file that cannot be used (corrupt, of other trajectories, another header)."""
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def default_label_path(npz: str | Path) -> Path:
+    """``<dir>/<name>.answer-f1.jsonl`` beside the trajectories file ``<dir>/<name>.npz``."""
+    npz = Path(npz)
+    return npz.with_name(f"{npz.stem}.answer-f1.jsonl")
+
+
+def make_header(npz_sha256: str, command: str, generator_model_id: str | None,
+                npz: str | None = None) -> dict:
+    """Line 1 of a labels file (``npz``: the trajectories file's path, for the reader only)."""
+    return {"answer_labels": FORMAT, "kind": KIND, "npz_sha256": npz_sha256,
+            "command": command, "generator_model_id": generator_model_id, "npz": npz}
+
+
+# -- the file ----------------------------------------------------------------------------------
+@dataclass
+class LabelFile:
+    """A labels file as read: its header (None for a new or empty file), rows by qid with their
+    line numbers, the bytes that were read, and what a resume must repair: ``keep`` bytes
+    (the end of the last good line) and whether that line lacks its newline."""
+    path: Path
+    header: dict | None = None
+    rows: dict[str, dict] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+    raw: bytes = b""
+    keep: int = 0
+    needs_newline: bool = False
+    dropped: str | None = None  # the note on a truncated/corrupt last line
+
+
+def _row_problem(obj: Any) -> str | None:
+    if not isinstance(obj, dict) or not all(k in obj for k in ROW_FIELDS):
+        return f"not a row (a JSON object with {', '.join(ROW_FIELDS)})"
+    if not isinstance(obj["qid"], str) or not isinstance(obj["reproduced"], bool):
+        return "'qid' must be a string and 'reproduced' a boolean"
+    ps = obj["prefixes"]
+    if not isinstance(ps, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("step"), int) and "f1_now" in p
+            for p in ps):
+        return "'prefixes' must be a list of objects with 'step' and 'f1_now'"
+    return None
+
+
+def _parse(raw: bytes, path: Path) -> LabelFile:
+    out = LabelFile(path, raw=raw)
+    chunks, offsets, pos = raw.split(b"\n"), [], 0
+    for c in chunks:
+        offsets.append(pos)
+        pos += len(c) + 1
+    if chunks and chunks[-1] == b"":  # the text ends with a newline (or is empty)
+        chunks.pop()
+    for i, chunk in enumerate(chunks):
+        lineno, last = i + 1, i == len(chunks) - 1
+        try:
+            obj = json.loads(chunk.decode("utf-8"))
+            if i == 0:
+                problem = None if isinstance(obj, dict) and "answer_labels" in obj else \
+                    "not an answer-labels header (no field 'answer_labels')"
+            else:
+                problem = _row_problem(obj)
+        except (UnicodeDecodeError, ValueError) as e:
+            obj, problem = None, f"not JSON: {e}"
+        if problem is None:
+            if i == 0:
+                out.header = obj
+            else:
+                out.rows[obj["qid"]] = obj
+                out.lines[obj["qid"]] = lineno
+            out.keep = offsets[i] + len(chunk)
+            out.needs_newline = last and not raw.endswith(b"\n")
+        elif last and not (i == 0 and isinstance(obj, dict)):
+            # A killed run leaves at most its last line half written: ignore it (and cut it
+            # off before appending), its question is redone.
+            out.dropped = (f"{path}: line {lineno} is truncated or corrupt ({problem}); "
+                           "ignored, its question is labelled again")
+            out.keep, out.needs_newline = offsets[i], False
+        else:
+            raise AnswerLabelError(f"{path}: line {lineno} is corrupt ({problem}); only a "
+                                   "truncated last line is ignored, so repair or remove this "
+                                   "line by hand")
+    return out
+
+
+def read_label_file(path: str | Path) -> LabelFile:
+    """Read a labels file (a missing file reads as empty). Raises :class:`AnswerLabelError`
+    naming the file and line for a corrupt line other than the last."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = b""
+    return _parse(raw, path)
+
+
+def check_header(path: str | Path, found: dict, expected: dict) -> None:
+    """Raise :class:`AnswerLabelError` naming the file, the field and both values when
+    ``found`` (a file's header) differs from ``expected`` in a :data:`HEADER_FIELDS` field."""
+    for f in HEADER_FIELDS:
+        if found.get(f) != expected.get(f):
+            raise AnswerLabelError(
+                f"{path}: its header's field {f!r} is {found.get(f)!r}, this run's is "
+                f"{expected.get(f)!r}; these labels belong to another setup (use another "
+                "--out file, or the trajectories/command/reader they were made with)")
+
+
+class _Writer:
+    """The labels file opened for appending: locked, header checked (or written), a
+    truncated last line cut off. ``done``: the qids it already holds."""
+
+    def __init__(self, path: Path, header: dict) -> None:
+        self.path, self.header = Path(path), header
+        self.fh = None
+        self.done: set[str] = set()
+        self.dropped: str | None = None
+
+    def __enter__(self) -> "_Writer":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+b")
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise LockedError(f"{self.path}: another process is labelling into this "
+                                      "file; wait for it or use another --out") from None
+            fh.seek(0)
+            lf = _parse(fh.read(), self.path)
+            if lf.header is not None:  # checked before anything is changed
+                check_header(self.path, lf.header, self.header)
+            if lf.dropped:
+                _note(lf.dropped)
+                self.dropped = lf.dropped
+                fh.truncate(lf.keep)
+            if lf.needs_newline:
+                self._write(b"\n", fh)
+            if lf.header is None:
+                self._write_obj(fh, self.header)
+            self.done = set(lf.rows)
+        except BaseException:
+            fh.close()
+            raise
+        self.fh = fh
+        return self
+
+    def _write(self, data: bytes, fh=None) -> None:
+        fh = fh or self.fh
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())  # a killed run loses at most the question in progress
+
+    def _write_obj(self, fh, obj: dict) -> None:
+        self._write((json.dumps(_clean(obj), ensure_ascii=False, allow_nan=False) +
+                     "\n").encode("utf-8"), fh)
+
+    def append(self, row: dict) -> None:
+        self._write_obj(self.fh, row)
+
+    def __exit__(self, *exc) -> None:
+        if self.fh is not None:
+            self.fh.close()  # drops the lock
+            self.fh = None
+
+
+def _clean(o: Any) -> Any:
+    """JSON-ready: NaN as None, numpy scalars as Python numbers."""
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        return None if not math.isfinite(float(o)) else float(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    return o
+
+
+# -- what to label -----------------------------------------------------------------------------
+def _by_question(data: TrainingData) -> dict[str, tuple[list[tuple[int, str]],
+                                                        list[PrefixSample]]]:
+    """{qid: (the chosen (step, action) path in rollout order, the prefixes in order)}."""
+    out: dict[str, tuple[list, list]] = {q: ([], []) for q in data.questions}
+    for s in data.samples:
+        if s.chosen:
+            out.setdefault(s.qid, ([], []))[0].append((s.step, s.action))
+    for p in data.prefixes:
+        out.setdefault(p.qid, ([], []))[1].append(p)
+    return out
+
+
+def _has_f1(prefixes: Sequence[PrefixSample]) -> bool:
+    return bool(prefixes) and all(np.isfinite(p.f1_now) for p in prefixes)
+
+
+@dataclass
+class LabelPlan:
+    """Which questions of a slice a run labels (``todo``, in the file's question order)."""
+    todo: list[str]
+    prefixes: int  # prefixes of the todo questions (one answer call each)
+    in_slice: int
+    already_labelled: int  # with finite F1 in the trajectories file (skipped: only_missing)
+    in_label_file: int  # rows already written (skipped)
+    no_prefixes: int  # never had documents: nothing to label
+
+    def as_dict(self) -> dict:
+        return {"questions_in_slice": self.in_slice, "to_label": len(self.todo),
+                "prefixes_to_label": self.prefixes,
+                "skipped_labelled_in_npz": self.already_labelled,
+                "skipped_in_label_file": self.in_label_file,
+                "skipped_no_prefixes": self.no_prefixes}
+
+
+def plan_labels(data: TrainingData, done: Iterable[str] = (), start: int = 0,
+                stop: int | None = None, only_missing: bool = True) -> LabelPlan:
+    """Questions ``start``..``stop`` (positions in ``data.questions``) that need labels: not in
+    the labels file (``done``; one row per question, whatever ``only_missing``), with
+    prefixes, and with ``only_missing`` lacking a finite F1 in the trajectories file."""
+    n = len(data.questions)
+    if not 0 <= start <= n or (stop is not None and stop < start):
+        raise ValueError(f"--start {start} / --stop {stop}: the file has {n} questions")
+    done = set(done)
+    recs = _by_question(data)
+    todo, n_pref, labelled, in_file, empty = [], 0, 0, 0, 0
+    sliced = data.questions[start:stop]
+    for qid in sliced:
+        ps = recs[qid][1]
+        if not ps:
+            empty += 1
+        elif qid in done:
+            in_file += 1
+        elif only_missing and _has_f1(ps):
+            labelled += 1
+        else:
+            todo.append(qid)
+            n_pref += len(ps)
+    return LabelPlan(todo, n_pref, len(sliced), labelled, in_file, empty)
+
+
+# -- the replay --------------------------------------------------------------------------------
+def _close(a: float, b: float, tol: float) -> bool:
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+def _compare(i: int, state, sr_now: float, stored: Sequence[PrefixSample],
+             tol: float) -> dict | None:
+    """The first difference between replayed prefix ``i`` and the file's, or None."""
+    step = len(state.history)
+    if i >= len(stored):
+        return {"prefix": i, "step": step, "field": "n_prefixes", "npz": len(stored),
+                "replay": i + 1}
+    p = stored[i]
+    if p.step != step:
+        return {"prefix": i, "step": step, "field": "step", "npz": p.step, "replay": step}
+    base = state_features(state)
+    vec = np.array([base[n] for n in base], dtype=np.float64)  # as collect_question builds it
+    if len(vec) != len(p.features):
+        return {"prefix": i, "step": step, "field": "features", "npz": len(p.features),
+                "replay": len(vec)}
+    for name, a, b in zip(base, p.features, vec):
+        if not _close(a, b, tol):
+            return {"prefix": i, "step": step, "field": f"features.{name}", "npz": float(a),
+                    "replay": float(b)}
+    if not _close(p.sr_now, sr_now, tol):
+        return {"prefix": i, "step": step, "field": "sr_now", "npz": float(p.sr_now),
+                "replay": sr_now}
+    return None
+
+
+def replay_question(q: Question, env: Environment, chosen: Sequence[tuple[int, str]],
+                    stored: Sequence[PrefixSample], tolerance: float = TOLERANCE) -> dict:
+    """One question's row (without ``seconds``): the rollout replayed along its ``chosen``
+    (step, action) path, an answer call at every state with documents, each such prefix
+    compared with the file's (``stored``). Never raises on a difference: the first one is the
+    row's ``mismatch``; an action that is not valid in the replayed state ends the replay."""
+    gold = gold_titles(q)
+    state = initial_state(q.question, q.id)
+    out: list[dict] = []
+    mismatch = None
+    k = 0
+    while True:
+        if state.docs:
+            now = sr(state, gold)
+            if mismatch is None:
+                mismatch = _compare(len(out), state, now, stored, tolerance)
+            f1, tokens = answer_f1(state, q, env)
+            out.append({"step": len(state.history), "sr_now": now, "f1_now": f1,
+                        "answer_tokens": tokens})
+        if k == len(chosen):
+            break
+        step, action = chosen[k]
+        if action not in valid_actions(state, env.config):
+            mismatch = mismatch or {"prefix": len(out), "step": len(state.history),
+                                    "field": "action", "npz": action, "replay": None}
+            break  # applying it would be meaningless (or raise)
+        if mismatch is None and step != len(state.history):
+            mismatch = {"prefix": len(out), "step": len(state.history), "field": "step",
+                        "npz": step, "replay": len(state.history)}
+        state = apply_action(state, action, env)
+        k += 1
+    if mismatch is None and len(out) != len(stored):
+        mismatch = {"prefix": len(out), "step": len(state.history), "field": "n_prefixes",
+                    "npz": len(stored), "replay": len(out)}
+    return {"qid": q.id, "reproduced": mismatch is None, "mismatch": mismatch,
+            "prefixes": out}
+
+
+def label_questions(data: TrainingData, questions: dict[str, Question], env: Environment,
+                    path: str | Path, header: dict, qids: Sequence[str],
+                    progress: bool = True, max_unreproduced: int | None = 5,
+                    tolerance: float = TOLERANCE) -> dict:
+    """Replay and label ``qids`` (normally :func:`plan_labels`'s ``todo``) into the labels
+    file ``path``, one appended row per question; questions already there are skipped. Stops
+    with :class:`AnswerLabelError` after ``max_unreproduced`` non-reproduced questions in a row
+    (a setup that does not reproduce the trajectories; None or 0: never). Returns a summary."""
+    recs = _by_question(data)
+    unknown = [q for q in qids if q not in questions]
+    if unknown:
+        raise ValueError(f"{len(unknown)} question(s) of the trajectories are not among this "
+                         f"command's training questions (e.g. {unknown[0]!r})")
+    labelled, flagged, streak = 0, [], 0
+    t0 = time.perf_counter()
+    with _Writer(Path(path), header) as w:
+        todo = [q for q in qids if q not in w.done]
+        bar = tqdm(todo, desc="answer labels", unit="q", disable=not progress)
+        for qid in bar:
+            t = time.perf_counter()
+            chosen, stored = recs[qid]
+            row = replay_question(questions[qid], env, chosen, stored, tolerance)
+            row["seconds"] = round(time.perf_counter() - t, 2)
+            w.append(row)
+            labelled += 1
+            streak = 0 if row["reproduced"] else streak + 1
+            if not row["reproduced"]:
+                flagged.append({"qid": qid, **row["mismatch"]})
+                bar.set_postfix(not_reproduced=len(flagged))
+            if max_unreproduced and streak >= max_unreproduced:
+                raise AnswerLabelError(
+                    f"{path}: the last {streak} questions did not reproduce the saved "
+                    f"trajectories (latest: {json.dumps(_clean(flagged[-1]))}); this setup is "
+                    "not the one that collected them. Their rows are kept (flagged); pass "
+                    "--max-unreproduced 0 to label on regardless")
+    return {"labels": str(path), "labelled": labelled, "skipped_in_file": len(qids) - len(todo),
+            "not_reproduced": flagged, "dropped_line": w.dropped,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# -- merging -----------------------------------------------------------------------------------
+def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | None = None,
+                        include_unreproduced: bool = False) -> tuple[TrainingData, dict]:
+    """(a copy of ``data`` with the labels of ``path`` filled in, the counts). For every
+    question of ``data`` with a row (reproduced, or any with ``include_unreproduced`` whose
+    steps match) and without finite F1s already: ``f1_now`` and ``answer_tokens`` per prefix,
+    then ``f1_end`` and ``gain`` as ``collect_question`` sets them. ``npz_sha256``: the
+    trajectories file's, checked against the header. Counts: ``labelled``, ``not_reproduced``
+    (rows left out), ``missing`` (questions still without F1), ``already_labelled`` (F1s in
+    the file; a row for one only counts as ``agree``/``disagree``: same F1s and answer
+    tokens, a check that the reader replies as it did), ``rows_not_in_data``."""
+    path = Path(path)
+    lf = read_label_file(path)
+    if lf.header is None:
+        raise AnswerLabelError(f"{path}: no answer labels (empty file, or no such file)")
+    if lf.header.get("kind") != KIND:
+        raise AnswerLabelError(f"{path}: its header's field 'kind' is "
+                               f"{lf.header.get('kind')!r}, not {KIND!r}")
+    if npz_sha256 is not None and lf.header.get("npz_sha256") != npz_sha256:
+        raise AnswerLabelError(f"{path}: labels of other trajectories: its header's field "
+                               f"'npz_sha256' is {lf.header.get('npz_sha256')!r}, the "
+                               f"trajectories file's is {npz_sha256!r}")
+    if data.prefixes and data.continuation_target is None:
+        raise ValueError("the data's prefixes state no continuation target; call "
+                         "set_continuation_target first")
+    prefixes = [replace(p) for p in data.prefixes]  # the caller's data stays as it was
+    by_q: dict[str, list[PrefixSample]] = {}
+    for p in prefixes:
+        by_q.setdefault(p.qid, []).append(p)
+    counts = {"labelled": 0, "not_reproduced": 0, "missing": 0, "already_labelled": 0,
+              "agree": 0, "disagree": 0,
+              "rows_not_in_data": len(set(lf.rows) - set(data.questions))}
+    for qid in data.questions:
+        ps, row = by_q.get(qid, []), lf.rows.get(qid)
+        steps = None if row is None else [r["step"] for r in row["prefixes"]]
+        if row is not None and row["reproduced"] and steps != [p.step for p in ps]:
+            raise AnswerLabelError(
+                f"{path}: line {lf.lines[qid]}: question {qid}'s prefixes (steps {steps}) are "
+                f"not those of the data (steps {[p.step for p in ps]}): labels of other "
+                "trajectories")
+        if _has_f1(ps):
+            counts["already_labelled"] += 1
+            if row is not None and row["reproduced"]:
+                same = all(_close(p.f1_now, _num(r["f1_now"]), TOLERANCE) and _close(
+                    p.answer_tokens, _num(r.get("answer_tokens")), TOLERANCE)
+                    for p, r in zip(ps, row["prefixes"]))
+                counts["agree" if same else "disagree"] += 1
+            continue
+        if not ps:
+            continue
+        usable = row is not None and (row["reproduced"] or (
+            include_unreproduced and steps == [p.step for p in ps]))
+        if not usable:
+            counts["not_reproduced" if row is not None else "missing"] += 1
+            continue
+        for p, r in zip(ps, row["prefixes"]):
+            p.f1_now, p.answer_tokens = _num(r["f1_now"]), _num(r.get("answer_tokens"))
+        finish_prefixes(ps, data.continuation_target)
+        counts["labelled"] += 1
+    out = TrainingData(data.samples, prefixes, list(data.questions), data.continuation_target,
+                       dict(data.run), data.calibration)
+    return out, {"file": str(path), "sha256": hashlib.sha256(lf.raw).hexdigest(),
+                 "dropped_line": lf.dropped, **counts}
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def with_answer_labels(data: TrainingData, jsonl_path: str | Path,
+                       npz_sha256: str | None = None,
+                       include_unreproduced: bool = False) -> TrainingData:
+    """:func:`merge_answer_labels`, its counts reported on stderr."""
+    out, counts = merge_answer_labels(data, jsonl_path, npz_sha256, include_unreproduced)
+    _note(f"answer labels {jsonl_path}: " + ", ".join(
+        f"{k} {counts[k]}" for k in ("labelled", "not_reproduced", "missing",
+                                     "already_labelled")))
+    return out
