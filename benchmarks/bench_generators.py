@@ -120,19 +120,28 @@ def bench_one(backend: str, name: str, repeats: int, threads: int) -> dict:
         assert not cold.cached and all(w.cached for w in warm)
         cache.close()
 
-    med = lambda k: statistics.median(x[k] for x in rows if x[k] is not None)  # noqa: E731
+    def med(key: str, digits: int = 1) -> float | None:
+        """Median over the repeats that measured ``key``; None when none did (a reply that
+        ended after one token measures no decode rate)."""
+        have = [x[key] for x in rows if x[key] is not None]
+        return round(statistics.median(have), digits) if have else None
+
     return {
         "backend": backend, "model": name, "load_s": round(load_s, 2), "repeats": repeats,
         "prompt_tokens": rows[0]["prompt_tokens"],
         "completion_tokens": [x["completion_tokens"] for x in rows],
-        "prompt_tok_s": round(med("prompt_tok_s"), 1),
-        "decode_tok_s": round(med("decode_tok_s"), 1),
-        "t_48_tokens_s": round(med("t_48_tokens_s"), 2),
+        "prompt_tok_s": med("prompt_tok_s"),
+        "decode_tok_s": med("decode_tok_s"),
+        "t_48_tokens_s": med("t_48_tokens_s", 2),
         "cached_cold_s": round(cold.seconds, 3),
         "cached_warm_ms": round(1000 * statistics.median(w.seconds for w in warm), 2),
         "sample_output": warm[0].text[:200],
         "runs": rows,
     }
+
+
+def _num(x: float | None, width: int, digits: int) -> str:
+    return f"{x:>{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(hdr))
     for r in results:
         print(f"{r['backend']:<13}{r['model']:<21}{r['load_s']:>7.1f}{r['prompt_tokens']:>11}"
-              f"{r['prompt_tok_s']:>13.1f}{r['decode_tok_s']:>13.1f}{r['t_48_tokens_s']:>14.2f}"
+              f"{_num(r['prompt_tok_s'], 13, 1)}{_num(r['decode_tok_s'], 13, 1)}"
+              f"{_num(r['t_48_tokens_s'], 14, 2)}"
               f"{r['cached_cold_s']:>8.2f}{r['cached_warm_ms']:>9.2f}")
     for s in skipped:
         print(f"skipped {s['backend']} {s['model']}: {s['reason']}")

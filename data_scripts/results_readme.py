@@ -683,7 +683,7 @@ def generators_section(d: dict) -> str:
 
 def llama_builds_section(d: dict) -> str:
     """llama_builds.json: prompt / decode tokens per second per model for each llama.cpp build
-    (portable and native wheels)."""
+    (portable and AVX-512 wheels), and how many greedy replies the builds share."""
     lines = ["### llama.cpp builds (`benchmarks/llama_builds.json`)\n",
              bench_header(d) + "\n"]
     builds = {k: v for k, v in (d.get("builds") or {}).items() if isinstance(v, dict)}
@@ -703,6 +703,14 @@ def llama_builds_section(d: dict) -> str:
     for name, b in builds.items():
         if b.get("runs") is False:
             lines.append(f"- `{name}` did not run: {_fmt(b.get('error') or b.get('reason'))}")
+    for model, a in (d.get("agreement") or {}).items():  # --agreement N: same greedy replies?
+        ref = a.get("reference")
+        for name, r in a.items():
+            if isinstance(r, dict):
+                said = (f"{_fmt(r.get('identical'))} of {_fmt(a.get('prompts'))} greedy replies "
+                        f"identical to `{ref}`'s" if "identical" in r
+                        else f"not compared: {_fmt(r.get('error'))}")
+                lines.append(f"- `{model}`, `{name}`: {said}")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -12,13 +12,16 @@ from dynakrag_lite import prompts
 from dynakrag_lite.config import ControlConfig
 from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
 from dynakrag_lite.data.sources import data_dir, load_dataset
+import dynakrag_lite.experiments.run as run_module
 from dynakrag_lite.experiments.fingerprint import (LEGACY_PROMPTS, FingerprintError,
-                                                    corpus_sha256, legacy_corpus_hash,
+                                                    build_change, corpus_sha256,
+                                                    legacy_corpus_hash, llama_build,
                                                     prompts_digest, upgrade)
 from dynakrag_lite.experiments.selection import (question_selection, recorded_selection,
                                                   selection_from_command)
 from dynakrag_lite.storage import sha256_file
 
+from helpers import ScriptedGenerator, require_model
 from test_experiments import lexical_env, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,3 +148,35 @@ def _corpus(dataset: str) -> Corpus:
     if dataset not in _CORPORA:
         _CORPORA[dataset] = Corpus.from_questions(load_dataset(dataset), name=dataset)
     return _CORPORA[dataset]
+
+
+# -- the llama.cpp build: recorded, not fingerprinted ---------------------------------------
+def test_the_llama_build_is_read_through_the_cache_wrapper_and_is_none_for_other_backends(
+        tmp_path):
+    require_model("smollm2-135m")
+    import llama_cpp
+    from dynakrag_lite.generators import CachedGenerator, CallCache, LlamaCppGenerator, models
+    gen = LlamaCppGenerator(models.gguf_path("smollm2-135m"), spec="smollm2-135m", lazy=True)
+    build = llama_build(CachedGenerator(gen, CallCache(tmp_path / "c.sqlite")))
+    assert build["llama_cpp"] == llama_cpp.__version__
+    assert "AVX2" in build["cpu"] or not build["cpu"][0].startswith("SSE")  # x86: the baseline
+    assert not gen.loaded  # reading the build loads no model
+    assert llama_build(ScriptedGenerator()) is None
+
+
+def test_a_folder_resumed_with_another_llama_build_keeps_the_first_and_says_so(
+        tmp_path, monkeypatch):
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    first, second = {"llama_cpp": "0.3.36", "cpu": ["AVX2"]}, {"llama_cpp": "0.3.36",
+                                                               "cpu": ["AVX2", "AVX512"]}
+    monkeypatch.setattr(run_module, "llama_build", lambda g: first)
+    run(qs[:2], env, out, fixed_k=2)
+    assert json.loads((out / "run.json").read_text())["llama_build"] == first
+    monkeypatch.setattr(run_module, "llama_build", lambda g: second)
+    with pytest.warns(RuntimeWarning, match="another llama.cpp build"):
+        run(qs[:3], env, out, fixed_k=2)
+    assert json.loads((out / "run.json").read_text())["llama_build"] == first
+    summary = json.loads((out / "summary.json").read_text())["run"]
+    assert summary["llama_build"] == second and summary["llama_build_first"] == first
+    assert build_change(out, first) is None and build_change(tmp_path, second) is None

@@ -325,6 +325,11 @@ def test_generator_and_llama_build_tables_give_tokens_per_second():
     assert "| model | portable | native |" in builds
     assert _rows(builds, "`m`") == [["`m`", "41.6 / 16.5", "- / -"]]
     assert "`native` did not run: illegal instruction" in builds
+    agree = rr.llama_builds_section({"builds": {}, "agreement": {"m": {
+        "reference": "portable", "prompts": 12, "avx512": {"identical": 11},
+        "other": {"error": "exit 1"}}}})
+    assert "- `m`, `avx512`: 11 of 12 greedy replies identical to `portable`'s" in agree
+    assert "- `m`, `other`: not compared: exit 1" in agree
 
 
 @pytest.mark.parametrize("render", list(rr.BENCH_RENDERERS.values()))

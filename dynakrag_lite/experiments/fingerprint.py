@@ -25,6 +25,13 @@ run rewrites after each question); predictions with no fingerprint anywhere are 
 Which questions a folder is for (its split: ``--split``, ``--n-eval``, ``--split-seed``,
 ``--offset``) is checked next to the fingerprint but kept out of it, so that committed folders
 stay resumable: :mod:`dynakrag_lite.experiments.selection`.
+
+The llama.cpp build that decodes (:func:`llama_build`: version and the CPU features it was
+compiled with, e.g. the portable AVX2 build or the AVX-512 one of ``make install
+LLAMA_VARIANT=auto``) is recorded in run.json and the summary but is not part of the
+fingerprint either: both builds give the same greedy replies on the prompts measured
+(``benchmarks/bench_llama_builds.py --agreement``), so a folder may be resumed with the other
+build; :func:`build_change` says when that happened.
 """
 from __future__ import annotations
 
@@ -334,8 +341,37 @@ def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | Non
     return old, seen, source
 
 
+def llama_build(generator: Any) -> dict | None:
+    """The llama.cpp build behind ``generator`` (through cache wrappers): {"llama_cpp":
+    version, "cpu": the CPU features it was compiled with}; None for other backends."""
+    inner = generator
+    while hasattr(inner, "inner"):  # CachedGenerator and friends wrap the decoding one
+        inner = inner.inner
+    if type(inner).__name__ != "LlamaCppGenerator":
+        return None
+    import llama_cpp  # optional heavy dependency; already imported by this backend's use
+
+    info = llama_cpp.llama_print_system_info()
+    info = info.decode() if isinstance(info, bytes) else str(info)
+    on = [k.split(":")[-1].strip() for k, _, v in
+          (part.rpartition("=") for part in info.replace("\n", "|").split("|"))
+          if k.strip() and v.strip() == "1"]
+    return {"llama_cpp": llama_cpp.__version__, "cpu": on}
+
+
+def build_change(out: str | Path, build: dict | None) -> dict | None:
+    """The build run.json records when it differs from ``build`` (rows of this folder were
+    then decoded by two builds), else None."""
+    try:
+        recorded = json.loads((Path(out) / RUN_FILE).read_text()).get("llama_build")
+    except (OSError, ValueError):
+        return None
+    return recorded if recorded and build and recorded != build else None
+
+
 def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = None,
-                     corpus: Corpus | None = None, selection: dict | None = None) -> dict:
+                     corpus: Corpus | None = None, selection: dict | None = None,
+                     build: dict | None = None) -> dict:
     """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
     or, with ``selection``, a different question list (:func:`check_recorded_run`).
 
@@ -350,6 +386,8 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
     record = {"fingerprint": fingerprint, "command": command}
     if selection is not None:
         record[SELECTION_FIELD] = selection
+    if build is not None:
+        record["llama_build"] = build
     record["created_at"] = _now()
     if old is None:
         atomic_write_json(path, record)

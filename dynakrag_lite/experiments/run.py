@@ -41,7 +41,7 @@ from ..oracle import OracleChooser
 from .diagnostics import diagnostics, trace_diagnostics
 from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_error, latest_rows,
     read_predictions, repair_predictions)
-from .fingerprint import check_run_folder, run_fingerprint
+from .fingerprint import build_change, check_run_folder, llama_build, run_fingerprint
 from .selection import SELECTION_FIELD
 
 METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
@@ -207,8 +207,13 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
         # Check before touching anything: a corrupt file stops us before run.json is written,
         # and a folder of another setup is refused before its torn line is cut.
         read_predictions(pred_path, complete=True)  # a stub row is not a finished question
+        build = llama_build(env.generator)
+        changed = build_change(out, build)  # before run.json may be rewritten
         check_run_folder(out, fingerprint, (run_info or {}).get("command"),
-                         corpus=env.retriever.corpus, selection=selection)
+                         corpus=env.retriever.corpus, selection=selection, build=build)
+        if changed:
+            warnings.warn(f"{out / 'run.json'} records another llama.cpp build ({changed}); "
+                          f"new rows are decoded by {build}", RuntimeWarning, stacklevel=2)
         rows = repair_predictions(pred_path)
         latest = {r["id"]: r for r in latest_rows(rows)}
         todo = [q for q in questions if q.id not in latest or is_error(latest[q.id])]
@@ -223,7 +228,12 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
             n_ok = summary["n"]
             # the selection too: a folder whose run.json is lost is restored from here
             selected = {SELECTION_FIELD: selection} if selection is not None else {}
-            summary["run"] = {**(run_info or {}), **selected, "n_expected": len(wanted),
+            # the build of this session; run.json keeps the first one (build_change)
+            built = {"llama_build": build} if build is not None else {}
+            if changed:
+                built["llama_build_first"] = changed
+            summary["run"] = {**(run_info or {}), **selected, **built,
+                              "n_expected": len(wanted),
                               "complete": n_ok == len(wanted), "workers": workers,
                               "finished_at": datetime.now(timezone.utc).isoformat(
                                   timespec="seconds")}
