@@ -15,6 +15,11 @@ question (``dynakrag_lite.training.answer_labels``).
     python data_scripts/answer_labels.py results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \\
         --policy results/policies/hotpotqa-qwen2.5-coder-1.5b.joblib --start 80 --stop 190
 
+    # label a finished question again (e.g. a row written before rows counted the generations
+    # the time limit cut): only it (--stop 0), in a new row that wins
+    python data_scripts/answer_labels.py results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \\
+        --stop 0 --redo 5a79b525554299029c4b5f67
+
     # use them
     python data_scripts/control_diagnosis.py --trajectories X.npz \\
         --answer-labels X.answer-f1.jsonl
@@ -32,14 +37,17 @@ Output: ``--out`` (default ``<npz without .npz>.answer-f1.jsonl`` beside it). Li
 header (the file's sha256, the command, the reader's model id, the label kind); a resume under
 another header is refused. Each row, appended and fsynced once its question is done:
 
-    {"qid", "reproduced": bool, "mismatch": null | {"prefix", "step", "field", "npz", "replay"},
-     "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}
+    {"qid", "reproduced": bool, "truncated": int, "mismatch": null | {"prefix", "step", "field",
+     "npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}
 
-``--only-missing`` (default) skips questions with answer F1s in the file; questions already in
-the labels file are always skipped (one row per question). A truncated last line (a killed
-run) is reported and redone. After ``--max-unreproduced`` non-reproduced questions in a row the
-run stops (that setup is not the collection's). Prints a JSON summary; exit code 2 on an
-error.
+``truncated`` counts the generations the time limit ($DYNAKRAG_GEN_TIMEOUT) cut: such a row is
+no label (it measures the machine, e.g. a paused run); it is left out when the labels are used
+and its question is labelled again by the next run, in a new row. ``--only-missing`` (default)
+skips questions with answer F1s in the file; questions done in the labels file are skipped,
+except those given to ``--redo`` (labelled again, whatever the slice). A question with two rows
+is labelled by the later one. A truncated last line (a killed run) is reported and redone.
+After ``--max-unreproduced`` non-reproduced questions in a row the run stops (that setup is not
+the collection's). Prints a JSON summary; exit code 2 on an error.
 """
 from __future__ import annotations
 
@@ -88,6 +96,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="stop after this many non-reproduced questions in a row (0: never)")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE,
                     help="reproduction check: largest difference (relative above 1)")
+    ap.add_argument("--redo", nargs="+", default=[], metavar="QID",
+                    help="label these questions again although the labels file has a row for "
+                         "them (appended; the new row wins)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print what would be labelled and exit (no model, no index)")
     ap.add_argument("--no-progress", action="store_true")
@@ -161,7 +172,7 @@ def _main(argv: list[str]) -> int:
         if not data.run:  # the reader's id is known once it loads (checked again then)
             expected["generator_model_id"] = existing.header.get("generator_model_id")
         check_header(out, existing.header, expected)
-    plan = plan_labels(data, existing.rows, own.start, own.stop, own.only_missing)
+    plan = plan_labels(data, existing.rows, own.start, own.stop, own.only_missing, own.redo)
     report = {"npz": shown_npz, "labels": relative_command([str(out)], prefix=""),
               **plan.as_dict()}
     if existing.dropped:
@@ -183,9 +194,10 @@ def _main(argv: list[str]) -> int:
     summary = label_questions(data, {q.id: q for q in train_qs}, setup.env, out, header,
                               plan.todo, progress=not own.no_progress,
                               max_unreproduced=own.max_unreproduced or None,
-                              tolerance=own.tolerance)
+                              tolerance=own.tolerance, redo=own.redo)
     print(json.dumps({**report, **summary, "labels": report["labels"],
                       "n_not_reproduced": len(summary["not_reproduced"]),
+                      "n_truncated": len(summary["truncated"]),
                       "signal_as_recorded": differs is None,
                       "seconds": round(time.perf_counter() - t0, 1)}))
     return 0

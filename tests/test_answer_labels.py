@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import sha256_file
 from dynakrag_lite.training.answer_labels import (
     AnswerLabelError, label_questions, make_header, merge_answer_labels, plan_labels,
-    read_label_file, with_answer_labels)
+    read_label_file, row_truncated, with_answer_labels)
 from dynakrag_lite.training.diagnosis import stop_auc
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from dynakrag_lite.trajectories import collect
@@ -307,6 +308,105 @@ def test_non_reproduced_questions_in_a_row_stop_the_run(world, library_retriever
     assert rows(path)[0]["mismatch"]["field"] == "sr_now"
 
 
+# -- (g) generations cut by the time limit; the latest row wins ----------------------------------
+class Cutting(Reader):
+    """Its first answer call about question ``qid`` comes back cut by the time limit (the text
+    decoded so far, ``truncated``), as a paused or slow process's does."""
+
+    def __init__(self, questions, qid: str) -> None:
+        super().__init__(questions)
+        self.victim = next(q.question for q in questions if q.id == qid)
+        self.cut = 0
+
+    def generate(self, messages, max_tokens: int = 64, stop=None) -> Generation:
+        g = super().generate(messages, max_tokens, stop)
+        if not self.cut and g.text.startswith("Answer:") and \
+                f"Question: {self.victim}" in messages[-1]["content"]:
+            self.cut += 1
+            return replace(g, text=g.text[:8], truncated=True)
+        return g
+
+
+def test_a_row_with_a_cut_generation_is_no_label_and_the_next_run_redoes_it(
+        world, library_retriever, tmp_path, capsys):
+    qs, saved, full = world
+    path = tmp_path / "labels.jsonl"
+    victim = next(q for q in saved.questions if by_q(saved.prefixes).get(q))
+    cutting = Cutting(qs, victim)
+    capsys.readouterr()
+    summary = label_questions(saved, {q.id: q for q in qs}, env_for(library_retriever, cutting),
+                              path, HEADER, saved.questions, progress=False)
+    assert cutting.cut == 1 and summary["truncated"] == [victim]
+    assert f"question {victim}: 1 generation(s) hit the time limit" in capsys.readouterr().err
+    got = {r["qid"]: r for r in rows(path)}
+    assert {q: r["truncated"] for q, r in got.items()} == \
+        {q: int(q == victim) for q in saved.questions}
+    assert got[victim]["reproduced"] is True  # an answer changes no state: only the F1 is cut
+    merged, counts = merge_answer_labels(saved, path)
+    assert (counts["labelled"], counts["truncated"], counts["missing"]) == (len(qs) - 1, 1, 0)
+    assert all(math.isnan(p.f1_now) for p in merged.prefixes if p.qid == victim)
+    lf = read_label_file(path)
+    assert lf.done == set(saved.questions) - {victim}
+    plan = plan_labels(saved, lf.rows)
+    assert (plan.todo, plan.redo_truncated, plan.in_label_file) == ([victim], 1, len(qs) - 1)
+    # the next run redoes it: a new row, appended; it wins in the plan and the merge
+    before = path.read_bytes()
+    reader, summary = label(world, library_retriever, path)
+    assert asked_about(reader, qs) == {victim}
+    assert (summary["labelled"], summary["truncated"]) == (1, [])
+    assert path.read_bytes().startswith(before)
+    assert [r["qid"] for r in rows(path)] == saved.questions + [victim]
+    lf = read_label_file(path)
+    assert lf.rows[victim]["truncated"] == 0 and lf.lines[victim] == len(qs) + 2
+    assert plan_labels(saved, lf.rows).todo == []
+    merged, counts = merge_answer_labels(saved, path)
+    assert (counts["labelled"], counts["truncated"]) == (len(qs), 0)
+    assert [p.f1_now for p in merged.prefixes if p.qid == victim] == \
+        [p.f1_now for p in by_q(full.prefixes)[victim]]
+
+
+def test_the_latest_row_of_a_question_wins_even_when_it_is_the_cut_one(
+        world, library_retriever, tmp_path):
+    """A good row followed by a cut one: the question is not done (plan, resume) and has no
+    label (merge); the earlier row is not used."""
+    qs, saved, _ = world
+    path = tmp_path / "labels.jsonl"
+    label(world, library_retriever, path)
+    first = rows(path)[0]
+    with path.open("a") as fh:
+        fh.write(json.dumps({**first, "truncated": 2}) + "\n")
+    lf = read_label_file(path)
+    assert row_truncated(lf.rows[first["qid"]]) == 2 and first["qid"] not in lf.done
+    assert plan_labels(saved, lf.rows).todo == [first["qid"]]
+    _, counts = merge_answer_labels(saved, path)
+    assert (counts["labelled"], counts["truncated"]) == (len(qs) - 1, 1)
+    reader, summary = label(world, library_retriever, path)
+    assert asked_about(reader, qs) == {first["qid"]} and summary["skipped_in_file"] == len(qs) - 1
+
+
+def test_rows_written_before_truncated_existed_are_labels(world, library_retriever, tmp_path):
+    qs, saved, full = world
+    path = tmp_path / "labels.jsonl"
+    label(world, library_retriever, path)
+    lines = path.read_text().splitlines()
+    old = [lines[0]] + [json.dumps({k: v for k, v in json.loads(x).items() if k != "truncated"})
+                        for x in lines[1:]]
+    path.write_text("\n".join(old) + "\n")
+    lf = read_label_file(path)
+    assert lf.done == set(saved.questions) and "truncated" not in lf.rows[saved.questions[0]]
+    assert plan_labels(saved, lf.rows).todo == []
+    reader, summary = label(world, library_retriever, path)
+    assert reader.prompts == [] and summary["labelled"] == 0
+    merged, counts = merge_answer_labels(saved, path)
+    assert (counts["labelled"], counts["truncated"]) == (len(qs), 0)
+    assert [p.f1_now for p in merged.prefixes] == [p.f1_now for p in full.prefixes]
+    # a count that is not one is a corrupt line
+    bad = json.loads(old[1])
+    path.write_text("\n".join([old[0], json.dumps({**bad, "truncated": True}), *old[2:]]) + "\n")
+    with pytest.raises(AnswerLabelError, match="line 2 is corrupt.*'truncated' must be a count"):
+        merge_answer_labels(saved, path)
+
+
 # -- the script, on a real train --save-data run -------------------------------------------------
 TRAIN = ["train", "--data", "library", "--generator", "scripted", "--n-eval", "10",
          "--limit", "6", "--trees", "10", "--min-leaf", "2", "--tune-folds", "0",
@@ -377,6 +477,42 @@ def test_script_labels_a_saved_run_as_collecting_with_every_answer_call_would(
     assert last_json(capsys.readouterr().out)["labelled"] == 2
     _, counts = merge_answer_labels(saved, out)
     assert (counts["already_labelled"], counts["agree"], counts["disagree"]) == (2, 2, 0)
+
+
+def test_script_redo_appends_a_row_for_a_finished_question_and_the_merge_uses_it(
+        trained, reader_factory, tmp_path, capsys):
+    script = load_script("answer_labels")
+    npz, out = trained / "t.npz", tmp_path / "l.jsonl"
+    assert script.main([str(npz), "--out", str(out), "--no-progress"]) == 0
+    saved, ref = load_training_data(npz), load_training_data(trained / "ref.npz")
+    # its first row as written before "truncated" existed, with a wrong (say cut) answer's F1s
+    lines = out.read_text().splitlines()
+    first = json.loads(lines[1])
+    qid = first["qid"]
+    old = {k: v for k, v in first.items() if k != "truncated"}
+    old["prefixes"] = [{**x, "f1_now": 0.25} for x in old["prefixes"]]
+    out.write_text("\n".join([lines[0], json.dumps(old), *lines[2:]]) + "\n")
+    merged, counts = merge_answer_labels(saved, out)  # an old row is kept as a label
+    assert (counts["labelled"], counts["truncated"]) == (4, 0)
+    assert {p.f1_now for p in merged.prefixes if p.qid == qid} == {0.25}
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert script.main([str(npz), "--out", str(out), "--dry-run", "--redo", qid]) == 0
+    plan = last_json(capsys.readouterr().out)
+    assert (plan["to_label"], plan["redo_requested"]) == (1, 1)
+    # --stop 0: only the questions given to --redo
+    assert script.main([str(npz), "--out", str(out), "--no-progress", "--stop", "0",
+                        "--redo", qid]) == 0
+    report = last_json(capsys.readouterr().out)
+    assert (report["labelled"], report["redo_requested"], report["n_truncated"]) == (1, 1, 0)
+    assert out.read_bytes().startswith(before)  # appended
+    assert [r["qid"] for r in rows(out)][-1] == qid and len(rows(out)) == 5
+    merged, counts = merge_answer_labels(saved, out)  # the new row wins
+    assert (counts["labelled"], counts["truncated"]) == (4, 0)
+    assert [p.f1_now for p in merged.prefixes if p.qid == qid] == \
+        [p.f1_now for p in ref.prefixes if p.qid == qid]
+    assert script.main([str(npz), "--out", str(out), "--dry-run", "--redo", "nope"]) == 2
+    assert "--redo nope: not a question" in capsys.readouterr().err
 
 
 def test_script_refuses_a_command_of_another_setup(trained, reader_factory, tmp_path, capsys):

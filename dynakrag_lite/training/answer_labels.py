@@ -22,10 +22,17 @@ questions a ``train --save-data`` file holds without it, computed later, resumab
   as soon as the question is done. A truncated last line (a killed run) is reported and cut
   off, and its question redone; a corrupt line before it is an error. Earlier lines are never
   rewritten. The file is locked (``flock``) while a run appends to it.
+* **Time limits.** A generation cut by the time limit (``Generation.truncated``, see
+  :mod:`dynakrag_lite.generators.base`) reflects the machine's speed (or a paused process),
+  not the reader: the row counts them (``truncated``), and a row with ``truncated`` > 0 is no
+  label: the merge leaves it out and the next run redoes its question, appending a new row.
+* **The latest row wins.** A question redone (after a cut row, or asked for with ``redo``:
+  ``--redo QID``) has two rows; the later one is its label everywhere (merge, plan, resume).
+  Rows written before ``truncated`` existed read as 0.
 
-Row: ``{"qid", "reproduced", "mismatch": null | {"prefix", "step", "field", "npz",
-"replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}`` (NaN is
-written as null).
+Row: ``{"qid", "reproduced", "truncated": int, "mismatch": null | {"prefix", "step", "field",
+"npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}``
+(NaN is written as null).
 
 :func:`merge_answer_labels` / :func:`with_answer_labels` put the labels into a
 :class:`~dynakrag_lite.trajectories.TrainingData` (``f1_now``, ``answer_tokens``, then
@@ -43,7 +50,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -53,6 +60,7 @@ from ..config import Environment
 from ..data.corpus import gold_titles
 from ..data.schema import Question
 from ..features import state_features
+from ..generators.base import Generation
 from ..oracle import sr
 from ..state import initial_state
 from ..storage import LockedError
@@ -66,8 +74,8 @@ except ImportError:  # Windows: no advisory locks
 
 __all__ = ["KIND", "FORMAT", "HEADER_FIELDS", "AnswerLabelError", "LabelFile", "LabelPlan",
            "default_label_path", "make_header", "read_label_file", "check_header",
-           "plan_labels", "replay_question", "label_questions", "merge_answer_labels",
-           "with_answer_labels"]
+           "row_truncated", "plan_labels", "replay_question", "label_questions",
+           "merge_answer_labels", "with_answer_labels"]
 
 KIND = "answer_f1"
 FORMAT = 1
@@ -104,9 +112,9 @@ def make_header(npz_sha256: str, command: str, generator_model_id: str | None,
 # -- the file ----------------------------------------------------------------------------------
 @dataclass
 class LabelFile:
-    """A labels file as read: its header (None for a new or empty file), rows by qid with their
-    line numbers, the bytes that were read, and what a resume must repair: ``keep`` bytes
-    (the end of the last good line) and whether that line lacks its newline."""
+    """A labels file as read: its header (None for a new or empty file), each question's latest
+    row by qid with its line number, the bytes that were read, and what a resume must repair:
+    ``keep`` bytes (the end of the last good line) and whether that line lacks its newline."""
     path: Path
     header: dict | None = None
     rows: dict[str, dict] = field(default_factory=dict)
@@ -115,6 +123,17 @@ class LabelFile:
     keep: int = 0
     needs_newline: bool = False
     dropped: str | None = None  # the note on a truncated/corrupt last line
+
+    @property
+    def done(self) -> set[str]:
+        """The questions whose latest row is a label (not cut by the time limit)."""
+        return {q for q, r in self.rows.items() if not row_truncated(r)}
+
+
+def row_truncated(row: Mapping[str, Any]) -> int:
+    """How many of a row's generations hit the time limit (0 for rows written before the field
+    existed: kept as labels)."""
+    return int(row.get("truncated") or 0)
 
 
 def _row_problem(obj: Any) -> str | None:
@@ -127,6 +146,9 @@ def _row_problem(obj: Any) -> str | None:
             isinstance(p, dict) and isinstance(p.get("step"), int) and "f1_now" in p
             for p in ps):
         return "'prefixes' must be a list of objects with 'step' and 'f1_now'"
+    n = obj.get("truncated", 0)  # absent in rows written before it existed
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return "'truncated' must be a count (an integer >= 0)"
     return None
 
 
@@ -153,7 +175,7 @@ def _parse(raw: bytes, path: Path) -> LabelFile:
             if i == 0:
                 out.header = obj
             else:
-                out.rows[obj["qid"]] = obj
+                out.rows[obj["qid"]] = obj  # a later row of a question replaces the earlier
                 out.lines[obj["qid"]] = lineno
             out.keep = offsets[i] + len(chunk)
             out.needs_newline = last and not raw.endswith(b"\n")
@@ -194,7 +216,7 @@ def check_header(path: str | Path, found: dict, expected: dict) -> None:
 
 class _Writer:
     """The labels file opened for appending: locked, header checked (or written), a
-    truncated last line cut off. ``done``: the qids it already holds."""
+    truncated last line cut off. ``done``: the qids whose latest row is a label."""
 
     def __init__(self, path: Path, header: dict) -> None:
         self.path, self.header = Path(path), header
@@ -224,7 +246,7 @@ class _Writer:
                 self._write(b"\n", fh)
             if lf.header is None:
                 self._write_obj(fh, self.header)
-            self.done = set(lf.rows)
+            self.done = lf.done
         except BaseException:
             fh.close()
             raise
@@ -289,31 +311,54 @@ class LabelPlan:
     already_labelled: int  # with finite F1 in the trajectories file (skipped: only_missing)
     in_label_file: int  # rows already written (skipped)
     no_prefixes: int  # never had documents: nothing to label
+    redo_truncated: int = 0  # todo questions whose latest row was cut by the time limit
+    redo_requested: int = 0  # todo questions asked for with ``redo`` (--redo)
 
     def as_dict(self) -> dict:
         return {"questions_in_slice": self.in_slice, "to_label": len(self.todo),
                 "prefixes_to_label": self.prefixes,
                 "skipped_labelled_in_npz": self.already_labelled,
                 "skipped_in_label_file": self.in_label_file,
-                "skipped_no_prefixes": self.no_prefixes}
+                "skipped_no_prefixes": self.no_prefixes,
+                "redo_truncated": self.redo_truncated, "redo_requested": self.redo_requested}
 
 
-def plan_labels(data: TrainingData, done: Iterable[str] = (), start: int = 0,
-                stop: int | None = None, only_missing: bool = True) -> LabelPlan:
-    """Questions ``start``..``stop`` (positions in ``data.questions``) that need labels: not in
-    the labels file (``done``; one row per question, whatever ``only_missing``), with
-    prefixes, and with ``only_missing`` lacking a finite F1 in the trajectories file."""
+def plan_labels(data: TrainingData, done: Iterable[str] | Mapping[str, dict] = (),
+                start: int = 0, stop: int | None = None, only_missing: bool = True,
+                redo: Iterable[str] = ()) -> LabelPlan:
+    """Questions ``start``..``stop`` (positions in ``data.questions``) that need labels: not
+    done in the labels file (``done``: the qids, or :attr:`LabelFile.rows`, whose rows cut by
+    the time limit are not done; whatever ``only_missing``), with prefixes, and with
+    ``only_missing`` lacking a finite F1 in the trajectories file. ``redo``: questions
+    labelled again although done, whatever the slice and ``only_missing`` (an operator's
+    explicit request; their new rows win)."""
     n = len(data.questions)
     if not 0 <= start <= n or (stop is not None and stop < start):
         raise ValueError(f"--start {start} / --stop {stop}: the file has {n} questions")
-    done = set(done)
+    cut: set[str] = set()
+    if isinstance(done, Mapping):
+        cut = {q for q, r in done.items() if row_truncated(r)}
+    done = set(done) - cut
+    redo = set(redo)
+    unknown = sorted(redo - set(data.questions))
+    if unknown:
+        raise ValueError(f"--redo {unknown[0]}: not a question of the trajectories file")
     recs = _by_question(data)
-    todo, n_pref, labelled, in_file, empty = [], 0, 0, 0, 0
-    sliced = data.questions[start:stop]
-    for qid in sliced:
+    todo, n_pref, labelled, in_file, empty, n_cut, n_redo = [], 0, 0, 0, 0, 0, 0
+    sliced = set(data.questions[start:stop])
+    for qid in data.questions:  # in file order; redo questions may lie outside the slice
+        if qid not in sliced and qid not in redo:
+            continue
         ps = recs[qid][1]
         if not ps:
+            if qid in redo:
+                raise ValueError(f"--redo {qid}: the question never had documents, so it has "
+                                 "no prefixes to label")
             empty += 1
+        elif qid in redo:
+            todo.append(qid)
+            n_pref += len(ps)
+            n_redo += 1
         elif qid in done:
             in_file += 1
         elif only_missing and _has_f1(ps):
@@ -321,10 +366,33 @@ def plan_labels(data: TrainingData, done: Iterable[str] = (), start: int = 0,
         else:
             todo.append(qid)
             n_pref += len(ps)
-    return LabelPlan(todo, n_pref, len(sliced), labelled, in_file, empty)
+            n_cut += qid in cut
+    return LabelPlan(todo, n_pref, len(sliced), labelled, in_file, empty, n_cut, n_redo)
 
 
 # -- the replay --------------------------------------------------------------------------------
+class _CountingGenerator:
+    """The environment's generator, counting the generations the time limit cut. Everything
+    else (``option_logprobs``, ``spec``, ``model_id``...) is the wrapped ``inner`` one's, and
+    an attribute it lacks stays missing (the sufficiency probe asks for ``option_logprobs``
+    with ``getattr``)."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self.inner = wrapped
+        self.n_truncated = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "n_truncated"):  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def generate(self, messages: list[dict], max_tokens: int = 64,
+                 stop: list[str] | None = None) -> Generation:
+        g = self.inner.generate(messages, max_tokens=max_tokens, stop=stop)
+        self.n_truncated += bool(getattr(g, "truncated", False))
+        return g
+
+
 def _close(a: float, b: float, tol: float) -> bool:
     a, b = float(a), float(b)
     if math.isnan(a) or math.isnan(b):
@@ -362,7 +430,12 @@ def replay_question(q: Question, env: Environment, chosen: Sequence[tuple[int, s
     """One question's row (without ``seconds``): the rollout replayed along its ``chosen``
     (step, action) path, an answer call at every state with documents, each such prefix
     compared with the file's (``stored``). Never raises on a difference: the first one is the
-    row's ``mismatch``; an action that is not valid in the replayed state ends the replay."""
+    row's ``mismatch``; an action that is not valid in the replayed state ends the replay.
+    ``truncated``: the generations (any call of the replay) cut by the time limit."""
+    counter = None
+    if env.generator is not None:
+        counter = _CountingGenerator(env.generator)
+        env = replace(env, generator=counter)
     gold = gold_titles(q)
     state = initial_state(q.question, q.id)
     out: list[dict] = []
@@ -391,27 +464,30 @@ def replay_question(q: Question, env: Environment, chosen: Sequence[tuple[int, s
     if mismatch is None and len(out) != len(stored):
         mismatch = {"prefix": len(out), "step": len(state.history), "field": "n_prefixes",
                     "npz": len(stored), "replay": len(out)}
-    return {"qid": q.id, "reproduced": mismatch is None, "mismatch": mismatch,
-            "prefixes": out}
+    return {"qid": q.id, "reproduced": mismatch is None,
+            "truncated": counter.n_truncated if counter is not None else 0,
+            "mismatch": mismatch, "prefixes": out}
 
 
 def label_questions(data: TrainingData, questions: dict[str, Question], env: Environment,
                     path: str | Path, header: dict, qids: Sequence[str],
                     progress: bool = True, max_unreproduced: int | None = 5,
-                    tolerance: float = TOLERANCE) -> dict:
+                    tolerance: float = TOLERANCE, redo: Iterable[str] = ()) -> dict:
     """Replay and label ``qids`` (normally :func:`plan_labels`'s ``todo``) into the labels
-    file ``path``, one appended row per question; questions already there are skipped. Stops
-    with :class:`AnswerLabelError` after ``max_unreproduced`` non-reproduced questions in a row
-    (a setup that does not reproduce the trajectories; None or 0: never). Returns a summary."""
+    file ``path``, one appended row per question; questions done there are skipped, except
+    those in ``redo`` (labelled again: their new row wins). Stops with
+    :class:`AnswerLabelError` after ``max_unreproduced`` non-reproduced questions in a row (a
+    setup that does not reproduce the trajectories; None or 0: never). Returns a summary."""
     recs = _by_question(data)
     unknown = [q for q in qids if q not in questions]
     if unknown:
         raise ValueError(f"{len(unknown)} question(s) of the trajectories are not among this "
                          f"command's training questions (e.g. {unknown[0]!r})")
-    labelled, flagged, streak = 0, [], 0
+    redo = set(redo)
+    labelled, flagged, cut, streak = 0, [], [], 0
     t0 = time.perf_counter()
     with _Writer(Path(path), header) as w:
-        todo = [q for q in qids if q not in w.done]
+        todo = [q for q in qids if q not in w.done or q in redo]
         bar = tqdm(todo, desc="answer labels", unit="q", disable=not progress)
         for qid in bar:
             t = time.perf_counter()
@@ -421,6 +497,10 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
             w.append(row)
             labelled += 1
             streak = 0 if row["reproduced"] else streak + 1
+            if row["truncated"]:  # machine speed (or a paused run), not the reader
+                cut.append(qid)
+                _note(f"{path}: question {qid}: {row['truncated']} generation(s) hit the time "
+                      "limit; its row is not a label, the next run labels it again")
             if not row["reproduced"]:
                 flagged.append({"qid": qid, **row["mismatch"]})
                 bar.set_postfix(not_reproduced=len(flagged))
@@ -431,7 +511,7 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
                     "not the one that collected them. Their rows are kept (flagged); pass "
                     "--max-unreproduced 0 to label on regardless")
     return {"labels": str(path), "labelled": labelled, "skipped_in_file": len(qids) - len(todo),
-            "not_reproduced": flagged, "dropped_line": w.dropped,
+            "not_reproduced": flagged, "truncated": cut, "dropped_line": w.dropped,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -439,13 +519,16 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
 def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | None = None,
                         include_unreproduced: bool = False) -> tuple[TrainingData, dict]:
     """(a copy of ``data`` with the labels of ``path`` filled in, the counts). For every
-    question of ``data`` with a row (reproduced, or any with ``include_unreproduced`` whose
-    steps match) and without finite F1s already: ``f1_now`` and ``answer_tokens`` per prefix,
-    then ``f1_end`` and ``gain`` as ``collect_question`` sets them. ``npz_sha256``: the
+    question of ``data`` whose latest row is a label (not cut by the time limit; reproduced,
+    or any with ``include_unreproduced`` whose steps match) and without finite F1s already:
+    ``f1_now`` and ``answer_tokens`` per prefix, then ``f1_end`` and ``gain`` as
+    ``collect_question`` sets them. ``npz_sha256``: the
     trajectories file's, checked against the header. Counts: ``labelled``, ``not_reproduced``
-    (rows left out), ``missing`` (questions still without F1), ``already_labelled`` (F1s in
-    the file; a row for one only counts as ``agree``/``disagree``: same F1s and answer
-    tokens, a check that the reader replies as it did), ``rows_not_in_data``."""
+    (rows left out), ``truncated`` (rows left out: a generation hit the time limit; the next
+    labelling run redoes them), ``missing`` (questions still without F1),
+    ``already_labelled`` (F1s in the file; a row for one only counts as ``agree``/
+    ``disagree``: same F1s and answer tokens, a check that the reader replies as it did; a
+    cut row is not compared), ``rows_not_in_data``."""
     path = Path(path)
     lf = read_label_file(path)
     if lf.header is None:
@@ -464,8 +547,8 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
     by_q: dict[str, list[PrefixSample]] = {}
     for p in prefixes:
         by_q.setdefault(p.qid, []).append(p)
-    counts = {"labelled": 0, "not_reproduced": 0, "missing": 0, "already_labelled": 0,
-              "agree": 0, "disagree": 0,
+    counts = {"labelled": 0, "not_reproduced": 0, "truncated": 0, "missing": 0,
+              "already_labelled": 0, "agree": 0, "disagree": 0,
               "rows_not_in_data": len(set(lf.rows) - set(data.questions))}
     for qid in data.questions:
         ps, row = by_q.get(qid, []), lf.rows.get(qid)
@@ -475,15 +558,19 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
                 f"{path}: line {lf.lines[qid]}: question {qid}'s prefixes (steps {steps}) are "
                 f"not those of the data (steps {[p.step for p in ps]}): labels of other "
                 "trajectories")
+        cut = row is not None and row_truncated(row) > 0
         if _has_f1(ps):
             counts["already_labelled"] += 1
-            if row is not None and row["reproduced"]:
+            if row is not None and row["reproduced"] and not cut:
                 same = all(_close(p.f1_now, _num(r["f1_now"]), TOLERANCE) and _close(
                     p.answer_tokens, _num(r.get("answer_tokens")), TOLERANCE)
                     for p, r in zip(ps, row["prefixes"]))
                 counts["agree" if same else "disagree"] += 1
             continue
         if not ps:
+            continue
+        if cut:
+            counts["truncated"] += 1
             continue
         usable = row is not None and (row["reproduced"] or (
             include_unreproduced and steps == [p.step for p in ps]))
@@ -510,6 +597,6 @@ def with_answer_labels(data: TrainingData, jsonl_path: str | Path,
     """:func:`merge_answer_labels`, its counts reported on stderr."""
     out, counts = merge_answer_labels(data, jsonl_path, npz_sha256, include_unreproduced)
     _note(f"answer labels {jsonl_path}: " + ", ".join(
-        f"{k} {counts[k]}" for k in ("labelled", "not_reproduced", "missing",
+        f"{k} {counts[k]}" for k in ("labelled", "not_reproduced", "truncated", "missing",
                                      "already_labelled")))
     return out
