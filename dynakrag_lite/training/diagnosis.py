@@ -417,7 +417,8 @@ def verdict(r: dict) -> list[str]:
                f"uniform path F1 {k['1']['f1']:.3f} after 1 acquisition, {k['end']['f1']:.3f} "
                f"at the end, {k['best']['f1']:.3f} with a perfect per-question stop.")
     if not a > 0.6:
-        lost.append("stop labels and data (the f1 target on 80 questions is learned worse "
+        n_f1 = st["auc"]["f1"].get("n_questions")
+        lost.append(f"stop labels and data (the f1 target on {n_f1} questions is learned worse "
                     "than the sr proxy)" if a_sr is not None and a_sr > 0.6 else
                     "stop features (the continuation forest cannot tell when continuing pays)")
     out.append("Signal lost in: " + ("; ".join(lost) if lost else "no single place") + ".")
