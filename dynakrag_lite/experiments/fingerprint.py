@@ -48,6 +48,7 @@ from typing import Any, Callable
 from .. import prompts
 from ..config import Environment
 from ..data.corpus import Corpus, doc_id_for
+from ..generators.llamacpp import LlamaCppGenerator
 from ..state import RetrievedDoc
 from ..storage import atomic_write_json, redact, sha256_file
 from .folder import PREDICTIONS_FILE, RUN_FILE, SUMMARY_FILE
@@ -347,7 +348,7 @@ def llama_build(generator: Any) -> dict | None:
     inner = generator
     while hasattr(inner, "inner"):  # CachedGenerator and friends wrap the decoding one
         inner = inner.inner
-    if type(inner).__name__ != "LlamaCppGenerator":
+    if not isinstance(inner, LlamaCppGenerator):
         return None
     import llama_cpp  # optional heavy dependency; already imported by this backend's use
 
