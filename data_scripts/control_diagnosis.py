@@ -14,6 +14,12 @@ the Monte-Carlo returns of the uniform rollouts' taken actions, every chooser va
 by importance sampling; written to ``--horizon-out`` (default: ``--out`` with ``-horizon``
 before the suffix) and its ``.md``, so a horizon-only run leaves sections 1-7 as they are.
 
+Section 9, stop targets (``--sections stop``, a few minutes; ``--stop-out``, default ``--out``
+with ``-stop``): on the questions with answer F1, each candidate stop target (SR gain, F1 gain,
+best later F1 gain, F1 now) run as a stop rule along the uniform paths, its threshold swept,
+against a random stop at equal tokens and against always continuing, per file and pooled with
+the other files of the same reader (``dynakrag_lite.training.stop_targets``).
+
 ``--answer-labels FILE ...``: answer F1s added later by ``data_scripts/answer_labels.py``, each
 merged into the trajectories file its header names (by sha256; questions the replay did not
 reproduce are left out), so the stop AUC and stop-after-k use every labelled question:
@@ -37,6 +43,7 @@ from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
 from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
 from dynakrag_lite.training.horizon import diagnose_horizon  # noqa: E402
+from dynakrag_lite.training.stop_targets import TARGETS, study  # noqa: E402
 from dynakrag_lite.training.answer_labels import (merge_answer_labels,  # noqa: E402
                                                   read_label_file)
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
@@ -44,8 +51,8 @@ from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 
 ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
                 "sufficiency_check")
-# "main": sections 1-7 (--out); "horizon": section 8 (--horizon-out)
-SECTIONS = ("main", "horizon")
+# "main": sections 1-7 (--out); "horizon": section 8 (--horizon-out); "stop": section 9
+SECTIONS = ("main", "horizon", "stop")
 HORIZON_CHOOSERS = (("horizon_forest", "horizon forest"),
                     ("horizon_forest_acquisitions_only", "horizon forest w/o suff_check"),
                     ("onestep_forest", "one-step forest"),
@@ -256,6 +263,69 @@ def horizon_markdown(results: dict, command: str, seconds: float, settings: dict
     return "\n".join(L)
 
 
+def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
+                  cpu: float = float("nan")) -> str:
+    """Section 9 of the diagnosis, in its own file."""
+    L = ["# Control diagnosis, section 9: which stop target can a forest learn?",
+         "",
+         f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, one "
+         "job). No model call: the saved trajectories and the answer F1 of every prefix "
+         "(`data_scripts/answer_labels.py`). Only questions whose every prefix has F1. "
+         f"Cross-validation: GroupKFold by question, {settings['folds']} folds; forests: 300 "
+         f"trees, min leaf 8, seed 13; intervals: {settings['boot']} question-level bootstrap "
+         "resamples, paired.",
+         "",
+         "**The rule.** Along each question's uniform-valid path, continue past a prefix while "
+         "the forest's out-of-fold score is above tau; answer at the first prefix where it is "
+         "not. Targets: *sr* = SR(end) - SR(now) (the committed continuation model); *f1* = "
+         "F1(end) - F1(now); *f1_best* = the best later prefix's F1 - F1(now); *f1_now* = "
+         "F1(now), continuing where the forest expects a bad answer. *own*: trained on the "
+         "file's questions; *pooled*: plus every labelled question of the other datasets with "
+         "the same reader. *random*: continue at each prefix with probability c, c set so "
+         "its expected tokens equal the rule's (exact expectation per question).",
+         "",
+         "*over random*: the mean, over the thresholds where 20-80 % of questions stop before "
+         "the end, of the rule's F1 minus the random stop's at the same tokens (the forest's "
+         "ranking in one number). *Operating point*: the threshold with the highest F1 among "
+         "those, picked on the same out-of-fold scores (optimistic by the noise between "
+         "neighbouring thresholds, about .01 here); paired differences with 95 % intervals.",
+         "",
+         "| dataset | reader | questions | target | over random | stop early | F1 | tokens "
+         "(x end) | - always continue | - random at equal tokens |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        st = r["stop_targets"]
+        if "targets" not in st:
+            L.append(f"| {ds} | {rd} | {st['n_questions']} | {st.get('skipped', '')} "
+                     "| | | | | | |")
+            continue
+        for name, t in st["targets"].items():
+            op = t["operating_point"]
+            if op is None:
+                L.append(f"| {ds} | {rd} | {st['n_questions']} | {name} | "
+                         f"{_f(t['over_random'], '+.3f')} | no threshold in 20-80 % | | | | |")
+                continue
+            L.append(f"| {ds} | {rd} | {st['n_questions']} | {name} | "
+                     f"{_f(t['over_random'], '+.3f')} | {op['stop_early']:.0%} | "
+                     f"{op['f1']:.3f} | {op['tokens']:.0f} ({op['token_ratio']:.2f}) | "
+                     f"{op['minus_end']:+.3f} [{op['minus_end_ci'][0]:+.3f}, "
+                     f"{op['minus_end_ci'][1]:+.3f}] | {op['minus_random']:+.3f} "
+                     f"[{op['minus_random_ci'][0]:+.3f}, {op['minus_random_ci'][1]:+.3f}] |")
+    L += ["", "Always continuing (the path's end) and stopping at the first prefix, per file:", ""]
+    for (ds, rd), r in results.items():
+        st = r["stop_targets"]
+        if "targets" in st:
+            c = next(iter(st["targets"].values()))["curve"]
+            L.append(f"- **{ds}, {rd}**: first prefix F1 {c[0]['f1']:.3f} at {c[0]['tokens']:.0f}"
+                     f" tokens; end F1 {c[-1]['f1']:.3f} at {c[-1]['tokens']:.0f}; positive "
+                     "rates of the gain targets at the decision prefixes: " + ", ".join(
+                         f"{k} {v:.0%}" for k, v in st["positive_rate"].items()) + ".")
+    L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
+    for (ds, rd), r in results.items():
+        L.append(f"- **{ds}, {rd}**: {r['stop_targets'].get('verdict', 'skipped')}")
+    return "\n".join(L)
+
+
 def write_report(path: Path, results: dict, settings: dict, command: str, seconds: float,
                  cpu: float, markdown_of) -> Path:
     """``path`` (JSON, every number) and its ``.md`` (``markdown_of``'s tables)."""
@@ -296,15 +366,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/diagnostics/control-diagnosis.json"))
     ap.add_argument("--horizon-out", type=Path, default=None,
                     help="section 8's JSON (default: --out with -horizon before the suffix)")
+    ap.add_argument("--stop-out", type=Path, default=None,
+                    help="section 9's JSON (default: --out with -stop before the suffix)")
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                     help="main: sections 1-7 (--out); horizon: section 8 (--horizon-out); "
-                         "default both")
+                         "stop: section 9 (--stop-out); default all")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5, help="permutation-importance repeats")
     ap.add_argument("--sizes", type=int, nargs="*", default=[25, 50, 100],
                     help="training questions per fold for the data-size curve (plus all)")
     ap.add_argument("--boot", type=int, default=2000,
-                    help="question-level bootstrap resamples (section 8)")
+                    help="question-level bootstrap resamples (sections 8 and 9)")
     ap.add_argument("--answer-labels", nargs="+", type=Path, default=[],
                     help="answer F1 files of data_scripts/answer_labels.py, each merged into "
                     "the trajectories file it was made for")
@@ -314,9 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"main": {"folds": args.folds, "repeats": args.repeats, "sizes": args.sizes,
                          "lambdas": list(CHOICE_LAMBDAS), "forest": forest},
                 "horizon": {"folds": args.folds, "boot": args.boot, "boot_seed": 13,
-                            "forest": forest}}
-    results: dict[str, dict] = {sec: {} for sec in args.sections}
-    clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
+                            "forest": forest},
+                "stop": {"folds": args.folds, "boot": args.boot, "boot_seed": 13,
+                         "targets": list(TARGETS), "forest": forest}}
+    files: dict[tuple[str, str], tuple[Path, TrainingData, dict | None]] = {}
     for path in args.trajectories:
         raw = path.read_bytes()
         data = load_training_data_bytes(raw, path)
@@ -326,15 +399,23 @@ def main(argv: list[str] | None = None) -> int:
                                                npz_sha256=hashlib.sha256(raw).hexdigest())
             merged["file"] = labels[path].as_posix()
             print(f"{path}: answer labels {merged}", flush=True)
-        key = name_of(path, data)
+        files[name_of(path, data)] = (path, data, merged)
+    results: dict[str, dict] = {sec: {} for sec in args.sections}
+    clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
+    for key, (path, data, merged) in files.items():
         for sec in args.sections:
             t, c = time.perf_counter(), time.process_time()
             if sec == "main":
                 r = diagnose(data, folds=args.folds, sizes=args.sizes, n_repeats=args.repeats)
                 lines = r["verdict"]
-            else:
+            elif sec == "horizon":
                 r = {"horizon": diagnose_horizon(data, folds=args.folds, n_boot=args.boot)}
                 lines = [r["horizon"]["verdict"]]
+            else:  # pooled with the other datasets read by the same reader
+                extra = [d for k, (_, d, _) in files.items() if k != key and k[1] == key[1]]
+                r = {"stop_targets": study(data, folds=args.folds, extra=extra,
+                                           n_boot=args.boot)}
+                lines = [r["stop_targets"].get("verdict", r["stop_targets"].get("skipped"))]
             results[sec][key] = {**r, "file": path.as_posix(), "n_questions":
                                  len(data.questions),
                                  **({"answer_labels": merged} if merged else {})}
@@ -345,10 +426,13 @@ def main(argv: list[str] | None = None) -> int:
                 print("  -", v, flush=True)
     command = relative_command(list(argv if argv is not None else sys.argv[1:]),
                                prefix="python data_scripts/control_diagnosis.py")
-    horizon_out = args.horizon_out or args.out.with_name(
-        f"{args.out.stem}-horizon{args.out.suffix}")
+    outs = {"main": (args.out, markdown),
+            "horizon": (args.horizon_out or args.out.with_name(
+                f"{args.out.stem}-horizon{args.out.suffix}"), horizon_markdown),
+            "stop": (args.stop_out or args.out.with_name(
+                f"{args.out.stem}-stop{args.out.suffix}"), stop_markdown)}
     for sec in args.sections:
-        out, md_of = (args.out, markdown) if sec == "main" else (horizon_out, horizon_markdown)
+        out, md_of = outs[sec]
         md = write_report(out, results[sec], settings[sec], command, *clock[sec], md_of)
         print(f"wrote {out} and {md} ({clock[sec][0]:.0f} s)")
     return 0

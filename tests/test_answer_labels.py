@@ -557,3 +557,22 @@ def test_control_diagnosis_matches_labels_files_to_trajectories_by_sha256(traine
     other.write_text(json.dumps({**header, "npz_sha256": "2" * 64}) + "\n")
     with pytest.raises(ValueError, match="not among --trajectories"):
         diag.labels_for(npzs, [other])
+
+
+def test_control_diagnosis_stop_section_studies_the_labelled_questions(
+        trained, reader_factory, tmp_path):
+    labels = tmp_path / "l.jsonl"
+    assert load_script("answer_labels").main([str(trained / "t.npz"), "--out", str(labels),
+                                              "--no-progress"]) == 0
+    diag = load_script("control_diagnosis")
+    out = tmp_path / "d.json"
+    assert diag.main(["--trajectories", str(trained / "t.npz"), "--answer-labels", str(labels),
+                      "--sections", "stop", "--folds", "2", "--boot", "50",
+                      "--out", str(out)]) == 0
+    assert not out.exists()  # only section 9 ran: sections 1-7 are left as they were
+    rep = json.loads((tmp_path / "d-stop.json").read_text())
+    (key, r), = rep["results"].items()
+    assert r["stop_targets"]["n_questions"] == 6  # 2 answered in collection + 4 labelled
+    assert set(r["stop_targets"]["targets"]) == {f"{t}/own" for t in
+                                                  ("sr", "f1", "f1_best", "f1_now")}
+    assert "section 9" in (tmp_path / "d-stop.md").read_text()
