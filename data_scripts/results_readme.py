@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments.diagnostics import diagnostics
-from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, diagnosis_report,
-                                               horizon_report)
+from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, STOP_FILE,
+                                               diagnosis_report, horizon_report, stop_report)
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
 from dynakrag_lite.experiments.breakdown import MIN_GROUP_N, breakdown_table
 from dynakrag_lite.experiments.results import (STARTED, TRANSFER_RUNS, best_baseline, is_partial,
@@ -781,7 +781,9 @@ def control_diagnosis_section(root: Path) -> str | None:
     """The offline control diagnosis (issue 24; ``data_scripts/control_diagnosis.py``): where
     its reports are and the verdict each writes per dataset x reader, or None before any."""
     reports = [(DIAGNOSIS_FILE, diagnosis_report(root), lambda r: r["verdict"][-1]),
-               (HORIZON_FILE, horizon_report(root), lambda r: r["horizon"]["verdict"])]
+               (HORIZON_FILE, horizon_report(root), lambda r: r["horizon"]["verdict"]),
+               (STOP_FILE, stop_report(root),
+                lambda r: r["stop_targets"].get("verdict", r["stop_targets"].get("skipped")))]
     reports = [(name, rep, last) for name, rep, last in reports if rep is not None]
     if not reports:
         return None

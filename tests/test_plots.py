@@ -448,3 +448,31 @@ def test_paired_forest_refuses_nothing_to_draw_and_two_rows_on_one_tick():
     twice = [r for r in _pair_rows() if r["run"] == "fixed_k3" and r["metric"] == "f1"] * 2
     with pytest.raises(ValueError, match="names two f1 rows"):
         P.paired_forest_figure(twice)
+
+
+def _stop_report():
+    curve = [{"tau": 1.0, "f1": 0.4, "tokens": 100.0, "stop_early": 1.0},
+             {"tau": 0.0, "f1": 0.5, "tokens": 200.0, "stop_early": 0.5},
+             {"tau": -1.0, "f1": 0.45, "tokens": 300.0, "stop_early": 0.0}]
+    op = {**curve[1], "token_ratio": 0.67}
+    st = {"n_questions": 50, "random_curve": [{"c": 0.0, "f1": 0.4, "tokens": 100.0},
+                                              {"c": 1.0, "f1": 0.45, "tokens": 300.0}],
+          "targets": {"f1/own": {"curve": curve, "operating_point": op},
+                      "f1_now/own": {"curve": curve, "operating_point": None},
+                      "f1/pooled": {"curve": curve, "operating_point": op}}}
+    return {"results": {"hotpotqa/r": {"stop_targets": st}, "musique/r": {"stop_targets": st},
+                        "musique/other": {"stop_targets": {"skipped": "too few"}}}}
+
+
+def test_stop_targets_figure_draws_one_panel_per_dataset_of_the_reader():
+    fig = P.stop_targets_figure(_stop_report(), "r")
+    axes = fig.get_axes()
+    assert [a.get_title() for a in axes] == ["hotpotqa (50 questions)", "musique (50 questions)"]
+    # random + two own targets, and one ring (f1_now has no operating point)
+    assert len(axes[0].get_lines()) == 4
+    labels = [t.get_text() for t in axes[-1].get_legend().get_texts()]
+    assert labels == ["random stop", "f1", "f1_now"]
+    assert len(P.stop_targets_figure(_stop_report(), "r", pooled=True).get_axes()[0]
+               .get_lines()) == 3
+    with pytest.raises(ValueError, match="no stop-target results"):
+        P.stop_targets_figure(_stop_report(), "other")

@@ -521,3 +521,9 @@ def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_
     assert "`diagnostics/control-diagnosis.json` (command: `python a`)" in text
     assert "- **hotpotqa/g**: Signal lost in: labels." in text and "Choice" not in text
     assert "- **musique/g**: Horizon forest: no better." in text
+    (d / "control-diagnosis-stop.json").write_text(json.dumps({"command": "python c",
+        "results": {"hotpotqa/g": {"stop_targets": {"verdict": "Best target f1_now/own."}},
+                    "musique/g": {"stop_targets": {"skipped": "too few questions"}}}}))
+    text = rr.control_diagnosis_section(tmp_path)
+    assert "- **hotpotqa/g**: Best target f1_now/own." in text
+    assert "- **musique/g**: too few questions" in text

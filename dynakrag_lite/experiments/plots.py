@@ -16,6 +16,9 @@ expression of a cell (or ``display`` it) after ``import matplotlib.pyplot``.
   panel per dataset, F1 against tokens, one line per stop rule, the chosen λ ringed and the
   Pareto front of both rules marked (tidy rows from
   :func:`~dynakrag_lite.experiments.results.stop_rule_table`);
+* :func:`stop_targets_figure`: section 9 of the control diagnosis, one panel per dataset, F1
+  against tokens of each stop target's threshold sweep along the uniform paths, beside the
+  random stop's curve;
 * :func:`paired_forest_figure`: paired per-question differences as a forest plot, one row per
   comparison with its 95 % interval and n, coloured by verdict (rows of
   :func:`~dynakrag_lite.experiments.results.paired_table` or
@@ -561,3 +564,46 @@ def paired_forest_figure(pairs: Any, label: str = "run",
 __all__ = ["VERDICT_COLORS", "annotate_lambdas", "lambda_label", "lambda_sweep_figure",
            "overlapping_labels", "paired_forest_figure", "pareto_front", "place_labels",
            "stop_rule_sweeps_figure"]
+
+
+# -- stop targets (control diagnosis, section 9) ------------------------------------------
+STOP_TARGET_STYLE = {"sr": ("#636363", "o"), "f1": ("#3182bd", "s"),
+                     "f1_best": ("#31a354", "^"), "f1_now": ("#e6550d", "D")}
+
+
+def stop_targets_figure(report: Mapping[str, Any], reader: str, pooled: bool = False,
+                        width: float = 4.2) -> Figure:
+    """One panel per dataset of ``reader`` in a ``control-diagnosis-stop.json`` report: F1
+    against mean tokens as each target's threshold sweeps from "stop at the first prefix" to
+    "always continue" (``pooled``: the forests trained with the other datasets too), with the
+    random stop (continue with probability c) as a dashed line; the operating point of each
+    target ringed."""
+    keys = [k for k, r in report["results"].items() if k.endswith("/" + reader)
+            and "targets" in r["stop_targets"]]
+    if not keys:
+        raise ValueError(f"no stop-target results for reader {reader!r}")
+    fig = Figure(figsize=(width * len(keys), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(keys), squeeze=False)[0]
+    label = "pooled" if pooled else "own"
+    for ax, key in zip(axes, keys):
+        st = report["results"][key]["stop_targets"]
+        rnd = st["random_curve"]
+        ax.plot([p["tokens"] for p in rnd], [p["f1"] for p in rnd], "--", color="black",
+                lw=1, label="random stop")
+        for name, t in st["targets"].items():
+            target, kind = name.split("/")
+            if kind != label:
+                continue
+            color, marker = STOP_TARGET_STYLE.get(target, ("#756bb1", "x"))
+            c = t["curve"]
+            ax.plot([p["tokens"] for p in c], [p["f1"] for p in c], marker=marker, ms=3,
+                    lw=1, color=color, label=target)
+            op = t["operating_point"]
+            if op:
+                ax.plot([op["tokens"]], [op["f1"]], "o", ms=10, mfc="none", color=color)
+        ax.set_title(f"{key.split('/')[0]} ({st['n_questions']} questions)")
+        ax.set_xlabel("mean tokens (ledger + answer call)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("answer F1")
+    axes[-1].legend(fontsize=8, loc="lower right")
+    return fig

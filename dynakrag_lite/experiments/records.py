@@ -26,6 +26,7 @@ from .results import load_summary, locate, status_label
 RESULTS_ROOT = "results"  # relative: found from the working folder or its parents
 DIAGNOSIS_FILE = "diagnostics/control-diagnosis.json"
 HORIZON_FILE = "diagnostics/control-diagnosis-horizon.json"
+STOP_FILE = "diagnostics/control-diagnosis-stop.json"
 DEFAULT_N_EVAL = 100  # the CLI's --n-eval default (an older command without the flag used it)
 
 
@@ -150,6 +151,13 @@ def horizon_report(root: str | Path = RESULTS_ROOT) -> dict | None:
     """``results/diagnostics/control-diagnosis-horizon.json`` (section 8, horizon labels), or
     None when it was not measured."""
     path = results_path(HORIZON_FILE, root=root)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def stop_report(root: str | Path = RESULTS_ROOT) -> dict | None:
+    """``results/diagnostics/control-diagnosis-stop.json`` (section 9, stop targets), or None
+    when it was not measured."""
+    path = results_path(STOP_FILE, root=root)
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 

@@ -211,6 +211,8 @@ def study(data: TrainingData, folds: int = 5, targets: Sequence[str] = TARGETS,
                  "positive_rate": {t: float(np.mean([v > 1e-9 for ps in paths.values()
                                                      for v in path_targets(ps)[t][:-1]]))
                                    for t in targets if t != "f1_now"},
+                 "random_curve": [{"c": float(c), **_summary(random_outcomes(paths, c))}
+                                  for c in np.linspace(0, 1, 11)],
                  "targets": {}}
     for label, ext in (("own", ()), ("pooled", pool)) if pool else (("own", ()),):
         for t in targets:
