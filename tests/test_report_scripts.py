@@ -527,3 +527,18 @@ def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_
     text = rr.control_diagnosis_section(tmp_path)
     assert "- **hotpotqa/g**: Best target f1_now/own." in text
     assert "- **musique/g**: too few questions" in text
+
+
+def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
+    assert rr.check_set_section(tmp_path) is None  # no check-set run: no section
+    chk = tmp_path / "diagnostics" / "check-set" / "hotpotqa" / "g"
+    _status_run(chk / "dynakrag", ["c0", "c1", "c2", "c3"], 1.0)
+    _status_run(chk / "uniform", ["c0", "c1", "c2"], 0.5, n_expected=4)
+    assert rr.main(["--results", str(tmp_path)]) == 0
+    sec = _section((tmp_path / "README.md").read_text(),
+                   "## Check set: questions never read before")
+    assert "### hotpotqa, generator `g`" in sec
+    pair = next(ln for ln in sec.splitlines() if ln.startswith("| uniform | partial: 3 of 4 |"
+                                                               " f1 |"))
+    assert "| f1 | 3 |" in pair  # paired on the questions both answered
+    assert "- `dynakrag`: `" in sec
