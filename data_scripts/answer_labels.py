@@ -61,10 +61,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-if str(ROOT / "data_scripts") not in sys.path:  # the sibling warm_cache.py, run from anywhere
-    sys.path.insert(0, str(ROOT / "data_scripts"))
-from dynakrag_lite.experiments.cli import (build_parser, run_reporting_errors,  # noqa: E402
-                                           training_recipe)
+from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: E402
+                                           run_reporting_errors, training_recipe)
 from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import redact, relative_command  # noqa: E402
 from dynakrag_lite.training.answer_labels import (TOLERANCE, check_header,  # noqa: E402
@@ -73,7 +71,6 @@ from dynakrag_lite.training.answer_labels import (TOLERANCE, check_header,  # no
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.training.recipe import (collection_run, from_data_problems,  # noqa: E402
                                            training_setup)
-from warm_cache import run_argv  # noqa: E402
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -158,7 +155,7 @@ def _main(argv: list[str]) -> int:
         raise ValueError(f"{own.npz}: cannot read it ({e})") from None
     data = load_training_data_bytes(raw, own.npz)  # hash exactly the bytes that are used
     sha = hashlib.sha256(raw).hexdigest()
-    cmd = run_argv("train", collection_command(own, data.run))
+    cmd = command_args("train", collection_command(own, data.run))
     args = build_parser().parse_args(cmd)
     args.argv = cmd  # as the run recorded it
     if args.from_data:

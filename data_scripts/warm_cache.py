@@ -52,6 +52,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: E402
+                                           evaluation_setup, run_reporting_errors,
+                                           training_recipe)
+from dynakrag_lite.experiments.fingerprint import (FingerprintError,  # noqa: E402
+                                                   check_recorded_run)
+from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, latest_rows,  # noqa: E402
+                                              read_predictions)
+from dynakrag_lite.storage import relative_command  # noqa: E402
+from dynakrag_lite.training.recipe import training_setup  # noqa: E402
+from dynakrag_lite.trajectories import collect  # noqa: E402
 
 USAGE = ("usage: warm_cache.py {train,evaluate} --start N [--stop M] [evaluate: --forward] "
          "[--scratch DIR] -- [python -m dynakrag_lite] [train|evaluate] <the run's arguments>")
@@ -75,20 +85,6 @@ def parse_own(argv: list[str]) -> argparse.Namespace:
                            help="the scratch run folder (default: runs/warm-cache/<the run's "
                            "--out path>); never the run's --out")
     return ap.parse_args(argv)
-
-
-def run_argv(mode: str, command: list[str]) -> list[str]:
-    """The run's arguments for ``build_parser``, led by ``mode``: ``command`` as recorded
-    (``python -m dynakrag_lite <mode> ...``), or without the interpreter part, or bare."""
-    cmd = list(command)
-    if "dynakrag_lite" in cmd[:3]:
-        cmd = cmd[cmd.index("dynakrag_lite") + 1:]
-    if cmd and not cmd[0].startswith("-"):
-        if cmd[0] != mode:
-            raise ValueError(f"warm_cache.py {mode}: the command after -- is "
-                             f"{cmd[0]!r}, not {mode!r}")
-        cmd = cmd[1:]
-    return [mode, *cmd]
 
 
 def same_folder(a: str | Path, b: str | Path) -> bool:
@@ -117,10 +113,6 @@ def check_slice(start: int, stop: int | None, n: int, what: str) -> int:
 
 
 def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[str]) -> int:
-    from dynakrag_lite.experiments.cli import evaluation_setup
-    from dynakrag_lite.experiments.folder import PREDICTIONS_FILE, latest_rows, read_predictions
-    from dynakrag_lite.experiments.fingerprint import FingerprintError, check_recorded_run
-    from dynakrag_lite.storage import relative_command
     if args.replay_only:
         raise ValueError("--replay-only: that run never calls the model; there is nothing to "
                          "warm")
@@ -165,9 +157,6 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
 
 
 def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
-    from dynakrag_lite.experiments.cli import training_recipe
-    from dynakrag_lite.training.recipe import training_setup
-    from dynakrag_lite.trajectories import collect
     if args.from_data:
         raise ValueError("--from-data: that run makes no model call; there is nothing to warm")
     t0 = time.perf_counter()
@@ -187,12 +176,11 @@ def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from dynakrag_lite.experiments.cli import build_parser
     if "--" not in argv:
         raise SystemExit(USAGE)
     cut = argv.index("--")
     own = parse_own(argv[:cut])
-    cmd = run_argv(own.mode, argv[cut + 1:])
+    cmd = command_args(own.mode, argv[cut + 1:])
     args = build_parser().parse_args(cmd)
     args.argv = cmd  # what the run's records say it ran
     if own.mode == "evaluate":
@@ -201,7 +189,6 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dynakrag_lite.experiments.cli import run_reporting_errors
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_reporting_errors(_main, argv)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import dynakrag_lite.pipeline as pipeline_mod
-from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.experiments.cli import command_args, main
 from dynakrag_lite.data.sources import load_dataset, split_questions
 from dynakrag_lite.experiments.folder import read_predictions
 from dynakrag_lite.generators import CachedGenerator, CallCache, Generation
@@ -241,13 +241,13 @@ def test_start_outside_the_list_and_a_replay_only_run_are_refused(backend, warm,
     assert "nothing to warm" in capsys.readouterr().err
 
 
-def test_the_run_command_is_read_as_recorded_or_bare(warm):
+def test_the_run_command_is_read_as_recorded_or_bare():
     tail = ["--data", "library", "--method", "uniform"]
     for cmd in (["python", "-m", "dynakrag_lite", "evaluate", *tail], ["evaluate", *tail],
                 tail):
-        assert warm.run_argv("evaluate", cmd) == ["evaluate", *tail]
+        assert command_args("evaluate", cmd) == ["evaluate", *tail]
     with pytest.raises(ValueError, match="is 'train', not 'evaluate'"):
-        warm.run_argv("evaluate", ["python", "-m", "dynakrag_lite", "train", *tail])
+        command_args("evaluate", ["python", "-m", "dynakrag_lite", "train", *tail])
 
 
 def test_default_scratch_folder_is_named_after_the_run_folder(warm, tmp_path, monkeypatch):

@@ -467,6 +467,20 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
                    "$DYNAKRAG_REPLAY_ONLY=1 does)")
 
 
+def command_args(mode: str, command: list[str]) -> list[str]:
+    """A recorded command's arguments for :func:`build_parser`, led by ``mode``: ``command``
+    as run.json or a policy records it (``python -m dynakrag_lite <mode> ...``), without the
+    interpreter part, or bare; ValueError when it is a command of another mode."""
+    cmd = list(command)
+    if "dynakrag_lite" in cmd[:3]:
+        cmd = cmd[cmd.index("dynakrag_lite") + 1:]
+    if cmd and not cmd[0].startswith("-"):
+        if cmd[0] != mode:
+            raise ValueError(f"the recorded command is {cmd[0]!r}, not {mode!r}")
+        cmd = cmd[1:]
+    return [mode, *cmd]
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dynakrag_lite", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
