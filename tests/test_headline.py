@@ -13,7 +13,7 @@ import pytest
 from dynakrag_lite.experiments import headline as h
 from dynakrag_lite.experiments.records import (command_options, diagnosis_table,
                                                horizon_report, horizon_table, lambda_effect,
-                                               run_record)
+                                               run_record, stop_report, stop_targets_table)
 
 
 def row(qid: str, f1: float, *, sr: float = 0.5, tokens: float = 100.0, docs=("a", "b", "c"),
@@ -207,6 +207,24 @@ def test_horizon_table_has_one_row_per_dataset_and_chooser_with_its_interval(tmp
     (tmp_path / "diagnostics").mkdir()
     (tmp_path / "diagnostics" / "control-diagnosis-horizon.json").write_text(json.dumps(report))
     assert horizon_report(tmp_path) == report
+
+
+def test_stop_targets_table_reads_each_target_and_its_operating_point(tmp_path):
+    op = {"stop_early": .5, "f1": .47, "token_ratio": .6, "minus_end": .02,
+          "minus_end_ci": [-.01, .05], "minus_random": .01, "minus_random_ci": [-.02, .04]}
+    st = {"n_questions": 200, "targets": {"f1/own": {"over_random": .004, "operating_point": op},
+                                          "sr/pooled": {"over_random": -.01,
+                                                        "operating_point": None}}}
+    report = {"results": {"hotpotqa/big": {"stop_targets": st},
+                          "musique/small": {"stop_targets": st},
+                          "2wiki/big": {"stop_targets": {"n_questions": 3, "skipped": "few"}}}}
+    t = stop_targets_table(report, reader="big")
+    assert list(zip(t.dataset, t.target, t.training)) == [("hotpotqa", "f1", "own"),
+                                                          ("hotpotqa", "sr", "pooled")]
+    assert (t.loc[0, "always lo"], t.loc[0, "random hi"]) == (-.01, .04)
+    assert pd.isna(t.loc[1, "F1"])  # no threshold stops 20-80 % of questions early
+    assert len(stop_targets_table(report)) == 4
+    assert stop_report(tmp_path) is None
 
 
 # -- chapter 16's conclusions (experiments.conclusions) ----------------------------------------

@@ -161,6 +161,34 @@ def stop_report(root: str | Path = RESULTS_ROOT) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def stop_targets_table(report: Mapping, reader: str | None = None) -> pd.DataFrame:
+    """One row per dataset x stop target (own / pooled training) of section 9: its mean F1
+    over a random stop at equal tokens (``over random``) and, at its operating point, the
+    share of questions stopping before the path's end, F1, the token ratio to always
+    continuing, and the paired differences to always continuing and to the random stop with
+    their 95 % intervals; only ``reader``'s files when given."""
+    rows = []
+    for key, r in report["results"].items():
+        dataset, _, rd = key.partition("/")
+        st = r["stop_targets"]
+        if (reader and rd != reader) or "targets" not in st:
+            continue
+        for name, t in st["targets"].items():
+            target, _, training = name.partition("/")
+            op = t["operating_point"] or {}
+            rows.append({"dataset": dataset, "reader": rd, "questions": st["n_questions"],
+                         "target": target, "training": training,
+                         "over random": t["over_random"], "stop early": op.get("stop_early"),
+                         "F1": op.get("f1"), "token ratio": op.get("token_ratio"),
+                         "minus always": op.get("minus_end"),
+                         "always lo": (op.get("minus_end_ci") or [None])[0],
+                         "always hi": (op.get("minus_end_ci") or [None, None])[1],
+                         "minus random": op.get("minus_random"),
+                         "random lo": (op.get("minus_random_ci") or [None])[0],
+                         "random hi": (op.get("minus_random_ci") or [None, None])[1]})
+    return pd.DataFrame(rows)
+
+
 HORIZON_CHOOSERS = {"horizon_forest": "horizon forest",
                     "horizon_forest_acquisitions_only": "horizon, no probe",
                     "onestep_forest": "one-step forest",
