@@ -822,17 +822,22 @@ def check_set_section(root: Path) -> str | None:
              "overstate. These runs re-check the finished setups once, on training-split "
              "questions that no policy was trained on and no earlier run or diagnosis read "
              "(the `--offset` and `--limit` in each command). Same metrics and pairing as "
-             "above (dynakrag minus each run, paired bootstrap 95 % interval, 10,000 "
+             "above (the controller run minus each run, paired bootstrap 95 % interval, 10,000 "
              "resamples):\n"]
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
         parts.append(f"### {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
-        if "dynakrag" in set(mine.run):
-            pt = paired_table(dataset, generator, runs=sorted(set(mine.run) - {"dynakrag"}),
+        # the controller run to pair with: dynakrag, else its no-compression variant (a
+        # check set the sentence selector was trained on cannot run the compressor)
+        ctl = next((r for r in ("dynakrag", "dynakrag-no_compression") if r in set(mine.run)),
+                   None)
+        if ctl:
+            pt = paired_table(dataset, generator, base=ctl, runs=sorted(set(mine.run) - {ctl}),
                               root=base)
             pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
                                      for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
-            parts.append(markdown_table(pt[["run", "status", "metric", "n", "dynakrag", "other",
+            parts.append(f"`{ctl}` minus each run:\n")
+            parts.append(markdown_table(pt[["run", "status", "metric", "n", ctl, "other",
                                             "diff", "interval", "p_value", "verdict"]]) + "\n")
         parts.append("Commands:\n")
         parts += [f"- `{row.run}`: `{row.command}`" for _, row in mine.iterrows()]

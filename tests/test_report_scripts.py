@@ -541,4 +541,11 @@ def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
     pair = next(ln for ln in sec.splitlines() if ln.startswith("| uniform | partial: 3 of 4 |"
                                                                " f1 |"))
     assert "| f1 | 3 |" in pair  # paired on the questions both answered
-    assert "- `dynakrag`: `" in sec
+    assert "- `dynakrag`: `" in sec and "`dynakrag` minus each run" in sec
+    # without dynakrag (its compressor cannot run there), its no-compression variant pairs
+    (chk / "dynakrag").rename(chk / "dynakrag-no_compression")
+    assert rr.main(["--results", str(tmp_path)]) == 0
+    sec = _section((tmp_path / "README.md").read_text(),
+                   "## Check set: questions never read before")
+    assert "`dynakrag-no_compression` minus each run" in sec
+    assert any(ln.startswith("| uniform | partial: 3 of 4 | f1 | 3 |") for ln in sec.splitlines())
