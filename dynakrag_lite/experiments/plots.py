@@ -605,5 +605,5 @@ def stop_targets_figure(report: Mapping[str, Any], reader: str, pooled: bool = F
         ax.set_xlabel("mean tokens (ledger + answer call)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("answer F1")
-    axes[-1].legend(fontsize=8, loc="lower right")
+    axes[-1].legend(fontsize=8, loc="best")
     return fig
