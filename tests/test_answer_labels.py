@@ -537,6 +537,13 @@ def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
     plain, lab = Policy.load(tmp_path / "plain.joblib"), Policy.load(tmp_path / "lab.joblib")
     assert plain.meta["n_continuation_questions"] == 2
     assert lab.meta["n_continuation_questions"] == 6
+    # with the labels, --continuation-questions need not repeat the collection's (moot);
+    # without them it must (it says which questions carry F1)
+    assert cli_main([*TRAIN, "--from-data", str(npz), "--out", str(tmp_path / "x0.joblib")]) == 2
+    assert "continuation_questions" in capsys.readouterr().err
+    assert cli_main([*TRAIN, "--from-data", str(npz), "--answer-labels", str(labels),
+                     "--out", str(tmp_path / "lab0.joblib")]) == 0
+    assert Policy.load(tmp_path / "lab0.joblib").meta["n_continuation_questions"] == 6
     rec = lab.meta["answer_labels"]
     assert rec["sha256"] == sha256_file(labels) and rec["file"].endswith("l.jsonl")
     assert (rec["labelled"], rec["missing"], rec["not_reproduced"]) == (4, 0, 0)

@@ -197,15 +197,17 @@ def collection_run(recipe: TrainingRecipe, dataset: str, config: ControlConfig,
         "command": relative_command(r.argv)}
 
 
-def from_data_problems(saved: dict, now: dict) -> list[str]:
+def from_data_problems(saved: dict, now: dict, answer_labels: bool = False) -> list[str]:
     """Every setting of ``now`` (this run) that differs from ``saved`` (the file's run), as
     "field: file X, this run Y". The split is not compared (serving another split is the
-    point), nor the continuation target (recomputed from stored components) or the command."""
+    point), nor the continuation target (recomputed from stored components) or the command;
+    with ``answer_labels`` merged in, nor ``continuation_questions`` (the labels, not the
+    collection's answer calls, say which questions carry F1)."""
     keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
             "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
     if now["index_factory"]:  # search parameters matter for an approximate index only
         keys += ["nprobe", "ef_search"]
-    if now["continuation_target"] == "f1":  # which questions carry answer F1s
+    if now["continuation_target"] == "f1" and not answer_labels:  # which carry answer F1s
         keys.append("continuation_questions")
     if now["sufficiency_signal"] not in (None, "text"):  # what the calibration used
         keys += ["sufficiency_rule", "calibration_questions"]
@@ -249,7 +251,8 @@ def data_from_file(recipe: TrainingRecipe
     questions = load_dataset(o.data, data_root=o.data_dir)
     dataset = questions[0].dataset
     config = ControlConfig.for_dataset(dataset, **recipe.control)
-    problems = from_data_problems(data.run, collection_run(recipe, dataset, config, None))
+    problems = from_data_problems(data.run, collection_run(recipe, dataset, config, None),
+                                  answer_labels=labels is not None)
     if problems:
         raise ValueError(f"{shown} was collected under other settings than this run: "
                          + "; ".join(problems) + ". Run with the file's settings or "
