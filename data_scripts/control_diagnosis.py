@@ -84,12 +84,17 @@ def _f(x, fmt=".3f") -> str:
         else format(x, fmt)
 
 
+def _cost(command: str, seconds: float, cpu: float) -> str:
+    """The opening of every report: its command and what it cost (one job), bracket open."""
+    return (f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, "
+            "one job")
+
+
 def markdown(results: dict, command: str, seconds: float, settings: dict,
              cpu: float = float("nan")) -> str:
     L = ["# Control diagnosis: where learned control loses its signal",
          "",
-         f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, "
-         "one job). No model call: only the saved "
+         _cost(command, seconds, cpu) + "). No model call: only the saved "
          "trajectories (`results/trajectories/*.npz`, seeded uniform-valid rollouts with every "
          "valid action labelled at each visited state). Cross-validation: GroupKFold by "
          f"question, {settings['folds']} folds; forests: 300 trees, min leaf 8, seed 13.",
@@ -202,8 +207,8 @@ def horizon_markdown(results: dict, command: str, seconds: float, settings: dict
     """Section 8 of the diagnosis, in its own file."""
     L = ["# Control diagnosis, section 8: horizon labels",
          "",
-         f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, one "
-         "job; the wall time depends on the machine's load, the CPU time is the cost). No "
+         _cost(command, seconds, cpu) + "; the wall time depends on the machine's load, the "
+         "CPU time is the cost). No "
          "model call: the saved trajectories only. Sections 1-7 are in "
          "`control-diagnosis.md`. Cross-validation: GroupKFold by question, "
          f"{settings['folds']} folds; forests: 300 trees, min leaf 8, seed 13; bootstrap: "
@@ -268,8 +273,8 @@ def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
     """Section 9 of the diagnosis, in its own file."""
     L = ["# Control diagnosis, section 9: which stop target can a forest learn?",
          "",
-         f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, one "
-         "job). No model call: the saved trajectories and the answer F1 of every prefix "
+         _cost(command, seconds, cpu) + "). No model call: the saved trajectories and the "
+         "answer F1 of every prefix "
          "(`data_scripts/answer_labels.py`). Only questions whose every prefix has F1. "
          f"Cross-validation: GroupKFold by question, {settings['folds']} folds; forests: 300 "
          f"trees, min leaf 8, seed 13; intervals: {settings['boot']} question-level bootstrap "

@@ -809,6 +809,15 @@ def baselines_note(s: pd.DataFrame, dataset: str, answer: str, policy: str) -> s
             f"with `{answer}`'s baselines.\n")
 
 
+def paired_markdown(pt: pd.DataFrame, base: str) -> str:
+    """A ``paired_table`` (``base`` minus each run) as Markdown, the interval in one column
+    ("-" for a pair without common questions)."""
+    pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
+                             for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
+    return markdown_table(pt[["run", "status", "metric", "n", base, "other", "diff", "interval",
+                              "p_value", "verdict"]])
+
+
 def check_set_section(root: Path) -> str | None:
     """Runs on training questions no run, policy or diagnosis had read (``diagnostics/
     check-set/<dataset>/<generator>/<run>``, ``evaluate --split train --offset``): their
@@ -834,11 +843,8 @@ def check_set_section(root: Path) -> str | None:
         if ctl:
             pt = paired_table(dataset, generator, base=ctl, runs=sorted(set(mine.run) - {ctl}),
                               root=base)
-            pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
-                                     for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
             parts.append(f"`{ctl}` minus each run:\n")
-            parts.append(markdown_table(pt[["run", "status", "metric", "n", ctl, "other",
-                                            "diff", "interval", "p_value", "verdict"]]) + "\n")
+            parts.append(paired_markdown(pt, ctl) + "\n")
         parts.append("Commands:\n")
         parts += [f"- `{row.run}`: `{row.command}`" for _, row in mine.iterrows()]
         parts.append("")
@@ -881,11 +887,7 @@ def main(argv: list[str] | None = None) -> int:
                              "`status` is the other run's. The verdict names dynakrag as A; an "
                              "interval containing 0, or p >= .05, is no measurable difference; "
                              "a run that cannot be paired yet says why:\n")
-                pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
-                                         for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
-                parts.append(markdown_table(pt[["run", "status", "metric", "n", "dynakrag",
-                                                "other", "diff", "interval", "p_value",
-                                                "verdict"]]) + "\n")
+                parts.append(paired_markdown(pt, "dynakrag") + "\n")
         parts.append("Diagnostics:\n")
         parts.append(diagnostics_table(mine, root) + "\n")
         parts.append("Commands:\n")

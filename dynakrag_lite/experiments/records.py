@@ -176,16 +176,15 @@ def stop_targets_table(report: Mapping, reader: str | None = None) -> pd.DataFra
         for name, t in st["targets"].items():
             target, _, training = name.partition("/")
             op = t["operating_point"] or {}
+            a_lo, a_hi = op.get("minus_end_ci") or (None, None)
+            r_lo, r_hi = op.get("minus_random_ci") or (None, None)
             rows.append({"dataset": dataset, "reader": rd, "questions": st["n_questions"],
                          "target": target, "training": training,
                          "over random": t["over_random"], "stop early": op.get("stop_early"),
                          "F1": op.get("f1"), "token ratio": op.get("token_ratio"),
-                         "minus always": op.get("minus_end"),
-                         "always lo": (op.get("minus_end_ci") or [None])[0],
-                         "always hi": (op.get("minus_end_ci") or [None, None])[1],
-                         "minus random": op.get("minus_random"),
-                         "random lo": (op.get("minus_random_ci") or [None])[0],
-                         "random hi": (op.get("minus_random_ci") or [None, None])[1]})
+                         "minus always": op.get("minus_end"), "always lo": a_lo,
+                         "always hi": a_hi, "minus random": op.get("minus_random"),
+                         "random lo": r_lo, "random hi": r_hi})
     return pd.DataFrame(rows)
 
 

@@ -154,7 +154,6 @@ def target_curve(paths: dict[str, list[PrefixSample]], scores: dict[str, np.ndar
     scores (every prefix but each path's last), from stopping first to always continuing."""
     dec = np.concatenate([scores[q][:-1] for q in paths if len(paths[q]) > 1])
     taus = [-np.inf] + sorted(set(np.quantile(dec, np.linspace(0, 1, n_points)).tolist()))
-    taus = [t for t in taus if t < np.inf]
     out = []
     for tau in taus[::-1]:  # from "stop at once" (tau above every score) to "always continue"
         o = rule_outcomes(paths, scores, tau)
@@ -201,8 +200,8 @@ def study(data: TrainingData, folds: int = 5, targets: Sequence[str] = TARGETS,
           n_boot: int = 2000) -> dict:
     """Every target's curve, operating point and gain over the random stop, on the questions
     of ``data`` whose every prefix has answer F1 (with and without ``extra`` pooled in)."""
-    paths = {q: ps for q, ps in _paths(data, need_f1=True).items() if ps}
-    pool = [ps for d in extra for ps in _paths(d, need_f1=True).values() if ps]
+    paths = _paths(data, need_f1=True)
+    pool = [ps for d in extra for ps in _paths(d, need_f1=True).values()]
     if len(paths) < max(folds, 2):
         return {"n_questions": len(paths), "skipped": "too few questions with answer F1"}
     out: dict = {"n_questions": len(paths),
