@@ -6,6 +6,10 @@ build that benchmark's sentence selector for the extractive compressor.
         --out results/diagnostics/compression.json \
         --selector-out results/selectors/hotpotqa-sentence-selector.joblib
 
+``--train-limit N`` keeps only the first N training questions (in the order of the CLI's
+``--split train``), so that ``evaluate --split train --offset N`` runs on questions neither
+the selector nor (when the policy was trained on fewer) the policy has read.
+
 Other benchmarks (``--n-eval`` must be the experiments' split; the small files need smaller
 parts, e.g. 2WikiMultiHopQA ``--n-eval 150 --n-fit 180 --n-dev 50``, MuSiQue ``--n-fit 60
 --n-dev 20``); without ``--selector-out`` the selector goes to
@@ -126,6 +130,18 @@ def reuse_problem(prev: dict, split: dict, selector_meta: dict, fit_ids: list[st
     return None
 
 
+def split_parts(train_split: list, n_fit: int, n_dev: int, train_limit: int | None = None
+                ) -> tuple[list, list, list, list]:
+    """(train, fit, dev, measure): the first ``train_limit`` questions of the training split
+    (all when None), shuffled with seed 13 and cut into three disjoint parts."""
+    train = list(train_split)[:train_limit]
+    random.Random(13).shuffle(train)
+    if n_fit + n_dev >= len(train):
+        raise SystemExit(f"--n-fit {n_fit} + --n-dev {n_dev} leave no measure questions: the "
+                         f"training questions taken number {len(train)}")
+    return train, train[:n_fit], train[n_fit:n_fit + n_dev], train[n_fit + n_dev:]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default="hotpotqa")
@@ -138,6 +154,9 @@ def main() -> int:
     ap.add_argument("--n-eval", type=int, default=100,
                     help="questions held out for evaluation (the experiments' --n-eval): the "
                          "selector is fitted on the rest only")
+    ap.add_argument("--train-limit", type=int, default=None,
+                    help="use only the first N training questions (the CLI's --split train "
+                         "order), e.g. 330 to keep --split train --offset 330 never read")
     ap.add_argument("--out", default=None,
                     help="default: results/diagnostics/compression.json for hotpotqa, "
                          "results/diagnostics/<dataset>-compression.json otherwise")
@@ -158,17 +177,14 @@ def main() -> int:
     setup = build_setup(args.dataset, generator=None, show_progress=False, n_eval=args.n_eval)
     env = setup.env
     retr = env.retriever
-    train = list(setup.train)
-    random.Random(13).shuffle(train)
-    if args.n_fit + args.n_dev >= len(train):
-        raise SystemExit(f"--n-fit {args.n_fit} + --n-dev {args.n_dev} leave no measure "
-                         f"questions: {setup.dataset}'s training split holds {len(train)}")
-    fit, dev, measure = (train[:args.n_fit], train[args.n_fit:args.n_fit + args.n_dev],
-                         train[args.n_fit + args.n_dev:])
+    train, fit, dev, measure = split_parts(setup.train, args.n_fit, args.n_dev,
+                                           args.train_limit)
     out: dict = {"command": "python " + " ".join(sys.argv), "dataset": setup.dataset,
                  "split": {"train_questions": len(train), "fit": len(fit), "dev": len(dev),
                            "measure": len(measure), "eval_split_untouched": len(setup.eval)},
                  "k_docs": args.k_docs, "max_snippets": args.max_snippets}
+    if args.train_limit is not None:  # absent otherwise: earlier reports stay reusable
+        out["split"]["train_limit"] = args.train_limit
     if args.reuse_selector:
         prev = json.loads(Path(args.out).read_text())
         sel = SentenceSelector.load(args.selector_out)

@@ -392,6 +392,17 @@ def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selecto
     assert "n_sentences" in cd.reuse_problem(other, split, meta, ["a", "b"])
 
 
+def test_compression_train_limit_keeps_later_training_questions_unread():
+    cd = load_script("compression_diagnostics")
+    train, fit, dev, measure = cd.split_parts(list(range(50)), 20, 5, train_limit=33)
+    assert sorted(train) == list(range(33)) and sorted(fit + dev + measure) == list(range(33))
+    assert len(fit) == 20 and len(dev) == 5 and not set(fit) & set(dev)
+    # without a limit the whole split is cut, as before the option existed
+    assert sorted(cd.split_parts(list(range(50)), 20, 5)[0]) == list(range(50))
+    with pytest.raises(SystemExit, match="taken number 33"):
+        cd.split_parts(list(range(50)), 30, 3, train_limit=33)
+
+
 def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_path,
                                                                           monkeypatch):
     from dynakrag_lite.experiments.results import load_summaries

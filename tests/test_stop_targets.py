@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dynakrag_lite.features import STATE_FEATURE_NAMES
-from dynakrag_lite.training.diagnosis import _paths
+from dynakrag_lite.training.diagnosis import question_paths
 from dynakrag_lite.training.stop_targets import (
     oof_scores, path_targets, random_at_tokens, random_outcomes, rule_outcomes, study,
     target_curve)
@@ -95,8 +95,8 @@ def test_pooled_paths_train_every_fold_but_are_never_scored():
     for p in other.prefixes:
         p.qid = "x" + p.qid
     other.questions = ["x" + q for q in other.questions]
-    paths = _paths(own, need_f1=True)
-    extra = list(_paths(other, need_f1=True).values())
+    paths = question_paths(own, need_f1=True)
+    extra = list(question_paths(other, need_f1=True).values())
     sc = oof_scores(paths, "f1_now", folds=4, rf=SMALL_RF, extra=extra)
     assert set(sc) == set(paths)
     r = study(own, folds=4, targets=("f1_now",), extra=[other], rf=SMALL_RF, n_boot=100)
@@ -106,7 +106,7 @@ def test_pooled_paths_train_every_fold_but_are_never_scored():
 
 def test_curve_runs_from_stopping_first_to_always_continuing():
     d = cue_data(20)
-    paths = _paths(d, need_f1=True)
+    paths = question_paths(d, need_f1=True)
     curve = target_curve(paths, oof_scores(paths, "sr", folds=4, rf=SMALL_RF))
     assert curve[0]["stop_early"] == 1.0 and curve[-1]["stop_early"] == 0.0
     assert curve[-1]["f1"] == pytest.approx(1.0)  # every path's last prefix is right
@@ -115,5 +115,5 @@ def test_curve_runs_from_stopping_first_to_always_continuing():
 def test_unknown_target_and_too_few_questions():
     d = cue_data(4)
     with pytest.raises(ValueError, match="unknown stop target"):
-        oof_scores(_paths(d, need_f1=True), "tokens")
+        oof_scores(question_paths(d, need_f1=True), "tokens")
     assert study(d, folds=5)["skipped"] == "too few questions with answer F1"

@@ -255,7 +255,7 @@ def _acquisitions(p) -> int:
     return int(round(float(np.sum(p.features[idx]))))
 
 
-def _paths(data: TrainingData, need_f1: bool) -> dict[str, list]:
+def question_paths(data: TrainingData, need_f1: bool) -> dict[str, list]:
     """Each question's prefixes in path order (only questions whose every prefix has F1 when
     ``need_f1``)."""
     by: dict[str, list] = {}
@@ -271,7 +271,7 @@ def oof_continuation(data: TrainingData, kind: str, folds: int = 5,
     trained as ``train_policy`` trains it (every prefix with a finite target, the rollout's
     last one included), with folds over the questions that have that target."""
     rf = {**RF, **(rf or {})}
-    paths = _paths(data, need_f1=kind == "f1")
+    paths = question_paths(data, need_f1=kind == "f1")
     out: dict[tuple[str, int], float] = {}
     for train_q, test_q in question_folds(list(paths), folds):
         tr = [p for q in train_q for p in paths[q]]
@@ -299,7 +299,8 @@ def stop_auc(data: TrainingData, folds: int = 5, rf: dict | None = None) -> dict
     out: dict[str, dict] = {}
     for name, kind, event in (("f1", "f1", "f1"), ("sr", "sr", "sr"),
                               ("sr_model_f1_event", "sr", "f1")):
-        ps = [p for path in _paths(data, need_f1=event == "f1").values() for p in path[:-1]]
+        paths = question_paths(data, need_f1=event == "f1").values()
+        ps = [p for path in paths for p in path[:-1]]
         y = np.array([p.target(event) > TIE for p in ps], dtype=float)
         s = np.array([preds[kind][(p.qid, p.step)] for p in ps])
         out[name] = {"auc": _auc(y, s), "n_prefixes": len(ps),
@@ -313,7 +314,7 @@ def stop_at_k(data: TrainingData, ks: Sequence[int] = (1, 2, 3, 4)) -> dict:
     acquisition of the saved *uniform* rollout (the first prefix with k acquisitions; a path
     with fewer stops at its end, counted in ``reached``); plus "end" (the path's end) and
     "best" (the prefix with the highest F1 on each path: a perfect stop along this path)."""
-    paths = _paths(data, need_f1=True)
+    paths = question_paths(data, need_f1=True)
     rows: dict[str, list] = {}
     for path in paths.values():
         for k in ks:

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..policy import make_forest
 from ..trajectories import PrefixSample, TrainingData
-from .diagnosis import RF, _paths, question_folds
+from .diagnosis import RF, question_folds, question_paths
 
 TARGETS: tuple[str, ...] = ("sr", "f1", "f1_best", "f1_now")
 # The done-when's window for "the stop adapts": share of questions stopping before the end.
@@ -107,10 +107,14 @@ def rule_outcomes(paths: dict[str, list[PrefixSample]], scores: dict[str, np.nda
 
 def random_outcomes(paths: dict[str, list[PrefixSample]], c: float) -> dict[str, np.ndarray]:
     """Per question, the exact expectation of "continue at each prefix with probability c"."""
+    return _random([_outcome(path) for path in paths.values()], c)
+
+
+def _random(outcomes: Sequence[tuple[np.ndarray, np.ndarray]], c: float
+            ) -> dict[str, np.ndarray]:
     f1s, toks, early = [], [], []
-    for path in paths.values():
-        f1, tok = _outcome(path)
-        m = len(path)
+    for f1, tok in outcomes:
+        m = len(f1)
         w = np.array([c ** j * (1 - c) for j in range(m - 1)] + [c ** (m - 1)])
         f1s.append(float(w @ f1))
         toks.append(float(w @ tok))
@@ -122,15 +126,16 @@ def random_at_tokens(paths: dict[str, list[PrefixSample]], tokens: float
                      ) -> tuple[float, dict[str, np.ndarray]]:
     """The random stop whose mean tokens equal ``tokens`` (bisection on c: the mean tokens
     grow with c), clipped to [0, 1]."""
+    outcomes = [_outcome(path) for path in paths.values()]  # once, not per bisection step
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
-        if random_outcomes(paths, mid)["tokens"].mean() < tokens:
+        if _random(outcomes, mid)["tokens"].mean() < tokens:
             lo = mid
         else:
             hi = mid
     c = (lo + hi) / 2
-    return c, random_outcomes(paths, c)
+    return c, _random(outcomes, c)
 
 
 def paired_interval(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 13
@@ -200,8 +205,8 @@ def study(data: TrainingData, folds: int = 5, targets: Sequence[str] = TARGETS,
           n_boot: int = 2000) -> dict:
     """Every target's curve, operating point and gain over the random stop, on the questions
     of ``data`` whose every prefix has answer F1 (with and without ``extra`` pooled in)."""
-    paths = _paths(data, need_f1=True)
-    pool = [ps for d in extra for ps in _paths(d, need_f1=True).values()]
+    paths = question_paths(data, need_f1=True)
+    pool = [ps for d in extra for ps in question_paths(d, need_f1=True).values()]
     if len(paths) < max(folds, 2):
         return {"n_questions": len(paths), "skipped": "too few questions with answer F1"}
     out: dict = {"n_questions": len(paths),
