@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments.diagnostics import diagnostics
+from dynakrag_lite.experiments.headline import check_set_pairs
 from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, STOP_FILE,
                                                diagnosis_report, horizon_report, stop_report)
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
@@ -821,30 +822,29 @@ def paired_markdown(pt: pd.DataFrame, base: str) -> str:
 def check_set_section(root: Path) -> str | None:
     """Runs on training questions no run, policy or diagnosis had read (``diagnostics/
     check-set/<dataset>/<generator>/<run>``, ``evaluate --split train --offset``): their
-    table, dynakrag paired with each other run, and the commands; None before any."""
+    table, each controller run paired with the other runs (:func:`check_set_pairs`), and the
+    commands; None before any."""
     base = root / "diagnostics" / "check-set"
     s = load_summaries(base)
     if not len(s):
         return None
+    pairs = check_set_pairs(base, metrics=("f1", "em", "support_recall"))
     parts = ["## Check set: questions never read before\n",
              "The evaluation split has informed many decisions, so its differences may "
              "overstate. These runs re-check the finished setups once, on training-split "
              "questions that no policy was trained on and no earlier run or diagnosis read "
-             "(the `--offset` and `--limit` in each command). Same metrics and pairing as "
-             "above (the controller run minus each run, paired bootstrap 95 % interval, 10,000 "
+             "(the `--offset` and `--limit` in each command); a run with the compressor uses a "
+             "sentence selector fitted on earlier training questions only "
+             "(`compression_diagnostics.py --train-limit`). Same metrics and pairing as above "
+             "(each controller run minus each run, paired bootstrap 95 % interval, 10,000 "
              "resamples):\n"]
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
         parts.append(f"### {dataset}, generator `{generator}`\n")
         parts.append(markdown_table(results_table(s, dataset, generator)) + "\n")
-        # the controller run to pair with: dynakrag, else its no-compression variant (a
-        # check set the sentence selector was trained on cannot run the compressor)
-        ctl = next((r for r in ("dynakrag", "dynakrag-no_compression") if r in set(mine.run)),
-                   None)
-        if ctl:
-            pt = paired_table(dataset, generator, base=ctl, runs=sorted(set(mine.run) - {ctl}),
-                              root=base)
+        here = pairs[(pairs.dataset == dataset) & (pairs.reader == generator)]
+        for ctl, pt in here.groupby("base", sort=False):
             parts.append(f"`{ctl}` minus each run:\n")
-            parts.append(paired_markdown(pt, ctl) + "\n")
+            parts.append(paired_markdown(pt.rename(columns={"base_mean": ctl}), ctl) + "\n")
         parts.append("Commands:\n")
         parts += [f"- `{row.run}`: `{row.command}`" for _, row in mine.iterrows()]
         parts.append("")

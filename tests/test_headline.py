@@ -265,3 +265,27 @@ def test_conclusions_do_not_deny_a_win_over_uniform_that_they_just_counted(tree:
     better = {**counts, "better": 1, "ties": counts["ties"] - 1}
     text = cn.summary_markdown(t, profiles, better, None, "x.")
     assert "better on 1" in text and "beats chance" in text and "Nothing here shows" not in text
+
+
+def test_check_set_pairs_each_controller_once_with_every_other_run(tmp_path: Path):
+    assert h.check_set_pairs(tmp_path).empty  # no check-set run yet
+    write(tmp_path, "dynakrag", [row(f"c{i}", 0.6) for i in range(N)])
+    write(tmp_path, "dynakrag-no_compression", [row(f"c{i}", 0.5) for i in range(N)])
+    write(tmp_path, "uniform", [row(f"c{i}", 0.4) for i in range(N - 10)], expected=N)
+    t = h.check_set_pairs(tmp_path, metrics=("f1",)).set_index("label")
+    # the compressed controller against both, the uncompressed one against uniform only
+    assert sorted(t.index) == ["dynakrag - dynakrag-no_compression", "dynakrag - uniform",
+                               "dynakrag-no_compression - uniform"]
+    assert t.loc["dynakrag - uniform", "n"] == N - 10  # paired on the questions both answered
+    assert t.loc["dynakrag - uniform", "base_mean"] == pytest.approx(0.6)
+    assert t.loc["dynakrag-no_compression - uniform", "diff"] == pytest.approx(0.1)
+    assert set(t.reader) == {"g"} and set(t.base) == {"dynakrag", "dynakrag-no_compression"}
+
+
+def test_check_set_markdown_says_each_verdict_with_its_interval_and_partial_runs(tmp_path):
+    assert "No controller run" in h.check_set_markdown(h.check_set_pairs(tmp_path))
+    write(tmp_path, "dynakrag", [row(f"c{i}", 0.6) for i in range(N)])
+    write(tmp_path, "uniform", [row(f"c{i}", 0.6) for i in range(N - 10)], expected=N)
+    text = h.check_set_markdown(h.check_set_pairs(tmp_path))
+    assert text == ("* hotpotqa / `g`: `dynakrag` minus `uniform`: F1 no measurable "
+                    "difference, +0.000 [+0.000, +0.000], n = 20 (`uniform` partial: 20 of 30)")

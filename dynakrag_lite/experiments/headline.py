@@ -11,6 +11,8 @@
 * :func:`continuation_table`: the continuation controller against uniform-valid and against
   its own always-continue schedule (``dynakrag-cont-stop4``);
 * :func:`ablation_pairs`: the full method against each ablation, paired;
+* :func:`check_set_pairs`: the controllers against every other run on the check set
+  (training questions no policy, selector, run or diagnosis read before);
 * :func:`headline_markdown` and friends: the reading as sentences whose every word that
   carries a result is computed ("no measurable difference" when the interval contains 0,
   "not run yet" when a run is missing, "partial: k of N" while it runs), so the text stays
@@ -28,15 +30,15 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .artifacts import EXPERIMENTS_DIR
+from .artifacts import EXPERIMENTS_DIR, RESULTS
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
 from .diagnostics import row_diagnostics
 from ..policy import Policy
 from .paper import ABLATION_RUNS, DATASETS
 from .pareto import pareto_points, tau_curve
 from .records import policy_path
-from .results import (NOT_RUN, best_baseline, is_partial, locate, paired_table, read_run,
-                      run_names, transfer_folder)
+from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, locate,
+                      paired_table, read_run, run_names, transfer_folder)
 
 # The paper's baselines (uniform-valid included); the oracle reads gold labels and dynakrag-*
 # runs are ablations or controllers, so none of them can be "the best baseline".
@@ -48,6 +50,11 @@ CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
 STOP_CHOSEN = "stop_answer_chosen"
 STEP_CAP = "max_steps"
 WORD = {A_BETTER: "wins", A_WORSE: "loses", NO_DIFFERENCE: "ties"}
+# The check set: ``evaluate --split train --offset`` runs on questions read once, at the end.
+CHECK_SET_DIR = RESULTS / "diagnostics" / "check-set"
+# with the compressor, then answering from the full documents (a check set the committed
+# sentence selector was trained on can only run the latter)
+CHECK_CONTROLLERS = ("dynakrag", "dynakrag-no_compression")
 HEADLINE_COLUMNS = ("dataset", "reader", "run", "status", "n", "baseline", "baseline_status",
                     "f1_run", "f1_baseline", "f1_diff", "f1_lo", "f1_hi", "f1_p", "em_diff",
                     "em_lo", "em_hi", "sr_diff", "sr_lo", "sr_hi", "token_ratio", "verdict",
@@ -376,6 +383,49 @@ def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
 
 ABLATION_WORD = {A_BETTER: "the component helps", A_WORSE: "the component hurts",
                  NO_DIFFERENCE: NO_DIFFERENCE}
+
+
+def check_set_pairs(root: str | Path = CHECK_SET_DIR,
+                    metrics: Sequence[str] = ("f1", "support_recall")) -> pd.DataFrame:
+    """Per dataset x reader of the check set, each controller run of
+    :data:`CHECK_CONTROLLERS` present minus every other run (a controller already paired as a
+    base is not paired again), per question: :func:`~.results.paired_table`'s rows with
+    ``dataset``, ``reader``, ``base``, the base's mean as ``base_mean`` and ``label``
+    ("<base> - <run>"). Empty (with these columns) when the check set has no controller."""
+    cols = ["dataset", "reader", "base", "label", "run", "metric", "n", "base_mean", "other",
+            "diff", "lo", "hi", "p_value", "wins", "losses", "verdict", "status"]
+    frames = []
+    summaries = load_summaries(root)
+    for (dataset, reader), mine in summaries.groupby(["dataset", "generator"], sort=False):
+        names = list(mine.run)
+        done: list[str] = []
+        for base in (c for c in CHECK_CONTROLLERS if c in names):
+            runs = [r for r in names if r != base and r not in done]
+            done.append(base)
+            if not runs:
+                continue
+            pt = paired_table(dataset, reader, base=base, runs=runs, metrics=metrics, root=root)
+            frames.append(pt.rename(columns={base: "base_mean"}).assign(
+                dataset=dataset, reader=reader, base=base,
+                label=[f"{base} - {r}" for r in pt.run]))
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def check_set_markdown(pairs: pd.DataFrame, metric: str = "f1") -> str:
+    """:func:`check_set_pairs` on ``metric`` as Markdown bullets, one per pair made: the
+    verdict in words, the difference with its interval and n, and "partial" while the other
+    run is still running."""
+    rows = pairs[(pairs.metric == metric) & (pairs.n > 0)]
+    if rows.empty:
+        return "* No controller run on the check set yet."
+    name = {"f1": "F1", "em": "EM", "support_recall": "support recall"}.get(metric, metric)
+    return "\n".join(
+        f"* {r.dataset} / `{r.reader}`: `{r.base}` minus `{r.run}`: "
+        f"{name} {_verdict_words(r.verdict)}, {pair_phrase(r['diff'], r.lo, r.hi, int(r.n))}"
+        + (f" (`{r.run}` {r.status})" if is_partial(r.status) else "")
+        for _, r in rows.iterrows())
 
 
 def ablation_view(pairs: pd.DataFrame, metric: str = "f1") -> pd.DataFrame:
