@@ -236,33 +236,37 @@ def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
         note = partial_note(s[(s.dataset == dataset) & (s.generator == generator)])
         if note:
             lines.append(note)
-        head = ["group", "run", "n", "em", "f1", "SR"]
         if against:
             lines.append(f"`dynakrag` here answers with `{transfer[0]}` using the policy of "
                          f"`{transfer[1]}`; `diff` pairs it with `{against}`, the answer "
                          "generator's best baseline in the headline.\n")
-        if paired:
-            head += ["paired", "diff (F1)", "interval", "p_value", "verdict"]
-        else:
-            head += ["note"]
+        if not paired:
             lines.append(no_pair_note(bt, transfer, pairs if transfer else None))
-        lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        # group-major, so the runs of one group sit together
-        groups = list(dict.fromkeys(bt.group))
-        bt = bt.assign(_g=[groups.index(g) for g in bt.group]).sort_values("_g", kind="stable")
-        for r in bt.itertuples(index=False):
-            few = "too few to read" if r.too_few else ""
-            cells = [r.group, r.run, str(r.n), _num(r.em), _num(r.f1), _num(r.support_recall)]
-            if paired:
-                own = pd.isna(r.n_paired)  # the dynakrag run itself
-                cells += ["-" if own else str(r.n_paired), _num(r.diff, "+.3f"),
-                          "-" if pd.isna(r.lo) else f"[{r.lo:+.3f}, {r.hi:+.3f}]",
-                          _num(r.p_value), few or r.verdict or "-"]
-            else:
-                cells.append(few or "-")
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += breakdown_rows(bt) + [""]
     return "\n".join(lines)
+
+
+def breakdown_rows(bt: pd.DataFrame) -> list[str]:
+    """A :func:`breakdown_table` as Markdown table lines, group-major (the runs of one group
+    sit together), with the paired columns when any row is paired, else a note column."""
+    paired = bt.n_paired.notna().any()
+    head = ["group", "run", "n", "em", "f1", "SR"]
+    head += ["paired", "diff (F1)", "interval", "p_value", "verdict"] if paired else ["note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    groups = list(dict.fromkeys(bt.group))
+    bt = bt.assign(_g=[groups.index(g) for g in bt.group]).sort_values("_g", kind="stable")
+    for r in bt.itertuples(index=False):
+        few = "too few to read" if r.too_few else ""
+        cells = [r.group, r.run, str(r.n), _num(r.em), _num(r.f1), _num(r.support_recall)]
+        if paired:
+            own = pd.isna(r.n_paired)  # the base run itself
+            cells += ["-" if own else str(r.n_paired), _num(r.diff, "+.3f"),
+                      "-" if pd.isna(r.lo) else f"[{r.lo:+.3f}, {r.hi:+.3f}]",
+                      _num(r.p_value), few or r.verdict or "-"]
+        else:
+            cells.append(few or "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def no_pair_note(bt: pd.DataFrame, transfer: tuple[str, str] | None,
@@ -845,6 +849,12 @@ def check_set_section(root: Path) -> str | None:
         for ctl, pt in here.groupby("base", sort=False):
             parts.append(f"`{ctl}` minus each run:\n")
             parts.append(paired_markdown(pt.rename(columns={"base_mean": ctl}), ctl) + "\n")
+        ctl = next(iter(here.base), None)
+        if ctl:  # per question type: where the answer stage wins or loses
+            bt = breakdown_table(dataset, generator, base=ctl, root=base)
+            parts.append(f"Per question type (`diff`: `{ctl}` minus the run, F1; groups "
+                         f"under {MIN_GROUP_N} questions are too few to read):\n")
+            parts.append("\n".join(breakdown_rows(bt)) + "\n")
         parts.append("Commands:\n")
         parts += [f"- `{row.run}`: `{row.command}`" for _, row in mine.iterrows()]
         parts.append("")

@@ -553,6 +553,9 @@ def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
                                                                " f1 |"))
     assert "| f1 | 3 |" in pair  # paired on the questions both answered
     assert "- `dynakrag`: `" in sec and "`dynakrag` minus each run" in sec
+    # and per question type, paired with the same controller run
+    assert "Per question type (`diff`: `dynakrag` minus the run" in sec
+    assert any(ln.startswith("| ") and "| uniform | 3 |" in ln for ln in sec.splitlines())
     # without dynakrag (its compressor cannot run there), its no-compression variant pairs
     (chk / "dynakrag").rename(chk / "dynakrag-no_compression")
     assert rr.main(["--results", str(tmp_path)]) == 0
