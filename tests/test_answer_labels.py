@@ -137,6 +137,10 @@ def test_replay_reproduces_collection_s_prefixes_and_answer_f1s(world, library_r
         for x, p in zip(r["prefixes"], ps):
             assert x["sr_now"] == p.sr_now and x["f1_now"] == p.f1_now
             assert x["answer_tokens"] == p.answer_tokens
+            # what the replay saw is recorded too: the state as collection built it, the
+            # ledger's tokens and the reader's answer (the fake one's, F1 from it)
+            assert x["features"] == p.features.tolist() and x["tokens"] == p.tokens
+            assert x["answer"] in ("nobody", *next(q.answers for q in qs if q.id == r["qid"]))
             f1s.append(x["f1_now"])
     assert 0.0 in f1s and 1.0 in f1s  # the fake reader's F1 varies
     # no counterfactual branch was run again: fewer calls than collection made
@@ -265,9 +269,28 @@ def test_a_non_reproducing_question_is_flagged_not_raised_and_left_out(world, li
     assert row["reproduced"] is False and row["prefixes"]  # labels kept, flagged
     assert row["mismatch"]["field"] == "features.n_docs" and row["mismatch"]["prefix"] == 0
     assert row["mismatch"]["npz"] == row["mismatch"]["replay"] + 1
-    merged, counts = merge_answer_labels(tampered, path)
+    # a row written before the replay recorded its own states stays out
+    old = path.with_name("old.jsonl")
+    lines = path.read_text().splitlines()
+    strip = [json.loads(x) for x in lines[1:]]
+    for r in strip:
+        for x in r["prefixes"]:
+            del x["features"], x["tokens"], x["answer"]
+    old.write_text("\n".join([lines[0]] + [json.dumps(r) for r in strip]) + "\n")
+    merged, counts = merge_answer_labels(tampered, old)
     assert counts["labelled"] == len(qs) - 1 and counts["not_reproduced"] == 1
+    assert counts["replayed"] == 0
     assert all(math.isnan(p.f1_now) for p in merged.prefixes if p.qid == victim)
+    # with them, the question counts as the path the replay took (here collection's own,
+    # the file's features having been tampered with), gains as collection sets them
+    merged, counts = merge_answer_labels(tampered, path)
+    assert counts["labelled"] == len(qs) - 1 and counts["replayed"] == 1
+    assert counts["not_reproduced"] == 0
+    got, ref = by_q(merged.prefixes)[victim], by_q(full.prefixes)[victim]
+    assert [(p.step, p.sr_now, p.f1_now, p.tokens, p.gain, p.f1_end) for p in got] == \
+        [(p.step, p.sr_now, p.f1_now, p.tokens, p.gain, p.f1_end) for p in ref]
+    assert all((a.features == b.features).all() for a, b in zip(got, ref))
+    assert [p.qid for p in merged.prefixes] == [p.qid for p in tampered.prefixes]  # in place
     merged, counts = merge_answer_labels(tampered, path, include_unreproduced=True)
     assert counts["labelled"] == len(qs)
     assert [p.f1_now for p in merged.prefixes if p.qid == victim] == \
@@ -294,6 +317,15 @@ def test_other_sufficiency_verdicts_make_the_replay_diverge_and_are_flagged(
     assert probed and flagged and flagged <= probed
     assert all(f["field"].startswith(("features.", "sr_now", "n_prefixes", "action", "step"))
                for f in summary["not_reproduced"])
+    # the diverged replays count as their own paths, except one an invalid action cut short
+    merged, counts = merge_answer_labels(saved, path)
+    whole = {f["qid"] for f in summary["not_reproduced"] if f["field"] != "action"}
+    assert counts["replayed"] == len(whole) and counts["not_reproduced"] == len(flagged - whole)
+    got = {r["qid"]: r for r in rows(path)}
+    for qid in whole:
+        ps = by_q(merged.prefixes)[qid]
+        assert [p.sr_now for p in ps] == [x["sr_now"] for x in got[qid]["prefixes"]]
+        assert ps[-1].gain == 0.0 and all(p.f1_end == ps[-1].f1_now for p in ps)
 
 
 def test_non_reproduced_questions_in_a_row_stop_the_run(world, library_retriever, tmp_path):

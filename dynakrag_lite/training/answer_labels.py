@@ -14,7 +14,9 @@ questions a ``train --save-data`` file holds without it, computed later, resumab
 * **Reproduction check.** Each replayed prefix's state features (as ``PrefixSample.features``
   is built) and SR must equal the file's (tolerance 1e-6, relative to values above 1). A
   question that differs is kept with ``reproduced: false`` and its first difference
-  (``mismatch``); :func:`merge_answer_labels` leaves it out unless asked.
+  (``mismatch``). Every prefix row also records what the replay itself saw (its state
+  features, ledger tokens and the reader's answer text), so :func:`merge_answer_labels` can
+  use a question that did not reproduce as the path the replay took (see there).
 * **One row per question, appended.** The labels live in a JSONL file, not in the machine-local
   LLM call cache, so a run can stop and continue anywhere: line 1 is a header (the
   trajectories file's sha256, the collection command, the reader's model id, the label kind;
@@ -31,8 +33,9 @@ questions a ``train --save-data`` file holds without it, computed later, resumab
   Rows written before ``truncated`` existed read as 0.
 
 Row: ``{"qid", "reproduced", "truncated": int, "mismatch": null | {"prefix", "step", "field",
-"npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}``
-(NaN is written as null).
+"npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens", "answer",
+"tokens", "features"}], "seconds"}`` (NaN is written as null; rows written before ``answer``,
+``tokens`` and ``features`` existed lack them).
 
 :func:`merge_answer_labels` / :func:`with_answer_labels` put the labels into a
 :class:`~dynakrag_lite.trajectories.TrainingData` (``f1_now``, ``answer_tokens``, then
@@ -55,16 +58,17 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..actions import apply_action
+from ..actions import answer, apply_action
 from ..config import Environment
 from ..data.corpus import gold_titles
 from ..data.schema import Question
+from ..metrics import em_f1
 from ..features import state_features
 from ..generators.base import Generation
 from ..oracle import sr
 from ..state import initial_state
 from ..storage import LockedError
-from ..trajectories import PrefixSample, TrainingData, answer_f1, finish_prefixes
+from ..trajectories import PrefixSample, TrainingData, finish_prefixes
 from ..validity import valid_actions
 
 try:
@@ -75,7 +79,7 @@ except ImportError:  # Windows: no advisory locks
 __all__ = ["KIND", "FORMAT", "HEADER_FIELDS", "AnswerLabelError", "LabelFile", "LabelPlan",
            "default_label_path", "make_header", "read_label_file", "check_header",
            "row_truncated", "plan_labels", "replay_question", "label_questions",
-           "merge_answer_labels", "with_answer_labels"]
+           "replayed_path", "merge_answer_labels", "with_answer_labels"]
 
 KIND = "answer_f1"
 FORMAT = 1
@@ -401,8 +405,9 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def _compare(i: int, state, sr_now: float, stored: Sequence[PrefixSample],
-             tol: float) -> dict | None:
-    """The first difference between replayed prefix ``i`` and the file's, or None."""
+             tol: float, base: Mapping[str, float]) -> dict | None:
+    """The first difference between replayed prefix ``i`` (its state features ``base``) and
+    the file's, or None."""
     step = len(state.history)
     if i >= len(stored):
         return {"prefix": i, "step": step, "field": "n_prefixes", "npz": len(stored),
@@ -410,7 +415,6 @@ def _compare(i: int, state, sr_now: float, stored: Sequence[PrefixSample],
     p = stored[i]
     if p.step != step:
         return {"prefix": i, "step": step, "field": "step", "npz": p.step, "replay": step}
-    base = state_features(state)
     vec = np.array([base[n] for n in base], dtype=np.float64)  # as collect_question builds it
     if len(vec) != len(p.features):
         return {"prefix": i, "step": step, "field": "features", "npz": len(p.features),
@@ -444,11 +448,15 @@ def replay_question(q: Question, env: Environment, chosen: Sequence[tuple[int, s
     while True:
         if state.docs:
             now = sr(state, gold)
+            base = state_features(state)
             if mismatch is None:
-                mismatch = _compare(len(out), state, now, stored, tolerance)
-            f1, tokens = answer_f1(state, q, env)
-            out.append({"step": len(state.history), "sr_now": now, "f1_now": f1,
-                        "answer_tokens": tokens})
+                mismatch = _compare(len(out), state, now, stored, tolerance, base)
+            _, pred, gen = answer(state, env)  # as trajectories.answer_f1, keeping the text
+            out.append({"step": len(state.history), "sr_now": now,
+                        "f1_now": em_f1(pred, q.answers)[1] if q.answers else math.nan,
+                        "answer_tokens": gen.prompt_tokens + gen.completion_tokens,
+                        "answer": pred, "tokens": float(state.ledger.tokens),
+                        "features": [float(base[n]) for n in base]})
         if k == len(chosen):
             break
         step, action = chosen[k]
@@ -516,6 +524,27 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
 
 
 # -- merging -----------------------------------------------------------------------------------
+def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample] | None:
+    """The prefixes of the path a non-reproduced replay took, built from what its row recorded
+    (state features, SR, ledger tokens, answer F1 and tokens), or None when the row cannot
+    give one: written before the fields existed, a feature vector of another length, or a
+    replay ended early by an action not valid in its state (then its last prefix is not the
+    rollout's end). ``gain``/``sr_end``/``f1_end`` are left to ``finish_prefixes``;
+    ``onestep`` (the counterfactual branches, not replayed) is NaN."""
+    if (row.get("mismatch") or {}).get("field") == "action" or not row["prefixes"]:
+        return None
+    out = []
+    for r in row["prefixes"]:
+        feats = r.get("features")
+        if not isinstance(feats, list) or len(feats) != n_features or r.get("tokens") is None:
+            return None
+        out.append(PrefixSample(row["qid"], np.array([_num(v) for v in feats]), 0.0,
+                                int(r["step"]), sr_now=_num(r["sr_now"]),
+                                f1_now=_num(r["f1_now"]), tokens=_num(r["tokens"]),
+                                answer_tokens=_num(r.get("answer_tokens"))))
+    return out
+
+
 def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | None = None,
                         include_unreproduced: bool = False) -> tuple[TrainingData, dict]:
     """(a copy of ``data`` with the labels of ``path`` filled in, the counts). For every
@@ -528,7 +557,13 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
     labelling run redoes them), ``missing`` (questions still without F1),
     ``already_labelled`` (F1s in the file; a row for one only counts as ``agree``/
     ``disagree``: same F1s and answer tokens, a check that the reader replies as it did; a
-    cut row is not compared), ``rows_not_in_data``."""
+    cut row is not compared), ``rows_not_in_data``.
+
+    A question whose replay did not reproduce the file (and is not taken with
+    ``include_unreproduced``) still counts when its row recorded the replay's own states
+    (:func:`replayed_path`): its prefixes are replaced by those of the path the replay took,
+    a valid rollout of the same policy on the same question (``replayed``; the value model's
+    samples stay the file's). Older rows lack those fields and stay ``not_reproduced``."""
     path = Path(path)
     lf = read_label_file(path)
     if lf.header is None:
@@ -547,7 +582,7 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
     by_q: dict[str, list[PrefixSample]] = {}
     for p in prefixes:
         by_q.setdefault(p.qid, []).append(p)
-    counts = {"labelled": 0, "not_reproduced": 0, "truncated": 0, "missing": 0,
+    counts = {"labelled": 0, "replayed": 0, "not_reproduced": 0, "truncated": 0, "missing": 0,
               "already_labelled": 0, "agree": 0, "disagree": 0,
               "rows_not_in_data": len(set(lf.rows) - set(data.questions))}
     for qid in data.questions:
@@ -574,6 +609,12 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
             continue
         usable = row is not None and (row["reproduced"] or (
             include_unreproduced and steps == [p.step for p in ps]))
+        own = None if usable or row is None else replayed_path(row, len(ps[0].features))
+        if own is not None:
+            finish_prefixes(own, data.continuation_target)
+            by_q[qid] = own
+            counts["replayed"] += 1
+            continue
         if not usable:
             counts["not_reproduced" if row is not None else "missing"] += 1
             continue
@@ -581,6 +622,8 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
             p.f1_now, p.answer_tokens = _num(r["f1_now"]), _num(r.get("answer_tokens"))
         finish_prefixes(ps, data.continuation_target)
         counts["labelled"] += 1
+    if counts["replayed"]:  # the question order of the data, replayed paths in place
+        prefixes = [p for q in dict.fromkeys(p.qid for p in prefixes) for p in by_q[q]]
     out = TrainingData(data.samples, prefixes, list(data.questions), data.continuation_target,
                        dict(data.run), data.calibration)
     return out, {"file": str(path), "sha256": hashlib.sha256(lf.raw).hexdigest(),
@@ -597,6 +640,7 @@ def with_answer_labels(data: TrainingData, jsonl_path: str | Path,
     """:func:`merge_answer_labels`, its counts reported on stderr."""
     out, counts = merge_answer_labels(data, jsonl_path, npz_sha256, include_unreproduced)
     _note(f"answer labels {jsonl_path}: " + ", ".join(
-        f"{k} {counts[k]}" for k in ("labelled", "not_reproduced", "truncated", "missing",
+        f"{k} {counts[k]}" for k in ("labelled", "replayed", "not_reproduced", "truncated",
+                                     "missing",
                                      "already_labelled")))
     return out
