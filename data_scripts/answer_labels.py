@@ -20,6 +20,11 @@ question (``dynakrag_lite.training.answer_labels``).
     python data_scripts/answer_labels.py results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \\
         --stop 0 --redo 5a79b525554299029c4b5f67
 
+    # label again the questions whose replay did not reproduce the file, in rows that record
+    # the replay's own states (the merge then uses each as the path its replay took)
+    python data_scripts/answer_labels.py results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \\
+        --stop 0 --redo-unreproduced
+
     # use them
     python data_scripts/control_diagnosis.py --trajectories X.npz \\
         --answer-labels X.answer-f1.jsonl
@@ -38,7 +43,8 @@ header (the file's sha256, the command, the reader's model id, the label kind); 
 another header is refused. Each row, appended and fsynced once its question is done:
 
     {"qid", "reproduced": bool, "truncated": int, "mismatch": null | {"prefix", "step", "field",
-     "npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens"}], "seconds"}
+     "npz", "replay"}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens", "answer",
+     "tokens", "features"}], "seconds"}
 
 ``truncated`` counts the generations the time limit ($DYNAKRAG_GEN_TIMEOUT) cut: such a row is
 no label (it measures the machine, e.g. a paused run); it is left out when the labels are used
@@ -67,7 +73,8 @@ from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import redact, relative_command  # noqa: E402
 from dynakrag_lite.training.answer_labels import (TOLERANCE, check_header,  # noqa: E402
                                                   default_label_path, label_questions,
-                                                  make_header, plan_labels, read_label_file)
+                                                  make_header, plan_labels, read_label_file,
+                                                  unreproduced_without_states)
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.training.recipe import (collection_run, from_data_problems,  # noqa: E402
                                            training_setup)
@@ -96,6 +103,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--redo", nargs="+", default=[], metavar="QID",
                     help="label these questions again although the labels file has a row for "
                          "them (appended; the new row wins)")
+    ap.add_argument("--redo-unreproduced", action="store_true",
+                    help="also label again every question whose row did not reproduce the "
+                         "file and predates rows recording the replay's states (implies "
+                         "--max-unreproduced 0: they are expected not to reproduce)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print what would be labelled and exit (no model, no index)")
     ap.add_argument("--no-progress", action="store_true")
@@ -169,6 +180,9 @@ def _main(argv: list[str]) -> int:
         if not data.run:  # the reader's id is known once it loads (checked again then)
             expected["generator_model_id"] = existing.header.get("generator_model_id")
         check_header(out, existing.header, expected)
+    if own.redo_unreproduced:
+        own.redo = list(dict.fromkeys(own.redo + unreproduced_without_states(existing.rows)))
+        own.max_unreproduced = 0
     plan = plan_labels(data, existing.rows, own.start, own.stop, own.only_missing, own.redo)
     report = {"npz": shown_npz, "labels": relative_command([str(out)], prefix=""),
               **plan.as_dict()}

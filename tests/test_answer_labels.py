@@ -547,6 +547,31 @@ def test_script_redo_appends_a_row_for_a_finished_question_and_the_merge_uses_it
     assert "--redo nope: not a question" in capsys.readouterr().err
 
 
+def test_script_redo_unreproduced_relabels_old_non_reproduced_rows_only(
+        trained, reader_factory, tmp_path, capsys):
+    script = load_script("answer_labels")
+    npz, out = trained / "t.npz", tmp_path / "u.jsonl"
+    assert script.main([str(npz), "--out", str(out), "--no-progress"]) == 0
+    lines = out.read_text().splitlines()
+    old = json.loads(lines[1])  # as an older run wrote a non-reproduced row
+    old["reproduced"] = False
+    old["mismatch"] = {"prefix": 0, "step": 1, "field": "sr_now", "npz": 0.5, "replay": 0.0}
+    old["prefixes"] = [{k: v for k, v in x.items() if k not in ("features", "tokens", "answer")}
+                       for x in old["prefixes"]]
+    new = json.loads(lines[2])  # a non-reproduced row that recorded its states: not redone
+    new["reproduced"] = False
+    out.write_text("\n".join([lines[0], json.dumps(old), json.dumps(new), *lines[3:]]) + "\n")
+    capsys.readouterr()
+    assert script.main([str(npz), "--out", str(out), "--dry-run", "--stop", "0",
+                        "--redo-unreproduced"]) == 0
+    plan = last_json(capsys.readouterr().out)
+    assert (plan["to_label"], plan["redo_requested"]) == (1, 1)
+    assert script.main([str(npz), "--out", str(out), "--no-progress", "--stop", "0",
+                        "--redo-unreproduced"]) == 0
+    assert last_json(capsys.readouterr().out)["labelled"] == 1
+    assert rows(out)[-1]["qid"] == old["qid"] and "features" in rows(out)[-1]["prefixes"][0]
+
+
 def test_script_refuses_a_command_of_another_setup(trained, reader_factory, tmp_path, capsys):
     script = load_script("answer_labels")
     cmd = load_training_data(trained / "t.npz").run["command"] + " --seed 14"

@@ -79,7 +79,7 @@ except ImportError:  # Windows: no advisory locks
 __all__ = ["KIND", "FORMAT", "HEADER_FIELDS", "AnswerLabelError", "LabelFile", "LabelPlan",
            "default_label_path", "make_header", "read_label_file", "check_header",
            "row_truncated", "plan_labels", "replay_question", "label_questions",
-           "replayed_path", "merge_answer_labels", "with_answer_labels"]
+           "replayed_path", "unreproduced_without_states", "merge_answer_labels", "with_answer_labels"]
 
 KIND = "answer_f1"
 FORMAT = 1
@@ -543,6 +543,14 @@ def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample]
                                 f1_now=_num(r["f1_now"]), tokens=_num(r["tokens"]),
                                 answer_tokens=_num(r.get("answer_tokens"))))
     return out
+
+
+def unreproduced_without_states(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The questions whose latest row (``LabelFile.rows``) did not reproduce the file and was
+    written before rows recorded the replay's own states: labelled again, they can count as
+    the paths their replays took (:func:`replayed_path`)."""
+    return [q for q, r in rows.items() if not r["reproduced"] and any(
+        "features" not in x for x in r["prefixes"])]
 
 
 def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | None = None,
