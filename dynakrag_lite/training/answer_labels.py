@@ -62,9 +62,9 @@ from ..actions import answer, apply_action
 from ..config import Environment
 from ..data.corpus import gold_titles
 from ..data.schema import Question
-from ..metrics import em_f1
 from ..features import state_features
 from ..generators.base import Generation
+from ..metrics import em_f1
 from ..oracle import sr
 from ..state import initial_state
 from ..storage import LockedError
@@ -79,7 +79,8 @@ except ImportError:  # Windows: no advisory locks
 __all__ = ["KIND", "FORMAT", "HEADER_FIELDS", "AnswerLabelError", "LabelFile", "LabelPlan",
            "default_label_path", "make_header", "read_label_file", "check_header",
            "row_truncated", "plan_labels", "replay_question", "label_questions",
-           "replayed_path", "unreproduced_without_states", "merge_answer_labels", "with_answer_labels"]
+           "replayed_path", "unreproduced_without_states", "merge_answer_labels",
+           "with_answer_labels"]
 
 KIND = "answer_f1"
 FORMAT = 1
