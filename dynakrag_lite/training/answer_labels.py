@@ -14,9 +14,7 @@ questions a ``train --save-data`` file holds without it, computed later, resumab
 * **Reproduction check.** Each replayed prefix's state features (as ``PrefixSample.features``
   is built) and SR must equal the file's (tolerance 1e-6, relative to values above 1). A
   question that differs is kept with ``reproduced: false`` and its first difference
-  (``mismatch``). Every prefix row also records what the replay itself saw (its state
-  features, ledger tokens and the reader's answer text), so :func:`merge_answer_labels` can
-  use a question that did not reproduce as the path the replay took (see there).
+  (``mismatch``); its rows also keep the replay's own states, the path the merge uses.
 * **One row per question, appended.** The labels live in a JSONL file, not in the machine-local
   LLM call cache, so a run can stop and continue anywhere: line 1 is a header (the
   trajectories file's sha256, the collection command, the reader's model id, the label kind;
@@ -526,12 +524,10 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
 
 # -- merging -----------------------------------------------------------------------------------
 def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample] | None:
-    """The prefixes of the path a non-reproduced replay took, built from what its row recorded
-    (state features, SR, ledger tokens, answer F1 and tokens), or None when the row cannot
-    give one: written before the fields existed, a feature vector of another length, or a
-    replay ended early by an action not valid in its state (then its last prefix is not the
-    rollout's end). ``gain``/``sr_end``/``f1_end`` are left to ``finish_prefixes``;
-    ``onestep`` (the counterfactual branches, not replayed) is NaN."""
+    """The prefixes of the path a non-reproduced replay took, from its row (features, SR, ledger
+    tokens, answer F1 and tokens; ``onestep`` NaN, the ends left to ``finish_prefixes``), or
+    None: a row older than these fields, features of another length, or a replay an invalid
+    action cut short (its last prefix is not the rollout's end)."""
     if (row.get("mismatch") or {}).get("field") == "action" or not row["prefixes"]:
         return None
     out = []
@@ -547,9 +543,8 @@ def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample]
 
 
 def unreproduced_without_states(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The questions whose latest row (``LabelFile.rows``) did not reproduce the file and was
-    written before rows recorded the replay's own states: labelled again, they can count as
-    the paths their replays took (:func:`replayed_path`)."""
+    """The questions whose latest row (``LabelFile.rows``) did not reproduce the file and is
+    older than rows keeping the replay's states: relabelled, they count (:func:`replayed_path`)."""
     return [q for q, r in rows.items() if not r["reproduced"] and any(
         "features" not in x for x in r["prefixes"])]
 
@@ -568,11 +563,9 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
     ``disagree``: same F1s and answer tokens, a check that the reader replies as it did; a
     cut row is not compared), ``rows_not_in_data``.
 
-    A question whose replay did not reproduce the file (and is not taken with
-    ``include_unreproduced``) still counts when its row recorded the replay's own states
-    (:func:`replayed_path`): its prefixes are replaced by those of the path the replay took,
-    a valid rollout of the same policy on the same question (``replayed``; the value model's
-    samples stay the file's). Older rows lack those fields and stay ``not_reproduced``."""
+    A non-reproduced question (not taken with ``include_unreproduced``) whose row kept the
+    replay's states counts as the path its replay took, a valid rollout of the same policy
+    (:func:`replayed_path`; ``replayed``; the value model's samples stay the file's)."""
     path = Path(path)
     lf = read_label_file(path)
     if lf.header is None:
