@@ -71,10 +71,10 @@ from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: 
                                            run_reporting_errors, training_recipe)
 from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import redact, relative_command  # noqa: E402
+from dynakrag_lite.training.answer_label_merge import unreproduced_without_states  # noqa: E402
 from dynakrag_lite.training.answer_labels import (TOLERANCE, check_header,  # noqa: E402
                                                   default_label_path, label_questions,
-                                                  make_header, plan_labels, read_label_file,
-                                                  unreproduced_without_states)
+                                                  make_header, plan_labels, read_label_file)
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.training.recipe import (collection_run, from_data_problems,  # noqa: E402
                                            training_setup)

@@ -44,8 +44,8 @@ from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
 from dynakrag_lite.training.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
 from dynakrag_lite.training.horizon import diagnose_horizon  # noqa: E402
 from dynakrag_lite.training.stop_targets import TARGETS, study  # noqa: E402
-from dynakrag_lite.training.answer_labels import (merge_answer_labels,  # noqa: E402
-                                                  read_label_file)
+from dynakrag_lite.training.answer_label_merge import merge_answer_labels  # noqa: E402
+from dynakrag_lite.training.answer_labels import read_label_file  # noqa: E402
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 

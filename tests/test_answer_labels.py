@@ -27,9 +27,9 @@ from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import sha256_file
+from dynakrag_lite.training.answer_label_merge import merge_answer_labels, with_answer_labels
 from dynakrag_lite.training.answer_labels import (
-    AnswerLabelError, label_questions, make_header, merge_answer_labels, plan_labels,
-    read_label_file, row_truncated, with_answer_labels)
+    AnswerLabelError, label_questions, make_header, plan_labels, read_label_file, row_truncated)
 from dynakrag_lite.training.diagnosis import stop_auc
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from dynakrag_lite.trajectories import collect

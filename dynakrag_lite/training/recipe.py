@@ -39,7 +39,7 @@ from ..retriever import DEFAULT_EMBEDDER
 from ..storage import redact, relative_command, sha256_file
 from ..sufficiency import SufficiencySignal
 from ..trajectories import TrainingData, collect
-from .answer_labels import merge_answer_labels
+from .answer_label_merge import merge_answer_labels
 from .calibration import train_signal
 from .files import build_calibration, load_training_data_bytes, save_training_data
 from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
