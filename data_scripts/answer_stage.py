@@ -1,0 +1,137 @@
+"""The answer stage decided on training questions, then read once where the choice never looked
+(issue 24, part 2: "the full documents where the question's shape needs them"):
+
+    python data_scripts/answer_stage.py --dataset hotpotqa --reader qwen2.5-coder-1.5b \
+        --choose-on results/diagnostics/answer-stage \
+        --check results/experiments results/diagnostics/check-set
+
+The rule answers from the full documents when the final state holds at most K of them and from
+the compressor's snippets above that (``dynakrag_lite.experiments.answer_stage``). Each root
+holds ``<dataset>/<reader>/<run>`` and ``<run>-no_compression`` (same trajectories, the second
+without the compressor). K is chosen on ``--choose-on`` (highest mean F1 over the curve of K =
+0..12); on every ``--check`` root the rule with that K is paired, per question, against both
+answer modes and against every other run there (F1 and tokens, paired bootstrap 95 %). No
+model call. Writes ``--out`` (JSON) and the same path with ``.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dynakrag_lite.experiments.answer_stage import (FULL_SUFFIX, choose_full_up_to,  # noqa: E402
+                                                    rule_curve, rule_rows, same_walk)
+from dynakrag_lite.experiments.comparison import paired_difference, paired_rows  # noqa: E402
+from dynakrag_lite.experiments.results import read_run, run_names  # noqa: E402
+from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
+    relative_command  # noqa: E402
+
+
+def twin_pairs(root: str, dataset: str, reader: str, run: str) -> tuple[list, int]:
+    """(same-walk pairs, differing) of ``run`` and its no-compression twin under ``root``."""
+    snippets, _ = read_run(dataset, reader, run, root)
+    full, _ = read_run(dataset, reader, run + FULL_SUFFIX, root)
+    if not snippets or not full:
+        raise SystemExit(f"{root}/{dataset}/{reader}: needs both {run} and {run}{FULL_SUFFIX} "
+                         f"with answered questions (found {len(snippets)} and {len(full)})")
+    return same_walk(snippets, full)
+
+
+def _diff(a: list[dict], b: list[dict], metric: str) -> dict:
+    pairs = paired_rows(a, b)
+    d = paired_difference([float(x[metric]) for x, _ in pairs],
+                          [float(y[metric]) for _, y in pairs], metric)
+    return {"n": d.n, "mean_rule": d.mean_a, "mean_other": d.mean_b, "diff": d.diff,
+            "lo": d.lo, "hi": d.hi, "p_value": d.p_value, "verdict": d.verdict}
+
+
+def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) -> list[dict]:
+    """The rule with ``k`` on every run of ``runs`` that has its twin under ``root``, against
+    both answer modes and every other run there."""
+    names = run_names(dataset, reader, root)
+    out = []
+    for run in (r for r in runs if r in names and r + FULL_SUFFIX in names):
+        pairs, differing = twin_pairs(root, dataset, reader, run)
+        rows = rule_rows(pairs, k)
+        others = {f"{run} (snippets)": [s for s, _ in pairs],
+                  f"{run} (documents)": [f for _, f in pairs]}
+        for name in names:
+            if name not in (run, run + FULL_SUFFIX):
+                others[name] = read_run(dataset, reader, name, root)[0]
+        out.append({"root": root, "run": run, "k": k, "n": len(rows), "differing": differing,
+                    "share_full": sum(r["answer_from"] == "documents" for r in rows) / len(rows),
+                    "f1": sum(r["f1"] for r in rows) / len(rows),
+                    "tokens": sum(r["tokens"] for r in rows) / len(rows),
+                    "against": [{"other": o, "f1": _diff(rows, rs, "f1"),
+                                 "tokens": _diff(rows, rs, "tokens")}
+                                for o, rs in others.items() if paired_rows(rows, rs)]})
+    return out
+
+
+def markdown(report: dict) -> str:
+    c = report["choose_on"]
+    curve = pd.DataFrame(c["curve"])
+    lines = [f"# Answer stage: full documents up to K, snippets above ({report['dataset']}, "
+             f"`{report['reader']}`)", "", f"Command: `{report['command']}`", "",
+             f"## K chosen on `{c['root']}` (`{c['run']}`, n = {c['n']}, "
+             f"{c['differing']} questions with other documents left out)", "",
+             "| K | answered from documents | F1 | EM | tokens | F1 vs snippets [95 %] "
+             "| F1 vs documents [95 %] |", "|---|---|---|---|---|---|---|"]
+    for _, r in curve.iterrows():
+        mark = " **(chosen)**" if int(r.k) == c["k"] else ""
+        lines.append(f"| {int(r.k)}{mark} | {r.share_full:.0%} | {r.f1:.3f} | {r.em:.3f} | "
+                     f"{r.tokens:,.0f} | {r.vs_snippets:+.3f} [{r.vs_snippets_lo:+.3f}, "
+                     f"{r.vs_snippets_hi:+.3f}] | {r.vs_full:+.3f} [{r.vs_full_lo:+.3f}, "
+                     f"{r.vs_full_hi:+.3f}] |")
+    for chk in report["checks"]:
+        lines += ["", f"## Read once: `{chk['root']}`, `{chk['run']}` with K = {chk['k']} "
+                  f"(n = {chk['n']}, {chk['share_full']:.0%} answered from documents, F1 "
+                  f"{chk['f1']:.3f}, {chk['tokens']:,.0f} tokens; {chk['differing']} left out)",
+                  "", "| rule minus | n | F1 diff [95 %] | verdict | tokens diff [95 %] |",
+                  "|---|---|---|---|---|"]
+        for a in chk["against"]:
+            f, t = a["f1"], a["tokens"]
+            lines.append(f"| {a['other']} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
+                         f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
+                         f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="hotpotqa")
+    ap.add_argument("--reader", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--choose-on", default="results/diagnostics/answer-stage",
+                    help="root whose <dataset>/<reader>/<run> and its twin choose K")
+    ap.add_argument("--run", default="dynakrag", help="the run K is chosen on")
+    ap.add_argument("--check", nargs="*", default=[],
+                    help="roots the chosen K is read on, once")
+    ap.add_argument("--check-runs", nargs="+", default=["dynakrag", "uniform"],
+                    help="runs the rule is applied to where their twin exists")
+    ap.add_argument("--out", default=None,
+                    help="default: <choose-on>/<dataset>-<reader>.json (and .md)")
+    args = ap.parse_args(argv)
+    out = Path(args.out or Path(args.choose_on) / f"{args.dataset}-{args.reader}.json")
+    pairs, differing = twin_pairs(args.choose_on, args.dataset, args.reader, args.run)
+    curve = rule_curve(pairs)
+    k = choose_full_up_to(curve)
+    report = {"command": relative_command(list(argv if argv is not None else sys.argv[1:]),
+                                          prefix="python data_scripts/answer_stage.py"),
+              "dataset": args.dataset, "reader": args.reader,
+              "choose_on": {"root": args.choose_on, "run": args.run, "n": len(pairs),
+                            "differing": differing, "k": k,
+                            "curve": curve.to_dict(orient="records")},
+              "checks": [c for root in args.check for c in
+                         check_root(root, args.dataset, args.reader, args.check_runs, k)]}
+    atomic_write_json(out, report)
+    atomic_write_text(out.with_suffix(".md"), markdown(report))
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The answer stage as a rule on the final state: answer from the full documents when the state
+holds at most K of them, from the compressor's snippets above that.
+
+A DynaKRAG run and its ``--no-compression`` twin walk the same trajectory on every question:
+the compressor acts only after the controller has stopped, and decoding is greedy. The two runs
+differ in the final answer call alone, so the rule's answer to a question *is* one of the two
+runs' rows, picked by the row's ``n_docs``, and the rule is measured exactly from the two runs
+without a model call. A question whose two rows hold different documents was not walked the
+same way (a run resumed elsewhere whose reader replied differently): it is counted
+(``differing``) and left out.
+
+K is chosen on training questions (:func:`choose_full_up_to`) and then read once on questions
+the choice never saw (``data_scripts/answer_stage.py``). K = 0 is the paper's answer stage
+(always the snippets); K at the document cap is no compression.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from .comparison import paired_difference, paired_rows
+
+__all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
+           "choose_full_up_to"]
+
+RULE_KS = tuple(range(0, 13))  # 0: always the snippets; 12: the document cap, never
+FULL_SUFFIX = "-no_compression"  # the twin run's folder name: <run>-no_compression
+CURVE_COLUMNS = ("k", "n", "share_full", "f1", "em", "tokens", "vs_snippets", "vs_snippets_lo",
+                 "vs_snippets_hi", "vs_full", "vs_full_lo", "vs_full_hi")
+
+
+def _doc_ids(row: Mapping) -> tuple[str, ...]:
+    return tuple(str(d["id"]) for d in row.get("docs") or ())
+
+
+def same_walk(snippet_rows: Iterable[Mapping], full_rows: Iterable[Mapping]
+              ) -> tuple[list[tuple[Mapping, Mapping]], int]:
+    """(pairs, differing): the two runs' rows paired per question (snippets first) where both
+    hold the same documents in the same order, and how many paired questions did not."""
+    pairs = paired_rows(snippet_rows, full_rows)
+    same = [(s, f) for s, f in pairs if _doc_ids(s) == _doc_ids(f)]
+    return same, len(pairs) - len(same)
+
+
+def rule_rows(pairs: Sequence[tuple[Mapping, Mapping]], full_up_to: int) -> list[dict]:
+    """The rule's row per question: the full-document row when the state ended with at most
+    ``full_up_to`` documents, the snippet row otherwise; ``answer_from`` says which."""
+    out = []
+    for s, f in pairs:
+        full = int(s["n_docs"]) <= full_up_to
+        out.append({**(f if full else s), "answer_from": "documents" if full else "snippets"})
+    return out
+
+
+def _mean(rows: Sequence[Mapping], key: str) -> float:
+    return sum(float(r[key]) for r in rows) / len(rows) if rows else math.nan
+
+
+def rule_curve(pairs: Sequence[tuple[Mapping, Mapping]], ks: Sequence[int] = RULE_KS
+               ) -> pd.DataFrame:
+    """Per K: n, the share of questions answered from the documents, mean F1, EM and tokens,
+    and the paired F1 difference (with its 95 % interval) against always the snippets and
+    against always the documents."""
+    rec = []
+    snippets = [s for s, _ in pairs]
+    full = [f for _, f in pairs]
+    for k in ks:
+        rows = rule_rows(pairs, k)
+        r = {"k": k, "n": len(rows),
+             "share_full": (sum(r["answer_from"] == "documents" for r in rows) / len(rows)
+                            if rows else math.nan),
+             "f1": _mean(rows, "f1"), "em": _mean(rows, "em"), "tokens": _mean(rows, "tokens")}
+        for name, other in (("vs_snippets", snippets), ("vs_full", full)):
+            if rows:
+                d = paired_difference([x["f1"] for x in rows], [x["f1"] for x in other], "f1")
+                r.update({name: d.diff, f"{name}_lo": d.lo, f"{name}_hi": d.hi})
+            else:
+                r.update({name: math.nan, f"{name}_lo": math.nan, f"{name}_hi": math.nan})
+        rec.append(r)
+    return pd.DataFrame(rec, columns=list(CURVE_COLUMNS))
+
+
+def choose_full_up_to(curve: pd.DataFrame) -> int:
+    """The K with the highest mean F1; among equal F1s (to 1e-9) the one with fewer tokens,
+    then the smaller K (closer to the paper's answer stage)."""
+    if curve.empty or curve.n.max() == 0:
+        raise ValueError("no paired questions to choose K on")
+    best = curve.f1.max()
+    tied = curve[curve.f1 >= best - 1e-9].sort_values(["tokens", "k"])
+    return int(tied.k.iloc[0])
