@@ -19,12 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.answer_stage import (FULL_SUFFIX, choose_full_up_to,  # noqa: E402
-                                                    rule_curve, rule_rows, same_walk)
+                                                    report_markdown, rule_curve, rule_rows,
+                                                    same_walk)
 from dynakrag_lite.experiments.comparison import paired_difference, paired_rows  # noqa: E402
 from dynakrag_lite.experiments.results import read_run, run_names  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
@@ -72,35 +71,6 @@ def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) ->
     return out
 
 
-def markdown(report: dict) -> str:
-    c = report["choose_on"]
-    curve = pd.DataFrame(c["curve"])
-    lines = [f"# Answer stage: full documents up to K, snippets above ({report['dataset']}, "
-             f"`{report['reader']}`)", "", f"Command: `{report['command']}`", "",
-             f"## K chosen on `{c['root']}` (`{c['run']}`, n = {c['n']}, "
-             f"{c['differing']} questions with other documents left out)", "",
-             "| K | answered from documents | F1 | EM | tokens | F1 vs snippets [95 %] "
-             "| F1 vs documents [95 %] |", "|---|---|---|---|---|---|---|"]
-    for _, r in curve.iterrows():
-        mark = " **(chosen)**" if int(r.k) == c["k"] else ""
-        lines.append(f"| {int(r.k)}{mark} | {r.share_full:.0%} | {r.f1:.3f} | {r.em:.3f} | "
-                     f"{r.tokens:,.0f} | {r.vs_snippets:+.3f} [{r.vs_snippets_lo:+.3f}, "
-                     f"{r.vs_snippets_hi:+.3f}] | {r.vs_full:+.3f} [{r.vs_full_lo:+.3f}, "
-                     f"{r.vs_full_hi:+.3f}] |")
-    for chk in report["checks"]:
-        lines += ["", f"## Read once: `{chk['root']}`, `{chk['run']}` with K = {chk['k']} "
-                  f"(n = {chk['n']}, {chk['share_full']:.0%} answered from documents, F1 "
-                  f"{chk['f1']:.3f}, {chk['tokens']:,.0f} tokens; {chk['differing']} left out)",
-                  "", "| rule minus | n | F1 diff [95 %] | verdict | tokens diff [95 %] |",
-                  "|---|---|---|---|---|"]
-        for a in chk["against"]:
-            f, t = a["f1"], a["tokens"]
-            lines.append(f"| {a['other']} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
-                         f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
-                         f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="hotpotqa")
@@ -128,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
               "checks": [c for root in args.check for c in
                          check_root(root, args.dataset, args.reader, args.check_runs, k)]}
     atomic_write_json(out, report)
-    atomic_write_text(out.with_suffix(".md"), markdown(report))
+    atomic_write_text(out.with_suffix(".md"), report_markdown(report))
     print(out.with_suffix(".md").read_text())
     return 0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from dynakrag_lite.experiments.diagnostics import diagnostics
+from dynakrag_lite.experiments.answer_stage import report_markdown
 from dynakrag_lite.experiments.headline import check_set_pairs
 from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, STOP_FILE,
                                                diagnosis_report, horizon_report, stop_report)
@@ -803,6 +804,23 @@ def control_diagnosis_section(root: Path) -> str | None:
     return "\n".join(lines)
 
 
+def answer_stage_section(root: Path) -> str | None:
+    """The answer-stage rule (``data_scripts/answer_stage.py``): K chosen on training
+    questions, then read once; every report under ``diagnostics/answer-stage/``, or None."""
+    reports = sorted((root / "diagnostics" / "answer-stage").glob("*.json"))
+    if not reports:
+        return None
+    lines = ["## Answer stage: full documents up to K, snippets above\n",
+             "A controller run and its `--no-compression` twin walk the same trajectories, so "
+             "the rule \"answer from the full documents when the final state holds at most K "
+             "of them\" is measured exactly from the two runs, without a model call. K is chosen "
+             "on training questions, then read once on the evaluation split and the check set "
+             "(paired bootstrap 95 %).\n"]
+    for path in reports:
+        lines.append(report_markdown(json.loads(path.read_text()), level=3))
+    return "\n".join(lines)
+
+
 def baselines_note(s: pd.DataFrame, dataset: str, answer: str, policy: str) -> str:
     """The line of a transfer folder ``<answer>-policy-<policy>`` saying where its baselines
     are: a baseline uses no policy, so it is run once, in the answer generator's folder."""
@@ -909,6 +927,9 @@ def main(argv: list[str] | None = None) -> int:
     check = check_set_section(root)
     if check:
         parts.append(check)
+    stage = answer_stage_section(root)
+    if stage:
+        parts.append(stage)
     diag = control_diagnosis_section(root)
     if diag:
         parts.append(diag)

@@ -96,3 +96,16 @@ def test_script_names_the_missing_twin(tmp_path):
     write(tmp_path, "dynakrag", SNIPPETS)
     with pytest.raises(SystemExit, match="dynakrag-no_compression"):
         load_script("answer_stage").main(["--reader", "g", "--choose-on", str(tmp_path)])
+
+
+def test_results_readme_shows_every_answer_stage_report(tmp_path):
+    train = tmp_path / "diagnostics" / "answer-stage"
+    write(train, "dynakrag", SNIPPETS)
+    write(train, "dynakrag-no_compression", FULL)
+    readme = load_script("results_readme")
+    assert readme.answer_stage_section(tmp_path) is None  # no report yet: no section
+    load_script("answer_stage").main(["--reader", "g", "--choose-on", str(train)])
+    text = readme.answer_stage_section(tmp_path)
+    assert text.startswith("## Answer stage")
+    assert "### Answer stage" in text and "#### K chosen" in text
+    assert "| 4 **(chosen)** |" in text

@@ -23,7 +23,7 @@ import pandas as pd
 from .comparison import paired_difference, paired_rows
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
-           "choose_full_up_to"]
+           "choose_full_up_to", "report_markdown"]
 
 RULE_KS = tuple(range(0, 13))  # 0: always the snippets; 12: the document cap, never
 FULL_SUFFIX = "-no_compression"  # the twin run's folder name: <run>-no_compression
@@ -90,3 +90,35 @@ def choose_full_up_to(curve: pd.DataFrame) -> int:
     best = curve.f1.max()
     tied = curve[curve.f1 >= best - 1e-9].sort_values(["tokens", "k"])
     return int(tied.k.iloc[0])
+
+
+def report_markdown(report: Mapping, level: int = 1) -> str:
+    """A report of ``data_scripts/answer_stage.py`` as Markdown: the curve K chose on, then one
+    table per read-once root (the rule minus every other run); its title at heading ``level``."""
+    h = "#" * level
+    c = report["choose_on"]
+    curve = pd.DataFrame(c["curve"])
+    lines = [f"{h} Answer stage: full documents up to K, snippets above ({report['dataset']}, "
+             f"`{report['reader']}`)", "", f"Command: `{report['command']}`", "",
+             f"{h}# K chosen on `{c['root']}` (`{c['run']}`, n = {c['n']}, "
+             f"{c['differing']} questions with other documents left out)", "",
+             "| K | answered from documents | F1 | EM | tokens | F1 vs snippets [95 %] "
+             "| F1 vs documents [95 %] |", "|---|---|---|---|---|---|---|"]
+    for _, r in curve.iterrows():
+        mark = " **(chosen)**" if int(r.k) == c["k"] else ""
+        lines.append(f"| {int(r.k)}{mark} | {r.share_full:.0%} | {r.f1:.3f} | {r.em:.3f} | "
+                     f"{r.tokens:,.0f} | {r.vs_snippets:+.3f} [{r.vs_snippets_lo:+.3f}, "
+                     f"{r.vs_snippets_hi:+.3f}] | {r.vs_full:+.3f} [{r.vs_full_lo:+.3f}, "
+                     f"{r.vs_full_hi:+.3f}] |")
+    for chk in report["checks"]:
+        lines += ["", f"{h}# Read once: `{chk['root']}`, `{chk['run']}` with K = {chk['k']} "
+                  f"(n = {chk['n']}, {chk['share_full']:.0%} answered from documents, F1 "
+                  f"{chk['f1']:.3f}, {chk['tokens']:,.0f} tokens; {chk['differing']} left out)",
+                  "", "| rule minus | n | F1 diff [95 %] | verdict | tokens diff [95 %] |",
+                  "|---|---|---|---|---|"]
+        for a in chk["against"]:
+            f, t = a["f1"], a["tokens"]
+            lines.append(f"| {a['other']} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
+                         f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
+                         f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
+    return "\n".join(lines) + "\n"
