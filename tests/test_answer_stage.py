@@ -109,3 +109,27 @@ def test_results_readme_shows_every_answer_stage_report(tmp_path):
     assert text.startswith("## Answer stage")
     assert "### Answer stage" in text and "#### K chosen" in text
     assert "| 4 **(chosen)** |" in text
+
+
+def test_read_once_rows_draw_as_a_forest_and_the_curve_marks_the_chosen_k(tmp_path):
+    from dynakrag_lite.experiments.answer_stage import curve_figure, read_once_pairs
+    from dynakrag_lite.experiments.plots import paired_forest_figure
+
+    train, check = tmp_path / "train", tmp_path / "experiments"
+    for root in (train, check):
+        write(root, "dynakrag", SNIPPETS)
+        write(root, "dynakrag-no_compression", FULL)
+    out = tmp_path / "r.json"
+    load_script("answer_stage").main(["--reader", "g", "--choose-on", str(train), "--check",
+                                      str(check), "--out", str(out)])
+    rep = json.loads(out.read_text())
+    rows = read_once_pairs(rep)
+    assert set(rows.label) == {"eval split: dynakrag rule - dynakrag (snippets)",
+                               "eval split: dynakrag rule - dynakrag (documents)"}
+    assert set(rows.metric) == {"f1", "tokens"} and len(rows) == 4
+    fig = paired_forest_figure(rows, label="label", metrics={"f1": "F1", "tokens": "tokens"})
+    assert len(fig.axes) == 2
+    curve = curve_figure(rep)
+    ax = curve.axes[0]
+    (chosen,) = [a for a in ax.get_lines() if a.get_gid() == "chosen"]
+    assert chosen.get_xdata()[0] == rep["choose_on"]["k"] == 4

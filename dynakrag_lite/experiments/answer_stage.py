@@ -19,11 +19,12 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from .comparison import paired_difference, paired_rows
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
-           "choose_full_up_to", "report_markdown"]
+           "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure"]
 
 RULE_KS = tuple(range(0, 13))  # 0: always the snippets; 12: the document cap, never
 FULL_SUFFIX = "-no_compression"  # the twin run's folder name: <run>-no_compression
@@ -122,3 +123,45 @@ def report_markdown(report: Mapping, level: int = 1) -> str:
                          f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
                          f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
     return "\n".join(lines) + "\n"
+
+
+# How a read-once root is named in figures: the folder's last part.
+ROOT_NAMES = {"experiments": "eval split", "check-set": "check set"}
+
+
+def read_once_pairs(report: Mapping) -> pd.DataFrame:
+    """The read-once comparisons of a report as rows for
+    :func:`~.plots.paired_forest_figure`: per root, rule run and other run, one row per metric
+    (``f1``, ``tokens``) with ``label`` "<root>: <run> rule - <other>", ``n``, ``diff``, ``lo``,
+    ``hi``, ``p_value``, ``verdict`` and an empty ``status``."""
+    rows = []
+    for chk in report["checks"]:
+        where = ROOT_NAMES.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
+        for a in chk["against"]:
+            for metric in ("f1", "tokens"):
+                d = a[metric]
+                rows.append({"label": f"{where}: {chk['run']} rule - {a['other']}",
+                             "metric": metric, "n": d["n"], "diff": d["diff"], "lo": d["lo"],
+                             "hi": d["hi"], "p_value": d["p_value"], "verdict": d["verdict"],
+                             "status": ""})
+    return pd.DataFrame(rows, columns=["label", "metric", "n", "diff", "lo", "hi", "p_value",
+                                       "verdict", "status"])
+
+
+def curve_figure(report: Mapping, width: float = 5.5) -> Figure:
+    """The curve K was chosen on: mean F1 (left axis) and mean tokens (right axis) against K,
+    the chosen K marked; K = 0 is always the snippets, the right end always the documents."""
+    c = report["choose_on"]
+    curve = pd.DataFrame(c["curve"])
+    fig = Figure(figsize=(width, 3.4))
+    ax = fig.add_subplot()
+    ax.plot(curve.k, curve.f1, "o-", color="tab:blue", label="F1", gid="f1")
+    ax.set_xlabel("K: answer from the full documents when the state holds at most K")
+    ax.set_ylabel("mean F1", color="tab:blue")
+    tok = ax.twinx()
+    tok.plot(curve.k, curve.tokens, "s--", color="tab:orange", label="tokens", gid="tokens")
+    tok.set_ylabel("mean tokens per question", color="tab:orange")
+    ax.axvline(c["k"], color="gray", linestyle=":", gid="chosen")
+    ax.set_title(f"Chosen on {c['n']} training questions: K = {c['k']}")
+    fig.tight_layout()
+    return fig
