@@ -112,7 +112,8 @@ def test_results_readme_shows_every_answer_stage_report(tmp_path):
 
 
 def test_read_once_rows_draw_as_a_forest_and_the_curve_marks_the_chosen_k(tmp_path):
-    from dynakrag_lite.experiments.answer_stage import curve_figure, read_once_pairs
+    from dynakrag_lite.experiments.answer_stage import (curve_figure, read_once_markdown,
+                                                        read_once_pairs)
     from dynakrag_lite.experiments.plots import paired_forest_figure
 
     train, check = tmp_path / "train", tmp_path / "experiments"
@@ -133,3 +134,7 @@ def test_read_once_rows_draw_as_a_forest_and_the_curve_marks_the_chosen_k(tmp_pa
     ax = curve.axes[0]
     (chosen,) = [a for a in ax.get_lines() if a.get_gid() == "chosen"]
     assert chosen.get_xdata()[0] == rep["choose_on"]["k"] == 4
+    text = read_once_markdown(rep)
+    assert text.startswith("* eval split, `dynakrag` with K = 4 (n = 4, 50% from the documents)")
+    assert "`dynakrag (snippets)` +0.375" in text
+    assert read_once_markdown({**rep, "checks": []}) == "* Not read anywhere yet."

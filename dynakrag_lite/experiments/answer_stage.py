@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from .comparison import paired_difference, paired_rows
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
-           "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure"]
+           "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure",
+           "read_once_markdown"]
 
 RULE_KS = tuple(range(0, 13))  # 0: always the snippets; 12: the document cap, never
 FULL_SUFFIX = "-no_compression"  # the twin run's folder name: <run>-no_compression
@@ -165,3 +166,20 @@ def curve_figure(report: Mapping, width: float = 5.5) -> Figure:
     ax.set_title(f"Chosen on {c['n']} training questions: K = {c['k']}")
     fig.tight_layout()
     return fig
+
+
+def read_once_markdown(report: Mapping) -> str:
+    """One Markdown bullet per read-once root and run: the rule's F1, its share answered from
+    the documents, and the F1 and token differences against each other run (interval, n)."""
+    if not report.get("checks"):
+        return "* Not read anywhere yet."
+    out = []
+    for chk in report["checks"]:
+        where = ROOT_NAMES.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
+        parts = [f"`{a['other']}` {a['f1']['diff']:+.3f} [{a['f1']['lo']:+.3f}, "
+                 f"{a['f1']['hi']:+.3f}] at {a['tokens']['diff']:+,.0f} tokens"
+                 for a in chk["against"]]
+        out.append(f"* {where}, `{chk['run']}` with K = {chk['k']} (n = {chk['n']}, "
+                   f"{chk['share_full']:.0%} from the documents): F1 {chk['f1']:.3f}; minus "
+                   + "; minus ".join(parts) + ".")
+    return "\n".join(out)
