@@ -41,6 +41,10 @@ class ControlConfig:
     compressor: str = "llm"
     min_valid_snippets: int = 1
     min_snippet_docs: int = 2
+    # The answer stage: a final state with at most this many documents is answered from the
+    # documents, uncompressed (0: always compress, the paper's; data_scripts/answer_stage.py
+    # chooses it on training questions).
+    answer_docs_up_to: int = 0
     # The sufficiency probe's signal (see dynakrag_lite.sufficiency): "text" (the parsed reply,
     # the original probe), "margin" (log P(SUFFICIENT) - log P(INSUFFICIENT)), "learned" (a
     # state-feature classifier, Environment.sufficiency_estimator) or "answer_conf"; verdict

@@ -99,10 +99,11 @@ def record_step(before: EvidenceState, after: EvidenceState, action: str,
 
 def finish(state: EvidenceState, env: Environment, trace: list[StepTrace],
            compress: bool | None = None) -> tuple[EvidenceState, str, tuple[str, ...]]:
-    """Terminal compression (if enabled) and the final answer."""
+    """Terminal compression (if enabled and the state holds more than
+    ``config.answer_docs_up_to`` documents) and the final answer."""
     compress = env.config.use_compression if compress is None else compress
     snippets: tuple[str, ...] = ()
-    if compress and state.docs:
+    if compress and len(state.docs) > env.config.answer_docs_up_to:
         before = state
         state, comp = compress_answer_evidence(state, env)
         snippets = comp.snippets

@@ -13,7 +13,8 @@ Rules (paper Table 5, with our readings of what it leaves open):
 * stop_answer: evidence exists, or nothing else is valid; always valid when a cap is hit.
 * Caps: at ``max_steps`` steps or ``max_docs`` documents only stop_answer remains; when the
   retrieval cap is spent the four retrieval actions vanish.
-* compress_answer_evidence is terminal: valid only after stop_answer, once, if enabled.
+* compress_answer_evidence is terminal: valid only after stop_answer, once, if enabled and the
+  state holds more than ``answer_docs_up_to`` documents.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def valid_actions(state: EvidenceState, cfg: ControlConfig) -> tuple[str, ...]:
     """A(s), in the canonical action order."""
     if state.stopped:
         done = "compress_answer_evidence" in state.history
-        return ("compress_answer_evidence",) if cfg.use_compression and not done else ()
+        compress = cfg.use_compression and len(state.docs) > cfg.answer_docs_up_to
+        return ("compress_answer_evidence",) if compress and not done else ()
     if cap_hit(state, cfg):
         return ("stop_answer",)
     has_docs = bool(state.docs)

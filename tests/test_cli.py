@@ -70,6 +70,14 @@ def test_extractive_compressor_without_a_selector_file_is_refused(capsys, tmp_pa
     assert not (tmp_path / "o").exists()
 
 
+def test_a_negative_answer_docs_up_to_is_refused(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "evaluate", "--data", "library", "--method", "dynakrag",
+                             "--generator", "smollm2-135m", "--answer-docs-up-to", "-1",
+                             "--out", str(tmp_path / "o"))
+    assert code == 2 and out == "" and "--answer-docs-up-to -1: a number of documents" in err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_train_then_evaluate_writes_resumable_predictions_and_summary(tmp_path, capsys,
                                                                        private_cache):

@@ -178,6 +178,27 @@ def test_finish_records_the_compression_counts_in_its_trace_step(library_retriev
     assert "(llm; 2/4 valid" in step["note"]  # the note still says it, for readers
 
 
+@pytest.mark.parametrize("up_to, compressed", [(0, True), (2, True), (3, False), (12, False)])
+def test_answer_stage_reads_the_documents_up_to_k_and_compresses_above(
+        library_retriever, library_q, up_to, compressed):
+    """answer_docs_up_to = K: a stopped state with at most K documents (here 3) is answered
+    from the documents without a compression call or step; above K it is compressed."""
+    from dynakrag_lite.controller import finish
+    from dynakrag_lite.validity import valid_actions
+    gen = RecordingGenerator()
+    env = Environment(library_retriever, gen, ControlConfig(answer_docs_up_to=up_to))
+    state = _stopped_state(env, library_q)
+    assert len(state.docs) == 3
+    assert valid_actions(state, env.config) == (("compress_answer_evidence",) if compressed
+                                                 else ())
+    trace, calls = [], state.ledger.llm_calls
+    final, _, snippets = finish(state, env, trace)
+    assert [t.action for t in trace] == (["compress_answer_evidence"] if compressed else [])
+    assert final.ledger.llm_calls - calls == (2 if compressed else 1)
+    if not compressed:
+        assert snippets == () and gen.messages[-1][-1]["content"].startswith("Documents:\n[1] ")
+
+
 def test_action_falls_back_to_docs_on_invented_snippets(library_retriever, library_q):
     gen = RecordingGenerator()  # replies "- [1] a fact\n- [2] b": matches no document
     env = Environment(library_retriever, gen)

@@ -14,7 +14,7 @@ from dynakrag_lite.data.corpus import Corpus, Document, doc_id_for
 from dynakrag_lite.data.sources import data_dir, load_dataset
 import dynakrag_lite.experiments.run as run_module
 from dynakrag_lite.experiments.fingerprint import (LEGACY_PROMPTS, FingerprintError,
-                                                    build_change, corpus_sha256,
+                                                    budget_record, build_change, corpus_sha256,
                                                     legacy_corpus_hash, llama_build,
                                                     prompts_digest, upgrade)
 from dynakrag_lite.experiments.selection import (question_selection, recorded_selection,
@@ -137,8 +137,8 @@ def test_committed_run_folders_upgrade_to_today_s_setup(path: Path, monkeypatch)
     assert new["prompts_sha256"] == prompts_digest()
     assert new["corpus_sha256"] == corpus_sha256(corpus)
     assert not str(new["selector_sha256"]).endswith("(file not found)")
-    assert set(new["budgets"]) == set(asdict(ControlConfig())), \
-        "ControlConfig changed: give version-1 records a rule in fingerprint.upgrade"
+    assert set(new["budgets"]) == set(budget_record(ControlConfig())), \
+        "ControlConfig changed: give the new field a default in ADDED_BUDGETS"
 
 
 _CORPORA: dict[str, Corpus] = {}
@@ -180,3 +180,11 @@ def test_a_folder_resumed_with_another_llama_build_keeps_the_first_and_says_so(
     summary = json.loads((out / "summary.json").read_text())["run"]
     assert summary["llama_build"] == second and summary["llama_build_first"] == first
     assert build_change(out, first) is None and build_change(tmp_path, second) is None
+
+
+def test_a_budget_added_later_is_recorded_only_away_from_its_old_behaviour():
+    """Folders recorded before answer_docs_up_to existed behave as 0: at 0 the field stays out
+    of the fingerprint (they resume), any other value enters it (they are refused)."""
+    assert "answer_docs_up_to" in asdict(ControlConfig())
+    assert "answer_docs_up_to" not in budget_record(ControlConfig())
+    assert budget_record(ControlConfig(answer_docs_up_to=6))["answer_docs_up_to"] == 6

@@ -11,7 +11,8 @@ same way (a run resumed elsewhere whose reader replied differently): it is count
 
 K is chosen on training questions (:func:`choose_full_up_to`) and then read once on questions
 the choice never saw (``data_scripts/answer_stage.py``). K = 0 is the paper's answer stage
-(always the snippets); K at the document cap is no compression.
+(always the snippets); K at the document cap is no compression. A run uses a K with
+``ControlConfig.answer_docs_up_to`` (``evaluate --answer-docs-up-to K``).
 """
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ def report_markdown(report: Mapping, level: int = 1) -> str:
              f"`{report['reader']}`)", "", f"Command: `{report['command']}`", "",
              f"{h}# K chosen on `{c['root']}` (`{c['run']}`, n = {c['n']}, "
              f"{c['differing']} questions with other documents left out)", "",
+             f"A run answers by the chosen K with `evaluate ... --answer-docs-up-to {c['k']}`.",
+             "",
              "| K | answered from documents | F1 | EM | tokens | F1 vs snippets [95 %] "
              "| F1 vs documents [95 %] |", "|---|---|---|---|---|---|---|"]
     for _, r in curve.iterrows():

@@ -103,6 +103,10 @@ def _add_control(p: argparse.ArgumentParser) -> None:
                    help="terminal compression: llm (the paper's, validated snippets) or "
                    "extractive (a learned sentence selector, no LLM call; needs --selector)")
     p.add_argument("--selector", default=None, help="sentence selector joblib")
+    p.add_argument("--answer-docs-up-to", type=int, default=0, metavar="K",
+                   help="answer from the documents, uncompressed, when the final state holds at "
+                   "most K of them (0: always compress, the paper's; chosen by "
+                   "data_scripts/answer_stage.py)")
 
 
 def data_options(args: argparse.Namespace) -> DataOptions:
@@ -120,7 +124,8 @@ def control_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(use_compression=not args.no_compression,
                 use_sufficiency=not args.no_sufficiency, retrieval_cap=args.retrieval_cap,
                 max_steps=args.max_steps, max_docs=args.max_docs, per_action=args.per_action,
-                doc_chars=args.doc_chars or None, compressor=args.compressor)
+                doc_chars=args.doc_chars or None, compressor=args.compressor,
+                answer_docs_up_to=args.answer_docs_up_to)
 
 
 def _check_control_args(args: argparse.Namespace) -> None:
@@ -129,6 +134,9 @@ def _check_control_args(args: argparse.Namespace) -> None:
         raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
                          "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
                          "data_scripts/compression_diagnostics.py)")
+    if args.answer_docs_up_to < 0:
+        raise ValueError(f"--answer-docs-up-to {args.answer_docs_up_to}: a number of documents, "
+                         "0 or more")
     if args.selector and not Path(args.selector).is_file():
         raise ValueError(f"--selector {args.selector}: no such file")
     if args.policy and args.method not in ("dynakrag", "uniform", "oracle"):

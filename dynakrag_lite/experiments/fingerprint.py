@@ -55,6 +55,8 @@ from .folder import PREDICTIONS_FILE, RUN_FILE, SUMMARY_FILE
 from .selection import SELECTION_FIELD, recorded_selection, selection_diff
 
 FINGERPRINT_VERSION = 2
+# Budget fields added after runs were recorded, with the behaviour those runs had.
+ADDED_BUDGETS = {"answer_docs_up_to": 0}
 
 # sha256 of a prompts.py whose runs are committed -> prompts_digest() of that file. Computed
 # once from the file in git history (commit f5a80f6, the file every committed run recorded).
@@ -198,13 +200,23 @@ def run_fingerprint(method: str, env: Environment, *, policy: Any = None,
         "index": _index_fingerprint(retriever),
         "corpus_sha256": corpus_sha256(retriever.corpus),
         "policy": pol,
-        "budgets": asdict(env.config),
+        "budgets": budget_record(env.config),
         "selector_sha256": env.compressor.selector.sha256 if env.compressor else None,
         "prompts_sha256": prompts_digest(),
         "data_sha256": data_sha256,
         "fixed_k": fixed_k,
         "seed": seed,
     }
+
+
+def budget_record(config: Any) -> dict:
+    """The config's fields; a field added later is left out at its default, the value every
+    folder recorded before it existed had, so those folders stay resumable."""
+    out = asdict(config)
+    for name, default in ADDED_BUDGETS.items():
+        if out.get(name) == default:
+            out.pop(name, None)
+    return out
 
 
 def _index_fingerprint(retriever: Any) -> dict | None:
