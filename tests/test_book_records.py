@@ -126,6 +126,12 @@ def facts() -> list[dict]:
         for key, r in json.loads(diag.read_text(encoding="utf-8"))["results"].items():
             dataset, _, reader = key.partition("/")
             add("train", r["n_questions"], dataset, reader)
+    for path in sorted((RESULTS / "diagnostics" / "answer-stage").glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))  # data_scripts/answer_stage.py
+        add("train", r["choose_on"]["n"], r["dataset"], r["reader"])
+        add("n", r["choose_on"]["n"], r["dataset"], r["reader"], part="train")
+        for chk in r["checks"]:
+            add("n", chk["n"], r["dataset"], r["reader"])
     for path in sorted((RESULTS / "selectors").glob("*.joblib")):
         meta = load_selector(path).meta
         add("train", meta["n_questions"], meta["dataset"])
