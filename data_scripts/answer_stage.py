@@ -56,18 +56,19 @@ def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) ->
     for run in (r for r in runs if r in names and r + FULL_SUFFIX in names):
         pairs, differing = twin_pairs(root, dataset, reader, run)
         rows = rule_rows(pairs, k)
-        others = {f"{run} (snippets)": [s for s, _ in pairs],
-                  f"{run} (documents)": [f for _, f in pairs]}
+        others = {f"{run} (snippets)": ([s for s, _ in pairs], ""),
+                  f"{run} (documents)": ([f for _, f in pairs], "")}
         for name in names:
             if name not in (run, run + FULL_SUFFIX):
-                others[name] = read_run(dataset, reader, name, root)[0]
+                rs, rec = read_run(dataset, reader, name, root)
+                others[name] = (rs, rec["status"])
         out.append({"root": root, "run": run, "k": k, "n": len(rows), "differing": differing,
                     "share_full": sum(r["answer_from"] == "documents" for r in rows) / len(rows),
                     "f1": sum(r["f1"] for r in rows) / len(rows),
                     "tokens": sum(r["tokens"] for r in rows) / len(rows),
-                    "against": [{"other": o, "f1": _diff(rows, rs, "f1"),
+                    "against": [{"other": o, "status": status, "f1": _diff(rows, rs, "f1"),
                                  "tokens": _diff(rows, rs, "tokens")}
-                                for o, rs in others.items() if paired_rows(rows, rs)]})
+                                for o, (rs, status) in others.items() if paired_rows(rows, rs)]})
     return out
 
 

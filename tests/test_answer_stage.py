@@ -86,6 +86,8 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
     against = {a["other"]: a for a in chk["against"]}
     assert set(against) == {"dynakrag (snippets)", "dynakrag (documents)", "fixed_k3"}
     assert against["fixed_k3"]["f1"]["diff"] == pytest.approx(0.5)
+    assert against["fixed_k3"]["status"] == "completeness not recorded"  # its folder: no summary
+    assert against["dynakrag (snippets)"]["status"] == ""
     assert against["fixed_k3"]["tokens"]["diff"] == pytest.approx(850 - 400)
     md = out.with_suffix(".md").read_text()
     assert "| 4 **(chosen)** |" in md and "fixed_k3" in md

@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .comparison import paired_difference, paired_rows
+from .results import is_partial
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
            "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure",
@@ -123,7 +124,8 @@ def report_markdown(report: Mapping, level: int = 1) -> str:
                   "|---|---|---|---|---|"]
         for a in chk["against"]:
             f, t = a["f1"], a["tokens"]
-            lines.append(f"| {a['other']} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
+            part = f" ({a['status']})" if is_partial(a.get("status", "")) else ""
+            lines.append(f"| {a['other']}{part} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
                          f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
                          f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
     return "\n".join(lines) + "\n"
@@ -137,7 +139,8 @@ def read_once_pairs(report: Mapping) -> pd.DataFrame:
     """The read-once comparisons of a report as rows for
     :func:`~.plots.paired_forest_figure`: per root, rule run and other run, one row per metric
     (``f1``, ``tokens``) with ``label`` "<root>: <run> rule - <other>", ``n``, ``diff``, ``lo``,
-    ``hi``, ``p_value``, ``verdict`` and an empty ``status``."""
+    ``hi``, ``p_value``, ``verdict`` and the other run's ``status`` (a partial run is drawn
+    as one; empty for the rule's own answer modes)."""
     rows = []
     for chk in report["checks"]:
         where = ROOT_NAMES.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
@@ -147,7 +150,7 @@ def read_once_pairs(report: Mapping) -> pd.DataFrame:
                 rows.append({"label": f"{where}: {chk['run']} rule - {a['other']}",
                              "metric": metric, "n": d["n"], "diff": d["diff"], "lo": d["lo"],
                              "hi": d["hi"], "p_value": d["p_value"], "verdict": d["verdict"],
-                             "status": ""})
+                             "status": a.get("status", "")})
     return pd.DataFrame(rows, columns=["label", "metric", "n", "diff", "lo", "hi", "p_value",
                                        "verdict", "status"])
 
