@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.answer_stage import (FULL_SUFFIX, choose_full_up_to,  # noqa: E402
                                                     report_markdown, rule_curve, rule_rows,
-                                                    same_walk)
-from dynakrag_lite.experiments.comparison import paired_difference, paired_rows  # noqa: E402
+                                                    rule_summary, same_walk)
+from dynakrag_lite.experiments.comparison import compare_runs, paired_rows  # noqa: E402
 from dynakrag_lite.experiments.results import read_run, run_names  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text, \
     relative_command  # noqa: E402
@@ -38,14 +38,6 @@ def twin_pairs(root: str, dataset: str, reader: str, run: str) -> tuple[list, in
         raise SystemExit(f"{root}/{dataset}/{reader}: needs both {run} and {run}{FULL_SUFFIX} "
                          f"with answered questions (found {len(snippets)} and {len(full)})")
     return same_walk(snippets, full)
-
-
-def _diff(a: list[dict], b: list[dict], metric: str) -> dict:
-    pairs = paired_rows(a, b)
-    d = paired_difference([float(x[metric]) for x, _ in pairs],
-                          [float(y[metric]) for _, y in pairs], metric)
-    return {"n": d.n, "mean_rule": d.mean_a, "mean_other": d.mean_b, "diff": d.diff,
-            "lo": d.lo, "hi": d.hi, "p_value": d.p_value, "verdict": d.verdict}
 
 
 def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) -> list[dict]:
@@ -62,13 +54,14 @@ def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) ->
             if name not in (run, run + FULL_SUFFIX):
                 rs, rec = read_run(dataset, reader, name, root)
                 others[name] = (rs, rec["status"])
-        out.append({"root": root, "run": run, "k": k, "n": len(rows), "differing": differing,
-                    "share_full": sum(r["answer_from"] == "documents" for r in rows) / len(rows),
-                    "f1": sum(r["f1"] for r in rows) / len(rows),
-                    "tokens": sum(r["tokens"] for r in rows) / len(rows),
-                    "against": [{"other": o, "status": status, "f1": _diff(rows, rs, "f1"),
-                                 "tokens": _diff(rows, rs, "tokens")}
-                                for o, (rs, status) in others.items() if paired_rows(rows, rs)]})
+        against = []
+        for o, (rs, status) in others.items():
+            if paired_rows(rows, rs):  # compare_runs refuses a pair without common questions
+                diffs = compare_runs(rows, rs, metrics=("f1", "tokens"))
+                against.append({"other": o, "status": status,
+                                **{m: d.to_dict() for m, d in diffs.items()}})
+        out.append({"root": root, "run": run, "k": k, **rule_summary(rows),
+                    "differing": differing, "against": against})
     return out
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dynakrag_lite.experiments.diagnostics import diagnostics
 from dynakrag_lite.experiments.answer_stage import report_markdown
+from dynakrag_lite.experiments.diagnostics import diagnostics
 from dynakrag_lite.experiments.headline import check_set_pairs
 from dynakrag_lite.experiments.records import (DIAGNOSIS_FILE, HORIZON_FILE, STOP_FILE,
                                                diagnosis_report, horizon_report, stop_report)

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from .comparison import paired_difference, paired_rows
 from .results import is_partial
 
-__all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_curve",
+__all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_summary", "rule_curve",
            "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure",
            "read_once_markdown"]
 
@@ -62,6 +62,13 @@ def _mean(rows: Sequence[Mapping], key: str) -> float:
     return sum(float(r[key]) for r in rows) / len(rows) if rows else math.nan
 
 
+def rule_summary(rows: Sequence[Mapping]) -> dict:
+    """n, the share answered from the documents, mean F1, EM and tokens of :func:`rule_rows`."""
+    return {"n": len(rows),
+            "share_full": _mean([{"x": r["answer_from"] == "documents"} for r in rows], "x"),
+            "f1": _mean(rows, "f1"), "em": _mean(rows, "em"), "tokens": _mean(rows, "tokens")}
+
+
 def rule_curve(pairs: Sequence[tuple[Mapping, Mapping]], ks: Sequence[int] = RULE_KS
                ) -> pd.DataFrame:
     """Per K: n, the share of questions answered from the documents, mean F1, EM and tokens,
@@ -72,10 +79,7 @@ def rule_curve(pairs: Sequence[tuple[Mapping, Mapping]], ks: Sequence[int] = RUL
     full = [f for _, f in pairs]
     for k in ks:
         rows = rule_rows(pairs, k)
-        r = {"k": k, "n": len(rows),
-             "share_full": (sum(r["answer_from"] == "documents" for r in rows) / len(rows)
-                            if rows else math.nan),
-             "f1": _mean(rows, "f1"), "em": _mean(rows, "em"), "tokens": _mean(rows, "tokens")}
+        r = {"k": k, **rule_summary(rows)}
         for name, other in (("vs_snippets", snippets), ("vs_full", full)):
             if rows:
                 d = paired_difference([x["f1"] for x in rows], [x["f1"] for x in other], "f1")
@@ -135,6 +139,10 @@ def report_markdown(report: Mapping, level: int = 1) -> str:
 ROOT_NAMES = {"experiments": "eval split", "check-set": "check set"}
 
 
+def _where(root: str) -> str:
+    return ROOT_NAMES.get(str(root).rstrip("/").rsplit("/", 1)[-1], str(root))
+
+
 def read_once_pairs(report: Mapping) -> pd.DataFrame:
     """The read-once comparisons of a report as rows for
     :func:`~.plots.paired_forest_figure`: per root, rule run and other run, one row per metric
@@ -143,7 +151,7 @@ def read_once_pairs(report: Mapping) -> pd.DataFrame:
     as one; empty for the rule's own answer modes)."""
     rows = []
     for chk in report["checks"]:
-        where = ROOT_NAMES.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
+        where = _where(chk["root"])
         for a in chk["against"]:
             for metric in ("f1", "tokens"):
                 d = a[metric]
@@ -181,7 +189,7 @@ def read_once_markdown(report: Mapping) -> str:
         return "* Not read anywhere yet."
     out = []
     for chk in report["checks"]:
-        where = ROOT_NAMES.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
+        where = _where(chk["root"])
         parts = [f"`{a['other']}` {a['f1']['diff']:+.3f} [{a['f1']['lo']:+.3f}, "
                  f"{a['f1']['hi']:+.3f}] at {a['tokens']['diff']:+,.0f} tokens"
                  for a in chk["against"]]

@@ -102,8 +102,9 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
         if has_answer_f1(ps):
             counts["already_labelled"] += 1
             if row is not None and row["reproduced"] and not cut:
-                same = all(within_tolerance(p.f1_now, _num(r["f1_now"]), TOLERANCE) and within_tolerance(
-                    p.answer_tokens, _num(r.get("answer_tokens")), TOLERANCE)
+                same = all(
+                    within_tolerance(p.f1_now, _num(r["f1_now"]), TOLERANCE)
+                    and within_tolerance(p.answer_tokens, _num(r.get("answer_tokens")), TOLERANCE)
                     for p, r in zip(ps, row["prefixes"]))
                 counts["agree" if same else "disagree"] += 1
             continue
