@@ -9,7 +9,10 @@ scripts have laid the page out,
   collapsed cells opened: its content must fit the text column (``scrollWidth`` against the
   block's own width; a block that scrolls sideways hides the end of its lines);
 * the page's own table of contents (the right-hand "Contents"), so a test can ask for a
-  section such as chapter 12's "Headline".
+  section such as chapter 12's "Headline";
+* math: a page with math must load MathJax from the build (a relative path: no http(s) URL,
+  the book is read offline) and MathJax must have typeset every formula (each ``.math``
+  element holds an ``mjx-container``; raw ``\\( ... \\)`` left on the page is a problem).
 
     python data_scripts/page_check.py _build/html --out results/diagnostics/page-check.json
     python data_scripts/page_check.py _build/html --screenshot /tmp/shots  # PNG per chapter
@@ -89,6 +92,14 @@ MEASURE_JS = r"""
     }
   });
   out.column_px = Math.round(art.clientWidth);
+  // Math: which MathJax the page loads (as written in its script tag) and what it typeset.
+  const formulas = Array.from(document.querySelectorAll('.math'));
+  const raw = formulas.filter(m => !m.querySelector('mjx-container'));
+  out.math = {formulas: formulas.length,
+              scripts: Array.from(document.querySelectorAll('script[src]'))
+                .map(s => s.getAttribute('src')).filter(s => /mathjax|tex-(chtml|svg|mml)/i.test(s)),
+              typeset: document.querySelectorAll('mjx-container').length,
+              n_raw: raw.length, raw: raw.slice(0, 3).map(m => m.textContent.trim().slice(0, 60))};
   const pre = document.createElement('pre');
   pre.id = 'MARK';
   pre.textContent = JSON.stringify(out);
@@ -117,7 +128,11 @@ def measure(browser: str, page: Path, screenshot: Path | None = None,
     """Lay ``page`` out in headless Chromium and return :data:`MEASURE_JS`'s findings."""
     page = page.resolve()
     html = page.read_text(encoding="utf-8")
-    script = f"<script>window.addEventListener('load', () => setTimeout(() => {{{MEASURE_JS}}}, 300));</script>"
+    # Measured once MathJax has typeset (its startup promise), or at once on a page without it.
+    script = ("<script>window.addEventListener('load', () => setTimeout(() => {"
+              "const mj = window.MathJax && window.MathJax.startup && window.MathJax.startup.promise;"
+              f"Promise.resolve(mj).then(() => {{{MEASURE_JS}}}, () => {{{MEASURE_JS}}});"
+              "}, 300));</script>")
     fd, tmp = tempfile.mkstemp(prefix=".page-check-", suffix=".html", dir=page.parent)
     os.close(fd)
     tmp = Path(tmp).resolve()
@@ -155,6 +170,25 @@ def problems(found: dict, required_toc: tuple[str, ...] = ()) -> list[str]:
     for title in required_toc:
         if title not in found.get("toc", []):
             out.append(f"no {title!r} in the page's contents")
+    out += math_problems(found.get("math"))
+    return out
+
+
+def math_problems(math: dict | None) -> list[str]:
+    """A page with math must load MathJax from the build and show it typeset."""
+    if not math or not math.get("formulas"):
+        return []
+    out = []
+    scripts = math.get("scripts", [])
+    remote = [s for s in scripts if re.match(r"(https?:)?//", s)]
+    if not scripts:
+        out.append(f"{math['formulas']} formulas but no MathJax script")
+    if remote:
+        out.append(f"MathJax is loaded from {remote[0]}: the offline book shows raw math "
+                   "(serve it from _static, _config.yml mathjax_path)")
+    if not math.get("typeset") or math.get("n_raw"):
+        out.append(f"{math.get('n_raw', math['formulas'])} of {math['formulas']} formulas not "
+                   f"typeset by MathJax, e.g. {(math.get('raw') or [''])[0]!r}")
     return out
 
 
@@ -196,8 +230,10 @@ def main() -> int:
         issues = problems(found, REQUIRED_TOC.get(page.stem, ()))
         bad += bool(issues)
         report["pages"][page.stem] = {**found, "problems": issues}
+        math = found.get("math") or {}
         print(f"{page.stem}: {found['blocks']} code blocks and tables, column {found['column_px']} px, opens "
-              f"with {found['opening']['kind'] if found['opening'] else '?'}: "
+              f"with {found['opening']['kind'] if found['opening'] else '?'}, "
+              f"{math.get('typeset', 0)} of {math.get('formulas', 0)} formulas typeset: "
               + ("ok" if not issues else f"{len(issues)} problem(s)"), flush=True)
         for line in issues:
             print("   ", line)
