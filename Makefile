@@ -102,8 +102,8 @@ book: install llm-cache
 # missing (produce those with data_scripts/main_experiment.py, see results/README.md).
 experiments: install
 	$(PY) data_scripts/run_experiments.py
-	$(PY) data_scripts/diagnostic_table.py --dataset hotpotqa
-	$(PY) data_scripts/results_readme.py
+	$(PY) dynakrag_lab/scripts/diagnostic_table.py --dataset hotpotqa
+	$(PY) dynakrag_lab/scripts/results_readme.py
 
 bench: install
 	$(PY) benchmarks/bench_retrieval.py

@@ -6,7 +6,7 @@ command that made it. Resumable: re-running skips finished questions (and a trai
         --train-limit 120 --eval-limit 40 [--runs dynakrag,fixed_k,...] [--jobs 2]
 
 Diagnostic runs on training questions the policy was not trained on (e.g. questions 301-330
-of the training split), for data_scripts/diagnostic_table.py:
+of the training split), for dynakrag_lab/scripts/diagnostic_table.py:
 
     python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
         --split train --offset 300 --eval-limit 30 --runs ircot,self_ask --compressor llm
@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.maintenance import merge_cache  # noqa: E402
 from dynakrag_lite.generators.cache import default_cache_path  # noqa: E402
-from dynakrag_lite.experiments.artifacts import policy_file_name  # noqa: E402
-from dynakrag_lite.experiments.results import POLICY_VARIANT_SUFFIXES  # noqa: E402
+from dynakrag_lite.experiments.artifacts import (POLICY_VARIANT_SUFFIXES,  # noqa: E402
+                                                 policy_file_name)
 from dynakrag_lite.storage import relative_command  # noqa: E402
 from dynakrag_lite.sufficiency import SIGNAL_CHOICES  # noqa: E402
 
@@ -175,7 +175,7 @@ def main() -> int:
     ap.add_argument("--compressor", choices=("extractive", "llm"), default="extractive",
                     help="terminal compression of the controller runs (dynakrag, uniform, "
                     "oracle); extractive needs results/selectors/<dataset>-sentence-selector"
-                    ".joblib (data_scripts/compression_diagnostics.py builds it)")
+                    ".joblib (dynakrag_lab/scripts/compression_diagnostics.py builds it)")
     args = ap.parse_args()
     runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]

@@ -50,7 +50,6 @@ RETRIEVE = "retrieve"
 COT_STEP = "cot_step"
 FOLLOW_UP = "follow_up"
 INTERMEDIATE = "intermediate_answer"
-LLM_STEPS = (COT_STEP, FOLLOW_UP, INTERMEDIATE)
 
 SELF_ASK_MAX_ITERATIONS = 5  # proposer calls (FlashRAG's max_iter)
 

@@ -33,12 +33,12 @@ answer() reads the documents themselves.
 with the question, mentions of the document's own title and of other documents' titles (bridge
 cue), position in the paragraph, the paragraph's retrieval rank and score, sentence length,
 number/year cues against the question's wh-word, and the embedding cosine to the question
-(the retriever's own embedder). The selector is trained on the training split by
-:mod:`dynakrag_lite.training.selector` (labels, model choice, the measurements below). A
+(the retriever's own embedder). The selector is trained on the training split by the lab's
+:mod:`dynakrag_lab.studies.selector` (labels, model choice, the measurements below). A
 selector file is a joblib pickle: :func:`load_selector` checks its bytes against the
 ``MANIFEST.sha256`` of its folder when the folder keeps one, before unpickling.
 
-**Measured** (``data_scripts/compression_diagnostics.py --n-eval 150``, HotpotQA *training*
+**Measured** (``dynakrag_lab/scripts/compression_diagnostics.py --n-eval 150``, HotpotQA *training*
 split, each question's top-6 retrieved documents; results/diagnostics/compression.json).
 Extractive selector (gradient boosting, chosen over logistic regression on a dev part: average
 precision .685 vs .590), 174 held-out training questions: the answer string survives into the

@@ -42,7 +42,7 @@ class ControlConfig:
     min_valid_snippets: int = 1
     min_snippet_docs: int = 2
     # The answer stage: a final state with at most this many documents is answered from the
-    # documents, uncompressed (0: always compress, the paper's; data_scripts/answer_stage.py
+    # documents, uncompressed (0: always compress, the paper's; dynakrag_lab/scripts/answer_stage.py
     # chooses it on training questions).
     answer_docs_up_to: int = 0
     # The sufficiency probe's signal (see dynakrag_lite.sufficiency): "text" (the parsed reply,

@@ -19,7 +19,7 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
 * Stop rule (:func:`select`): ``level`` compares the paper's v(s, stop) = SR(s) with the
   acquisition gains as they are; ``gain`` (ours) prices stopping at 0 support gained, so the
   controller continues while a predicted gain exceeds lambda times its cost.
-  ``data_scripts/stop_rule.py`` cross-validates both from saved trajectories.
+  ``dynakrag_lab/scripts/stop_rule.py`` cross-validates both from saved trajectories.
 * ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
   (:mod:`dynakrag_lite.training.tuning`: each fold's policy re-decides offline along the
   held-out questions' explored paths).

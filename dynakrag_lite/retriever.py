@@ -503,7 +503,3 @@ class DenseRetriever:
                     break
             out.append(hits)
         return out
-
-
-def make_retriever(corpus: Corpus, embedder: str = DEFAULT_EMBEDDER, **kw) -> DenseRetriever:
-    return DenseRetriever(corpus, embedder=embedder, **kw)

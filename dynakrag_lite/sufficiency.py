@@ -51,7 +51,7 @@ from .generators.base import SCORING_MODES, OptionScores, check_messages, option
 
 __all__ = [
     "OPTIONS", "SIGNALS", "SIGNAL_CHOICES", "DEFAULT_THRESHOLDS", "SufficiencyError",
-    "score_options", "first_token_logprobs", "continuation_logprobs", "probe_margin",
+    "score_options", "first_token_logprobs", "probe_margin",
     "probe_margin_scored", "answer_confidence", "LEARNED_FEATURE_NAMES", "learned_features",
     "SufficiencyEstimator", "SignalStats", "SufficiencySignal", "configure", "Judgement",
     "judge", "write_gap",
@@ -103,12 +103,6 @@ def first_token_logprobs(generator: Any, messages: Sequence[dict], options: Sequ
     """log P(first token of each option) at the next position after the chat-templated prompt
     (options sharing a first token get the same number; see :func:`score_options`)."""
     return dict(score_options(generator, messages, options, mode="first_token").logprobs)
-
-
-def continuation_logprobs(generator: Any, messages: Sequence[dict], options: Sequence[str]
-                          ) -> dict[str, float]:
-    """Summed log-probability of each option's full token sequence as the reply."""
-    return dict(score_options(generator, messages, options, mode="sequence").logprobs)
 
 
 def probe_margin_scored(question: str, docs: Sequence, generator: Any,

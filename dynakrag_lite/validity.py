@@ -35,10 +35,6 @@ def retrieval_budget_spent(state: EvidenceState, cfg: ControlConfig) -> bool:
     return cfg.retrieval_cap is not None and state.ledger.retrieval_calls >= cfg.retrieval_cap
 
 
-def is_valid(state: EvidenceState, action: str, cfg: ControlConfig) -> bool:
-    return action in valid_actions(state, cfg)
-
-
 def valid_actions(state: EvidenceState, cfg: ControlConfig) -> tuple[str, ...]:
     """A(s), in the canonical action order."""
     if state.stopped:

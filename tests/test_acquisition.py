@@ -7,7 +7,7 @@ import pytest
 from dynakrag_lite.actions import (RewriteInfo, apply_action, check_rewrite, rewrite_fallback,
                                    rewrite_query_detailed)
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.experiments.diagnostics import action_gold_hits
+from dynakrag_lab.studies.diagnostics import action_gold_hits
 from dynakrag_lite.prompts import parse_query
 from dynakrag_lite.state import RetrievedDoc, initial_state
 

@@ -1,6 +1,7 @@
-"""Answer labels for saved trajectories (dynakrag_lite.training.answer_labels and
-data_scripts/answer_labels.py): a replay along the chosen actions gives collection's prefixes and
-answer F1s, resumably, one JSONL row per question.
+"""Answer labels for saved trajectories (dynakrag_lab.studies.answer_labels and
+dynakrag_lab/scripts/answer_labels.py; their format and merge are the core's
+dynakrag_lite.training.answer_label_merge): a replay along the chosen actions gives
+collection's prefixes and answer F1s, resumably, one JSONL row per question.
 
 No model runs here: the reader is a fake whose replies depend on the prompt (sufficiency
 verdicts and rewrites hashed from it, so the rollouts depend on every reply; the answer right
@@ -27,14 +28,15 @@ from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import sha256_file
-from dynakrag_lite.training.answer_label_merge import merge_answer_labels, with_answer_labels
-from dynakrag_lite.training.answer_labels import (
-    AnswerLabelError, label_questions, make_header, plan_labels, read_label_file, row_truncated)
-from dynakrag_lite.training.diagnosis import stop_auc
+from dynakrag_lite.training.answer_label_merge import (AnswerLabelError, merge_answer_labels,
+                                                       read_label_file, row_truncated)
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from dynakrag_lite.trajectories import collect
+from dynakrag_lab.studies.answer_labels import (label_questions, make_header, plan_labels,
+                                                with_answer_labels)
+from dynakrag_lab.studies.diagnosis import stop_auc
 
-from helpers import load_script
+from helpers import LAB_SCRIPTS, load_script
 
 
 class Reader:
@@ -481,7 +483,7 @@ def last_json(text: str) -> dict:
 
 def test_script_labels_a_saved_run_as_collecting_with_every_answer_call_would(
         trained, reader_factory, tmp_path, capsys):
-    script = load_script("answer_labels")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
     npz, out = trained / "t.npz", tmp_path / "t.answer-f1.jsonl"
     capsys.readouterr()
     assert script.main([str(npz), "--out", str(out), "--dry-run"]) == 0
@@ -513,7 +515,7 @@ def test_script_labels_a_saved_run_as_collecting_with_every_answer_call_would(
 
 def test_script_redo_appends_a_row_for_a_finished_question_and_the_merge_uses_it(
         trained, reader_factory, tmp_path, capsys):
-    script = load_script("answer_labels")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
     npz, out = trained / "t.npz", tmp_path / "l.jsonl"
     assert script.main([str(npz), "--out", str(out), "--no-progress"]) == 0
     saved, ref = load_training_data(npz), load_training_data(trained / "ref.npz")
@@ -549,7 +551,7 @@ def test_script_redo_appends_a_row_for_a_finished_question_and_the_merge_uses_it
 
 def test_script_redo_unreproduced_relabels_old_non_reproduced_rows_only(
         trained, reader_factory, tmp_path, capsys):
-    script = load_script("answer_labels")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
     npz, out = trained / "t.npz", tmp_path / "u.jsonl"
     assert script.main([str(npz), "--out", str(out), "--no-progress"]) == 0
     lines = out.read_text().splitlines()
@@ -573,7 +575,7 @@ def test_script_redo_unreproduced_relabels_old_non_reproduced_rows_only(
 
 
 def test_script_refuses_a_command_of_another_setup(trained, reader_factory, tmp_path, capsys):
-    script = load_script("answer_labels")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
     cmd = load_training_data(trained / "t.npz").run["command"] + " --seed 14"
     out = tmp_path / "x.jsonl"
     capsys.readouterr()
@@ -584,7 +586,7 @@ def test_script_refuses_a_command_of_another_setup(trained, reader_factory, tmp_
 
 def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
         trained, reader_factory, tmp_path, capsys):
-    script = load_script("answer_labels")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
     npz, labels = trained / "t.npz", tmp_path / "l.jsonl"
     assert script.main([str(npz), "--out", str(labels), "--no-progress"]) == 0
     base = [*TRAIN, "--continuation-questions", "2", "--from-data", str(npz)]
@@ -611,7 +613,7 @@ def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
 
 
 def test_control_diagnosis_matches_labels_files_to_trajectories_by_sha256(trained, tmp_path):
-    diag = load_script("control_diagnosis")
+    diag = load_script("control_diagnosis", folder=LAB_SCRIPTS)
     labels = tmp_path / "l.jsonl"
     header = make_header(sha256_file(trained / "t.npz"), "cmd", "fake-reader")
     labels.write_text(json.dumps(header) + "\n")
@@ -626,9 +628,9 @@ def test_control_diagnosis_matches_labels_files_to_trajectories_by_sha256(traine
 def test_control_diagnosis_stop_section_studies_the_labelled_questions(
         trained, reader_factory, tmp_path):
     labels = tmp_path / "l.jsonl"
-    assert load_script("answer_labels").main([str(trained / "t.npz"), "--out", str(labels),
-                                              "--no-progress"]) == 0
-    diag = load_script("control_diagnosis")
+    script = load_script("answer_labels", folder=LAB_SCRIPTS)
+    assert script.main([str(trained / "t.npz"), "--out", str(labels), "--no-progress"]) == 0
+    diag = load_script("control_diagnosis", folder=LAB_SCRIPTS)
     out = tmp_path / "d.json"
     assert diag.main(["--trajectories", str(trained / "t.npz"), "--answer-labels", str(labels),
                       "--sections", "stop", "--folds", "2", "--boot", "50",

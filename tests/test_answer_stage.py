@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.experiments.answer_stage import (choose_full_up_to, rule_curve, rule_rows,
-                                                    same_walk)
+from dynakrag_lab.studies.answer_stage import choose_full_up_to, rule_curve, rule_rows, same_walk
 
-from helpers import load_script
+from helpers import LAB_SCRIPTS, load_script
 
 
 def row(qid: str, n_docs: int, f1: float, tokens: int, docs: tuple[str, ...] | None = None
@@ -76,7 +75,7 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
     write(check, "dynakrag-no_compression", FULL)
     write(check, "fixed_k3", [row(q, 3, 0.5, 400) for q in "abcd"])
     out = tmp_path / "report.json"
-    mod = load_script("answer_stage")
+    mod = load_script("answer_stage", folder=LAB_SCRIPTS)
     assert mod.main(["--dataset", "hotpotqa", "--reader", "g", "--choose-on", str(train),
                      "--check", str(check), "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
@@ -91,22 +90,24 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
     assert against["fixed_k3"]["tokens"]["diff"] == pytest.approx(850 - 400)
     md = out.with_suffix(".md").read_text()
     assert "| 4 **(chosen)** |" in md and "fixed_k3" in md
-    assert "python data_scripts/answer_stage.py" in rep["command"]
+    assert "python dynakrag_lab/scripts/answer_stage.py" in rep["command"]
 
 
 def test_script_names_the_missing_twin(tmp_path):
     write(tmp_path, "dynakrag", SNIPPETS)
     with pytest.raises(SystemExit, match="dynakrag-no_compression"):
-        load_script("answer_stage").main(["--reader", "g", "--choose-on", str(tmp_path)])
+        load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
+                                                              str(tmp_path)])
 
 
 def test_results_readme_shows_every_answer_stage_report(tmp_path):
     train = tmp_path / "diagnostics" / "answer-stage"
     write(train, "dynakrag", SNIPPETS)
     write(train, "dynakrag-no_compression", FULL)
-    readme = load_script("results_readme")
+    readme = load_script("results_readme", folder=LAB_SCRIPTS)
     assert readme.answer_stage_section(tmp_path) is None  # no report yet: no section
-    load_script("answer_stage").main(["--reader", "g", "--choose-on", str(train)])
+    load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
+                                                          str(train)])
     text = readme.answer_stage_section(tmp_path)
     assert text.startswith("## Answer stage")
     assert "### Answer stage" in text and "#### K chosen" in text
@@ -114,17 +115,17 @@ def test_results_readme_shows_every_answer_stage_report(tmp_path):
 
 
 def test_read_once_rows_draw_as_a_forest_and_the_curve_marks_the_chosen_k(tmp_path):
-    from dynakrag_lite.experiments.answer_stage import (curve_figure, read_once_markdown,
-                                                        read_once_pairs)
-    from dynakrag_lite.experiments.plots import paired_forest_figure
+    from dynakrag_lab.studies.answer_stage import curve_figure, read_once_markdown, read_once_pairs
+    from dynakrag_lab.report.plots import paired_forest_figure
 
     train, check = tmp_path / "train", tmp_path / "experiments"
     for root in (train, check):
         write(root, "dynakrag", SNIPPETS)
         write(root, "dynakrag-no_compression", FULL)
     out = tmp_path / "r.json"
-    load_script("answer_stage").main(["--reader", "g", "--choose-on", str(train), "--check",
-                                      str(check), "--out", str(out)])
+    load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
+                                                          str(train), "--check", str(check),
+                                                          "--out", str(out)])
     rep = json.loads(out.read_text())
     rows = read_once_pairs(rep)
     assert set(rows.label) == {"eval split: dynakrag rule - dynakrag (snippets)",

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.experiments.records import DEFAULT_N_EVAL, command_options
+from dynakrag_lab.report.records import DEFAULT_N_EVAL, command_options
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -127,7 +127,7 @@ def facts() -> list[dict]:
             dataset, _, reader = key.partition("/")
             add("train", r["n_questions"], dataset, reader)
     for path in sorted((RESULTS / "diagnostics" / "answer-stage").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))  # data_scripts/answer_stage.py
+        r = json.loads(path.read_text(encoding="utf-8"))  # dynakrag_lab/scripts/answer_stage.py
         add("train", r["choose_on"]["n"], r["dataset"], r["reader"])
         add("n", r["choose_on"]["n"], r["dataset"], r["reader"], part="train")
         for chk in r["checks"]:
@@ -318,7 +318,7 @@ def test_recorded_values_code_literals_and_rule_choices_pass():
 
 
 def test_committed_records_decide_in_the_chapter_s_context():
-    from dynakrag_lite.experiments.records import run_record
+    from dynakrag_lab.report.records import run_record
     r = run_record("hotpotqa", "qwen2.5-coder-0.5b", "dynakrag", RESULTS / "experiments")
     params = 'dataset: str = "hotpotqa"\ngenerator: str = "qwen2.5-coder-0.5b"'
     right = _nb(f"The committed HotpotQA policy has {r['n_train']} training questions.",

@@ -130,7 +130,7 @@ def test_selector_trained_on_an_evaluated_question_is_refused(capsys, tmp_path,
                                                                library_retriever):
     """The extractive compressor reads gold sentences through its selector: a selector fitted
     on a question of the evaluation split would leak it, so evaluate refuses before any row."""
-    from dynakrag_lite.training.selector import train_sentence_selector
+    from dynakrag_lab.studies.selector import train_sentence_selector
     from dynakrag_lite.pipeline import build_setup
     setup = build_setup("library", generator=None, show_progress=False)
     leaked = setup.eval[0]

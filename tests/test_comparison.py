@@ -3,8 +3,8 @@ answer is known in closed form."""
 import numpy as np
 import pytest
 
-from dynakrag_lite.experiments.comparison import (A_BETTER, A_WORSE, NO_DIFFERENCE, compare_runs,
-                                                  paired_difference, paired_rows, verdict)
+from dynakrag_lab.report.comparison import (A_BETTER, A_WORSE, NO_DIFFERENCE, compare_runs,
+                                            paired_difference, paired_rows, verdict)
 
 
 def test_identical_runs_have_a_zero_interval_and_p_value_one():
@@ -100,7 +100,7 @@ def test_pairing_is_by_id_and_leaves_out_errors_and_unmatched_questions():
 
 
 def test_a_cost_metric_calls_the_cheaper_run_better():
-    from dynakrag_lite.experiments.comparison import paired_difference
+    from dynakrag_lab.report.comparison import paired_difference
     more = paired_difference([900.0, 1000.0, 1100.0] * 10, [400.0, 420.0, 380.0] * 10, "tokens")
     assert more.diff > 0 and more.verdict == "A worse"
     less = paired_difference([400.0, 420.0, 380.0] * 10, [900.0, 1000.0, 1100.0] * 10, "tokens")

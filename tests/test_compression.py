@@ -14,7 +14,7 @@ from dynakrag_lite.data.sources import load_dataset
 from dynakrag_lite.pipeline import extractive_compressor
 from dynakrag_lite.state import RetrievedDoc, initial_state
 from dynakrag_lite.text import paragraph_sentences
-from dynakrag_lite.training.selector import answer_in, label_sentences, train_sentence_selector
+from dynakrag_lab.studies.selector import answer_in, label_sentences, train_sentence_selector
 
 from helpers import ScriptedGenerator
 
@@ -292,7 +292,7 @@ def test_committed_selectors_match_the_committed_manifest():
     assert files, "results/selectors holds the committed sentence selector"
     entries = read_manifest(SELECTORS_DIR)
     assert sorted(entries) == [f.name for f in files], (
-        "register the new selector: dynakrag_lite.experiments.artifacts.register_selector(path)")
+        "register the new selector: dynakrag_lab.studies.selector.register_selector(path)")
     for f in files:
         assert entries[f.name] == hashlib.sha256(f.read_bytes()).hexdigest(), f.name
     assert (SELECTORS_DIR / MANIFEST_NAME).read_text().count("  ") == len(files)  # sha256sum
@@ -304,11 +304,12 @@ def test_project_selector_folder_is_registered_by_the_experiments(tmp_path, monk
     """results/selectors is the experiments' business: register_selector starts its manifest
     there even before it has one."""
     from dynakrag_lite.experiments import artifacts
+    from dynakrag_lab.studies.selector import register_selector
     folder = tmp_path / "selectors"
     folder.mkdir()
     monkeypatch.setattr(artifacts, "SELECTORS_DIR", folder)
     path = _tiny_selector().save(folder / "hotpotqa-sentence-selector.joblib")
-    assert artifacts.register_selector(path) == folder / "MANIFEST.sha256"
+    assert register_selector(path) == folder / "MANIFEST.sha256"
     assert load_selector(path, trusted=False).meta["note"] == "tiny"
 
 

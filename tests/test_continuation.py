@@ -11,10 +11,10 @@ from dynakrag_lite.data.corpus import gold_titles
 from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import CostModel, train_policy
 from dynakrag_lite.state import initial_state
-from dynakrag_lite.training.tuning import (lambda_sweep, replay_decisions, replay_outcomes,
-                                           tune_continuation)
+from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.trajectories import collect, collect_question, sr
+from dynakrag_lab.studies.stop_replay import lambda_sweep, replay_outcomes
 
 from helpers import ScriptedGenerator
 

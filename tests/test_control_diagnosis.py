@@ -1,16 +1,17 @@
-"""The offline control diagnosis (dynakrag_lite.training.diagnosis and .horizon) on hand-built trajectories:
-every metric checked against numbers worked out by hand."""
+"""The offline control diagnosis (dynakrag_lab.studies.diagnosis and .horizon) on hand-built
+trajectories: every metric checked against numbers worked out by hand."""
 import numpy as np
 import pytest
 
 from dynakrag_lite.features import FEATURE_NAMES, STATE_FEATURE_NAMES
-from dynakrag_lite.training.diagnosis import (
-    ChoiceState, choice_metrics, choice_states, constant_chooser, diagnose_choice,
-    feature_constancy, forest_chooser, oracle_chooser, realized_gain, stop_at_k, stop_auc,
-    verdict)
-from dynakrag_lite.training.horizon import (
-    HorizonState, diagnose_horizon, horizon_identity, horizon_returns, horizon_states,
-    horizon_verdict, importance_terms, offline_value, question_bootstrap, taken_returns)
+from dynakrag_lab.studies.diagnosis import (ChoiceState, choice_metrics, choice_states,
+                                            constant_chooser, diagnose_choice, feature_constancy,
+                                            forest_chooser, oracle_chooser, realized_gain,
+                                            stop_at_k, stop_auc, verdict)
+from dynakrag_lab.studies.horizon import (HorizonState, diagnose_horizon, horizon_identity,
+                                          horizon_returns, horizon_states, horizon_verdict,
+                                          importance_terms, offline_value, question_bootstrap,
+                                          taken_returns)
 from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dynakrag_lite.experiments.diagnostics import run_behaviour, summarise_runs
+from dynakrag_lab.studies.diagnostics import run_behaviour, summarise_runs
 
 DOCS = [{"id": "g1", "gold": True}, {"id": "d1", "gold": False}, {"id": "g2", "gold": True},
         {"id": "d2", "gold": False}]
@@ -107,7 +107,7 @@ def test_compression_trace_record_survives_json_and_matches_the_note():
     through predictions.jsonl (json round trip) back to the same counts as the note says."""
     from dynakrag_lite.compression import build_compression
     from dynakrag_lite.controller import StepTrace
-    from dynakrag_lite.experiments.diagnostics import _compression_from_trace
+    from dynakrag_lab.studies.diagnostics import _compression_from_trace
     from dynakrag_lite.state import RetrievedDoc
     docs = [RetrievedDoc("a", "A", "The bridge was opened in 1932 by the mayor of the town.",
                          0.9, "retrieve_more", 0),

@@ -2,7 +2,7 @@
 gold marks), the static HTML (every step, the answer, escaping), the comparison view, the
 widget built without a display, and a record from a real evaluate() run on the library.
 
-The explorer is three modules behind one facade (``dynakrag_lite.experiments.explorer``): replay
+The explorer is three modules behind one facade (``dynakrag_lab.report.explorer``): replay
 (``explorer_replay``), static rendering (``explorer_render``) and the widget
 (``explorer_widget``). The tests at the end check each layer on its own: the layers import
 without the heavier ones, and the facade exports the very objects of the layers."""
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.experiments.explorer import (Explorer, answer_from_record, load_records, load_runs,
-                                    n_gold_of, plot_sr_curve, render_comparison_html,
-                                    render_html, sr_curve, steps_from_record)
+from dynakrag_lab.report.explorer import (Explorer, answer_from_record, load_records, load_runs,
+                                          n_gold_of, plot_sr_curve, render_comparison_html,
+                                          render_html, sr_curve, steps_from_record)
 
 
 def _scores(valid, best, veto=False, gain=None):
@@ -212,12 +212,12 @@ def test_real_evaluate_records_render(real_runs):
 
 
 # -- the split: each layer on its own ------------------------------------------------------
-from dynakrag_lite.experiments import explorer
-from dynakrag_lite.experiments.explorer import (render as explorer_render,
-    replay as explorer_replay, widget as explorer_widget)  # noqa: E402
+from dynakrag_lab.report import explorer
+from dynakrag_lab.report.explorer import (render as explorer_render,  # noqa: E402
+                                          replay as explorer_replay, widget as explorer_widget)
 
 REPO = Path(__file__).resolve().parents[1]
-# Every name the book imports from dynakrag_lite.experiments.explorer (grep "explorer" book/*.ipynb).
+# Every name the book imports from dynakrag_lab.report.explorer (grep "explorer" book/*.ipynb).
 BOOK_NAMES = ("Explorer", "load_runs", "plot_sr_curve", "render_html", "steps_from_record",
               "find_result_sets", "sr_curve")
 
@@ -233,10 +233,10 @@ def test_facade_reexports_the_layers_objects():
 
 
 @pytest.mark.parametrize("module, forbidden", [
-    ("dynakrag_lite.experiments.explorer.replay", ("ipywidgets", "matplotlib", "IPython")),
-    ("dynakrag_lite.experiments.explorer.render", ("ipywidgets", "matplotlib", "IPython")),
-    ("dynakrag_lite.experiments.explorer.widget", ("ipywidgets", "matplotlib", "IPython")),
-    ("dynakrag_lite.experiments.explorer", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lab.report.explorer.replay", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lab.report.explorer.render", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lab.report.explorer.widget", ("ipywidgets", "matplotlib", "IPython")),
+    ("dynakrag_lab.report.explorer", ("ipywidgets", "matplotlib", "IPython")),
 ])
 def test_layers_import_without_heavier_dependencies(module, forbidden):
     """Replay needs neither HTML nor widgets; nothing imports ipywidgets or matplotlib until a

@@ -1,6 +1,6 @@
-"""The book's concept figures (dynakrag_lite.figures): each returns a Figure holding the labelled
-elements it promises, computed from the library's definitions (no model, no retriever). The
-result plots are tests/test_plots.py."""
+"""The book's concept figures (dynakrag_lab.report.figures): each returns a Figure holding the
+labelled elements it promises, computed from the library's definitions (no model, no
+retriever). The result plots are tests/test_plots.py."""
 from dataclasses import fields, replace
 
 import matplotlib
@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from dynakrag_lite import figures as F
+from dynakrag_lab.report import figures as F
 from dynakrag_lite.config import ControlConfig
 from dynakrag_lite.state import (ACTIONS, EvidenceState, RankedEntry, RetrievedDoc,
                                  initial_state)

@@ -1,4 +1,4 @@
-"""The book's reading of the results (experiments.headline, experiments.records): the headline
+"""The book's reading of the results (dynakrag_lab.report.headline, .records): the headline
 table and its sentences, stop profiles, the continuation controller's comparisons, ablation
 pairs and the records settings come from; on small synthetic run folders, so every phrase is
 checked against numbers we chose."""
@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dynakrag_lite.experiments import headline as h
-from dynakrag_lite.experiments.records import (command_options, diagnosis_table,
-                                               horizon_report, horizon_table, lambda_effect,
-                                               run_record, stop_report, stop_targets_table)
+from dynakrag_lab.report import headline as h
+from dynakrag_lab.report.records import (command_options, diagnosis_table, horizon_report,
+                                         horizon_table, lambda_effect, run_record, stop_report,
+                                         stop_targets_table)
 
 
 def row(qid: str, f1: float, *, sr: float = 0.5, tokens: float = 100.0, docs=("a", "b", "c"),
@@ -150,7 +150,7 @@ def test_lambda_effect_calls_an_early_share_change_inert():
 
 
 def test_headroom_reads_the_oracle_margin_against_the_interval_width(tree: Path):
-    from dynakrag_lite.experiments import conclusions as cn
+    from dynakrag_lab.report import conclusions as cn
 
     t = cn.headroom_table(tree, reader="g")
     assert list(t.dataset) == ["hotpotqa"] and t.n.iloc[0] == N
@@ -227,9 +227,9 @@ def test_stop_targets_table_reads_each_target_and_its_operating_point(tmp_path):
     assert stop_report(tmp_path) is None
 
 
-# -- chapter 16's conclusions (experiments.conclusions) ----------------------------------------
+# -- chapter 16's conclusions (report.conclusions) -------------------------------------------
 def test_conclusions_claim_only_what_complete_runs_support(tree: Path):
-    from dynakrag_lite.experiments import conclusions as cn
+    from dynakrag_lab.report import conclusions as cn
 
     t = h.headline_table(tree)
     profiles = h.stop_profiles(tree)
@@ -255,7 +255,7 @@ def test_conclusions_claim_only_what_complete_runs_support(tree: Path):
 
 
 def test_conclusions_do_not_deny_a_win_over_uniform_that_they_just_counted(tree: Path):
-    from dynakrag_lite.experiments import conclusions as cn
+    from dynakrag_lab.report import conclusions as cn
 
     t = h.headline_table(tree)
     profiles = h.stop_profiles(tree)

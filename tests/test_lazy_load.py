@@ -119,7 +119,7 @@ def test_cold_then_warm_run_identical_rows_and_no_model_loaded(method, tmp_path,
     if method == "fixed_k":
         args += ["--method", "fixed_k", "--fixed-k", "3"]
     else:
-        from dynakrag_lite.training.selector import train_sentence_selector
+        from dynakrag_lab.studies.selector import train_sentence_selector
         from dynakrag_lite.data.sources import split_questions
         train, _ = split_questions(library_questions, min(100, len(library_questions) // 2), 0)
         sel = train_sentence_selector(train[:20], library_retriever, k_docs=6)  # as the CLI splits

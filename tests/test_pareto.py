@@ -1,5 +1,5 @@
-"""The cost/quality figure's numbers (experiments.pareto): which runs are points, their kinds,
-intervals, and the operating point against the always-continue schedule."""
+"""The cost/quality figure's numbers (dynakrag_lab.report.pareto): which runs are points, their
+kinds, intervals, and the operating point against the always-continue schedule."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import load_script
+from helpers import LAB_SCRIPTS, load_script
 
-from dynakrag_lite.experiments.pareto import (OPERATING_POINT, SCHEDULES, pareto_figure,
-                                              pareto_points, pareto_summary)
+from dynakrag_lab.report.pareto import (OPERATING_POINT, SCHEDULES, pareto_figure, pareto_points,
+                                        pareto_summary)
 
 
 def write_run(root: Path, run: str, f1: list[float], tokens: float, stop_note: str = "") -> None:
@@ -64,7 +64,8 @@ def test_the_figure_draws_points_and_schedule_line(tree: Path):
 
 
 def test_pareto_script_writes_a_missing_value_as_json_null():
-    rows = load_script("pareto").records(pd.DataFrame({"run": ["uniform"], "k": [float("nan")],
-                                                       "f1": [0.1234567]}))
+    script = load_script("pareto", folder=LAB_SCRIPTS)
+    rows = script.records(pd.DataFrame({"run": ["uniform"], "k": [float("nan")],
+                                        "f1": [0.1234567]}))
     assert rows == [{"run": "uniform", "k": None, "f1": 0.123457}]
     json.dumps(rows, allow_nan=False)  # strict JSON: raises on a NaN

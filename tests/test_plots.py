@@ -1,6 +1,6 @@
-"""The result plots (dynakrag_lite.experiments.plots): λ sweeps with their Pareto fronts and
-labels that never overlap, the stop-rule sweeps of data_scripts/stop_rule.py reports, paired
-forest plots; each returns a Figure holding the labelled elements it promises."""
+"""The result plots (dynakrag_lab.report.plots): λ sweeps with their Pareto fronts and
+labels that never overlap, the stop-rule sweeps of dynakrag_lab/scripts/stop_rule.py reports,
+paired forest plots; each returns a Figure holding the labelled elements it promises."""
 import math
 from pathlib import Path
 
@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from dynakrag_lite.experiments import plots as P
+from dynakrag_lab.report import plots as P
 
 matplotlib.use("Agg")
 
@@ -176,13 +176,13 @@ def test_annotate_lambdas_keeps_two_curves_on_one_axes_apart():
     assert second[0].get_position()[1] < 0  # below its point, as asked
 
 
-# -- the lambda sweeps of data_scripts/stop_rule.py reports, one panel per dataset ----------
+# -- the lambda sweeps of dynakrag_lab/scripts/stop_rule.py reports, one panel per dataset ----
 REPO = Path(__file__).resolve().parents[1]
 STOP_RULE_DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
 def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
-    """A report shaped like data_scripts/stop_rule.py's: each rule's grid at two veto
+    """A report shaped like dynakrag_lab/scripts/stop_rule.py's: each rule's grid at two veto
     thresholds, the chosen pair marked ``best``. The level rule stops at one point for every
     lambda; the gain rule walks from the costly to the cheap end."""
     def row(rule, lam, tau, f1, tokens, best=False):
@@ -204,7 +204,7 @@ def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
 
 
 def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold():
-    from dynakrag_lite.experiments.results import STOP_RULE_COLUMNS, stop_rule_table
+    from dynakrag_lab.report.results import STOP_RULE_COLUMNS, stop_rule_table
     t = stop_rule_table(_stop_rule_report())
     assert tuple(t.columns) == STOP_RULE_COLUMNS
     assert set(t.dataset) == {"toyqa"} and set(t.generator) == {"qwen2.5-coder-0.5b"}
@@ -221,7 +221,7 @@ def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold(
 
 
 def test_stop_rule_table_refuses_a_report_whose_choice_is_not_in_its_grid():
-    from dynakrag_lite.experiments.results import stop_rule_table
+    from dynakrag_lab.report.results import stop_rule_table
     report = _stop_rule_report()
     report["rules"]["gain"]["lam"] = 0.02
     with pytest.raises(ValueError, match="missing from"):
@@ -306,7 +306,7 @@ def test_stop_rule_sweeps_keep_crowded_labels_apart_inside_their_panel():
 
 
 def test_stop_rule_sweeps_refuse_mismatched_or_ambiguous_input():
-    from dynakrag_lite.experiments.results import stop_rule_table
+    from dynakrag_lab.report.results import stop_rule_table
     with pytest.raises(ValueError, match="no stop-rule reports"):
         P.stop_rule_sweeps_figure([])
     with pytest.raises(ValueError, match="2 dataset names for 1 reports"):

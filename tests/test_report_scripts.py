@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from helpers import load_script
+from helpers import LAB_SCRIPTS, load_script
 
-dt = load_script("diagnostic_table")
-rr = load_script("results_readme")
+dt = load_script("diagnostic_table", folder=LAB_SCRIPTS)
+rr = load_script("results_readme", folder=LAB_SCRIPTS)
 
 
 def _run(folder, rows, summary=None):
@@ -63,7 +63,7 @@ def test_seconds_per_question_leaves_out_replayed_and_failed_rows(tmp_path):
 
 
 def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatch):
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments"
     summary = {"n": 12, "f1": 0.5}
@@ -93,7 +93,7 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
 def _headline(tmp_path, monkeypatch, runs: dict) -> str:
     """headline_section over hotpotqa runs {name: (f1, number of questions)} of one generator
     (questions q0..q11), plus ``musique`` runs given under keys "musique/<run>"."""
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments"
     for key, (f1, n) in runs.items():
@@ -148,7 +148,7 @@ def _status_run(folder, ids, f1, n_expected=None, policy=None):
 
 
 def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_path, monkeypatch):
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa" / "g"
     _status_run(exp / "dynakrag", [f"q{i}" for i in range(12)], 1.0, n_expected=15)
@@ -163,7 +163,7 @@ def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_pat
 
 def test_headline_keeps_a_row_for_a_dataset_whose_controller_is_missing_or_unpaired(
         tmp_path, monkeypatch):
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments"
     _status_run(exp / "hotpotqa" / "g" / "fixed_k3", ["q0", "q1"], 0.5)  # dynakrag deleted
@@ -377,7 +377,7 @@ def test_speed_section_renders_the_committed_benchmark_files():
 
 
 def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selector():
-    cd = load_script("compression_diagnostics")
+    cd = load_script("compression_diagnostics", folder=LAB_SCRIPTS)
     split = {"train_questions": 674, "fit": 400, "dev": 100, "measure": 174,
              "eval_split_untouched": 150}
     meta = {"train_ids": ["a", "b"], "n_questions": 2, "n_sentences": 50, "n_positive": 3}
@@ -393,7 +393,7 @@ def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selecto
 
 
 def test_compression_train_limit_keeps_later_training_questions_unread():
-    cd = load_script("compression_diagnostics")
+    cd = load_script("compression_diagnostics", folder=LAB_SCRIPTS)
     train, fit, dev, measure = cd.split_parts(list(range(50)), 20, 5, train_limit=33)
     assert sorted(train) == list(range(33)) and sorted(fit + dev + measure) == list(range(33))
     assert len(fit) == 20 and len(dev) == 5 and not set(fit) & set(dev)
@@ -405,7 +405,7 @@ def test_compression_train_limit_keeps_later_training_questions_unread():
 
 def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_path,
                                                                           monkeypatch):
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     for gen, run, f1, n in (("big", "fixed_k3", 0.25, 12), ("big", "fixed_k6", 0.5, 12),
@@ -423,7 +423,7 @@ def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_p
 
 
 def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeypatch):
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     monkeypatch.setattr(rr, "ROOT", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     _run(exp / "big-policy-small" / "dynakrag", [_row("q0", 1.0)], {"n": 1, "f1": 1.0})
@@ -470,7 +470,7 @@ def test_transfer_folder_lists_as_missing_only_the_transferred_controller_run(tm
 def _transfer_breakdown(tmp_path, runs: dict) -> str:
     """breakdown_section over hotpotqa runs {"<generator>/<run>": (F1, questions)}: bridge
     questions q0.. with that F1 (EM 1 where F1 is 1, support recall .5)."""
-    from dynakrag_lite.experiments.results import load_summaries
+    from dynakrag_lab.report.results import load_summaries
     exp = tmp_path / "experiments"
     for key, (f1, n) in runs.items():
         rows = [_row(f"q{i}", f1, type="bridge") for i in range(n)]

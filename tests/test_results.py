@@ -1,4 +1,4 @@
-"""dynakrag_lite.experiments.results: reading summaries/predictions back, and the paper's numbers."""
+"""dynakrag_lab.report.results: reading summaries/predictions back, and the paper's numbers."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from dynakrag_lite.experiments.run import SUMMARY_KEYS
-from dynakrag_lite.experiments.results import (SUMMARY_COLUMNS, load_predictions, load_summaries,
-    load_summary)
-from dynakrag_lite.experiments.paper import paper_table, side_by_side
+from dynakrag_lab.report.results import (SUMMARY_COLUMNS, load_predictions, load_summaries,
+                                         load_summary)
+from dynakrag_lab.report.paper import paper_table, side_by_side
 
 
 def _write_run(root, dataset, generator, run, f1, tokens, method="dynakrag", n=2):
@@ -129,7 +129,7 @@ def test_side_by_side_joins_paper_row(tmp_path):
 
 
 def test_find_policies_and_transfer_runs(tmp_path):
-    from dynakrag_lite.experiments.results import find_policies, transfer_runs
+    from dynakrag_lab.report.results import find_policies, transfer_runs
     pol = tmp_path / "policies"
     pol.mkdir()
     (pol / "hotpotqa-qwen2.5-coder-0.5b.joblib").write_bytes(b"x")
@@ -155,7 +155,7 @@ def test_find_policies_and_transfer_runs(tmp_path):
 
 def test_trace_table_from_steptraces_and_dicts():
     from dynakrag_lite.controller import StepTrace
-    from dynakrag_lite.experiments.results import trace_table
+    from dynakrag_lab.report.results import trace_table
     steps = [StepTrace(0, "retrieve_more", ("retrieve_more",),
                        {"retrieve_more": {"value": 0.4, "continue_gain": 0.1}}, ("d1", "d2")),
              StepTrace(1, "gap_query", ("gap_query", "stop_answer"),
@@ -176,7 +176,7 @@ def _write_rows(root, run, rows):
 
 
 def test_paired_table_pairs_dynakrag_with_each_run_by_question():
-    from dynakrag_lite.experiments.results import paired_table
+    from dynakrag_lab.report.results import paired_table
     import tempfile
     root = Path(tempfile.mkdtemp())
     base = [{"id": f"q{i}", "f1": 1.0, "em": 1.0, "support_recall": 1.0} for i in range(6)]
@@ -201,7 +201,7 @@ def test_paired_table_pairs_dynakrag_with_each_run_by_question():
 
 # -- breakdowns per question type and hop count -------------------------------------------
 def test_question_group_maps_types_and_folds_musique_hop_shapes():
-    from dynakrag_lite.experiments.breakdown import UNTYPED, question_group
+    from dynakrag_lab.report.breakdown import UNTYPED, question_group
     assert question_group({"type": "bridge"}, "hotpotqa") == "bridge"
     assert question_group({"type": None}, "hotpotqa") == UNTYPED  # records without a type
     assert question_group({}, "hotpotqa") == UNTYPED
@@ -222,7 +222,7 @@ def _musique_rows(f1_2hop, f1_3hop, n2=12, n3=4):
 
 
 def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
-    from dynakrag_lite.experiments.breakdown import breakdown_table
+    from dynakrag_lab.report.breakdown import breakdown_table
 
     def write(run, rows):
         d = tmp_path / "musique" / "g" / run
@@ -275,8 +275,8 @@ def test_breakdown_table_per_group_with_paired_difference_and_flags(tmp_path):
 def test_breakdown_table_keeps_a_named_run_without_answers_as_a_row(tmp_path):
     """A chapter naming a run that was deleted for a re-run (or has just started) gets a row
     saying so, as ablation_table does, instead of FileNotFoundError."""
-    from dynakrag_lite.experiments.results import NOT_RUN, STARTED
-    from dynakrag_lite.experiments.breakdown import breakdown_table
+    from dynakrag_lab.report.results import NOT_RUN, STARTED
+    from dynakrag_lab.report.breakdown import breakdown_table
     d = tmp_path / "musique" / "g"
     for run, rows in (("dynakrag", _musique_rows(1.0, 0.5)),
                       ("fixed_k3", _musique_rows(0.75, 0.5)), ("uniform", [])):
@@ -318,8 +318,8 @@ def _q(qid, f1):
 
 
 def test_status_label_names_every_state_a_run_can_be_in():
-    from dynakrag_lite.experiments.results import (COMPLETE, NOT_RUN, STARTED, UNRECORDED, is_partial,
-                                       status_label)
+    from dynakrag_lab.report.results import (COMPLETE, NOT_RUN, STARTED, UNRECORDED, is_partial,
+                                             status_label)
     assert status_label(150, 150, True) == COMPLETE
     assert status_label(120, 150, False) == "partial: 120 of 150"
     assert is_partial(status_label(120, 150, False)) and not is_partial(COMPLETE)
@@ -339,7 +339,7 @@ def test_load_summaries_labels_a_partial_run(tmp_path):
 
 
 def test_paired_table_pairs_a_partial_baseline_on_the_common_questions_only(tmp_path):
-    from dynakrag_lite.experiments.results import paired_table
+    from dynakrag_lab.report.results import paired_table
     _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 1.0) for i in range(6)])
     # fixed_k3 being extended to 8 questions: 4 of the old ones so far, plus a new question
     # dynakrag has not reached (F1 0, so a mean over all of fixed_k3's rows would differ)
@@ -353,7 +353,7 @@ def test_paired_table_pairs_a_partial_baseline_on_the_common_questions_only(tmp_
 
 
 def test_paired_table_reports_a_run_it_cannot_pair_instead_of_raising(tmp_path):
-    from dynakrag_lite.experiments.results import NO_COMMON, NOT_RUN, STARTED, paired_table
+    from dynakrag_lab.report.results import NO_COMMON, NOT_RUN, STARTED, paired_table
     _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 1.0) for i in range(3)], n_expected=6)
     _run_folder(tmp_path, "dynakrag-cap2", [])  # started: an empty predictions file
     _run_folder(tmp_path, "uniform", [_q("new1", 0.5)], n_expected=6)  # no common question
@@ -370,8 +370,8 @@ def test_paired_table_reports_a_run_it_cannot_pair_instead_of_raising(tmp_path):
 
 
 def test_ablation_table_keeps_a_missing_ablation_as_a_not_run_row(tmp_path):
-    from dynakrag_lite.experiments.paper import ABLATION_RUNS, ablation_table
-    from dynakrag_lite.experiments.results import NOT_RUN
+    from dynakrag_lab.report.paper import ABLATION_RUNS, ablation_table
+    from dynakrag_lab.report.results import NOT_RUN
     _run_folder(tmp_path, "dynakrag", [_q(f"q{i}", 0.5) for i in range(4)])
     _run_folder(tmp_path, "dynakrag-cap1", [_q("q0", 0.25)], n_expected=4)
     _run_folder(tmp_path, "dynakrag-cap2", [_q("q0", 0.25)], dataset="musique")
@@ -386,7 +386,7 @@ def test_ablation_table_keeps_a_missing_ablation_as_a_not_run_row(tmp_path):
 
 
 def test_run_policy_says_when_the_saved_policy_is_not_the_one_a_run_used(tmp_path):
-    from dynakrag_lite.experiments.results import run_policy
+    from dynakrag_lab.report.results import run_policy
     from dynakrag_lite.storage import sha256_file
     exp, pol = tmp_path / "experiments", tmp_path / "policies"
     pol.mkdir()
@@ -410,9 +410,9 @@ def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_a
     """Status is memoized on the predictions file's (path, mtime_ns, size): table after table
     of a chapter does not parse it again, but a line appended by a running experiment is
     seen at the next call."""
-    from dynakrag_lite.experiments import results
+    from dynakrag_lab.report import results
     from dynakrag_lite.experiments.folder import read_predictions
-    from dynakrag_lite.experiments.results import run_status
+    from dynakrag_lab.report.results import run_status
     d = _run_folder(tmp_path, "fixed_k3", [_q(f"q{i}", 0.5) for i in range(3)], n_expected=5)
     reads = []
 
@@ -432,7 +432,7 @@ def test_run_status_reads_an_unchanged_predictions_file_once_and_a_changed_one_a
 def test_breakdown_table_pairs_a_run_named_generator_slash_run_from_another_folder(tmp_path):
     """A transferred run (its folder <A>-policy-<P>) is broken down against a baseline of the
     answer generator's own folder, named "<A>/<run>", paired per question across folders."""
-    from dynakrag_lite.experiments.breakdown import breakdown_table
+    from dynakrag_lab.report.breakdown import breakdown_table
     for folder, f1 in (("big-policy-small/dynakrag", 1.0), ("big/fixed_k3", 0.75)):
         d = tmp_path / "musique" / folder
         d.mkdir(parents=True)

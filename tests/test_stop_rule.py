@@ -1,5 +1,5 @@
 """The selection rule and its two stop rules (policy.select), and the trajectories saved for
-re-tuning without model calls (training.files save/load, data_scripts/stop_rule.py)."""
+re-tuning without model calls (training.files save/load, dynakrag_lab/scripts/stop_rule.py)."""
 import json
 
 import numpy as np
@@ -9,7 +9,7 @@ from dynakrag_lite.experiments.cli import build_parser
 from dynakrag_lite.policy import select, train_policy
 from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.training.files import load_training_data, save_training_data
-from helpers import load_script
+from helpers import LAB_SCRIPTS, load_script
 
 from test_continuation import collected, qs  # noqa: F401  (module-scoped fixtures)
 
@@ -127,7 +127,7 @@ def test_stop_rule_script_writes_both_rules_grids(collected, tmp_path):  # noqa:
     data, _ = collected
     traj = save_training_data(data, tmp_path / "t.npz")
     out = tmp_path / "stop.json"
-    script = load_script("stop_rule")
+    script = load_script("stop_rule", folder=LAB_SCRIPTS)
     assert script.main(["--trajectories", str(traj), "--folds", "3", "--trees", "5",
                         "--out", str(out)]) == 0
     res = json.loads(out.read_text())

@@ -1,13 +1,12 @@
-"""The stop-target study (dynakrag_lite.training.stop_targets): targets, the stop rule, the
+"""The stop-target study (dynakrag_lab.studies.stop_targets): targets, the stop rule, the
 exact random stop and the out-of-fold study, on hand-built paths."""
 import numpy as np
 import pytest
 
 from dynakrag_lite.features import STATE_FEATURE_NAMES
-from dynakrag_lite.training.diagnosis import question_paths
-from dynakrag_lite.training.stop_targets import (
-    oof_scores, path_targets, random_at_tokens, random_outcomes, rule_outcomes, study,
-    target_curve)
+from dynakrag_lab.studies.diagnosis import question_paths
+from dynakrag_lab.studies.stop_targets import (oof_scores, path_targets, random_at_tokens,
+                                               random_outcomes, rule_outcomes, study, target_curve)
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from dynakrag_lite.experiments.results import (NO_COMMON, NOT_RUN, STARTED, TRANSFER_COMPARISONS,
-                                   TRANSFER_PAIRED_COLUMNS, transfer_paired_table)
+from dynakrag_lab.report.results import (NO_COMMON, NOT_RUN, STARTED, TRANSFER_COMPARISONS,
+                                         TRANSFER_PAIRED_COLUMNS, transfer_paired_table)
 
 A, P = "big", "small"  # answer generator, policy generator
 MOVED = f"{A}-policy-{P}"

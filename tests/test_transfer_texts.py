@@ -1,10 +1,10 @@
-"""Chapter 14's transfer phrases (experiments.transfer): every pair reads in every case, a
-missing pair as its reason, never as nan; the reverse direction's reader-limit reading."""
+"""Chapter 14's transfer phrases (dynakrag_lab.report.transfer): every pair reads in every
+case, a missing pair as its reason, never as nan; the reverse direction's reader-limit reading."""
 import pandas as pd
 
-from dynakrag_lite.experiments.results import NOT_RUN, TRANSFER_PAIRED_COLUMNS
-from dynakrag_lite.experiments.transfer import (VERDICT_WORDS, pair_text, reader_limit_reading,
-                                                transfer_texts)
+from dynakrag_lab.report.results import NOT_RUN, TRANSFER_PAIRED_COLUMNS
+from dynakrag_lab.report.transfer import (VERDICT_WORDS, pair_text, reader_limit_reading,
+                                          transfer_texts)
 
 
 def _row(**kw) -> pd.DataFrame:

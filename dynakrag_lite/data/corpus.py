@@ -61,9 +61,6 @@ class Corpus:
     def __contains__(self, doc_id: str) -> bool:
         return doc_id in self._by_id
 
-    def index_of(self, doc_id: str) -> int:
-        return self._by_id[doc_id]
-
     def content_hash(self) -> str:
         """16 hex digits of the documents' ids, titles and texts, in order: the key of the
         corpus's index on disk, so an edited text never reuses a stale index."""
@@ -109,12 +106,6 @@ class Corpus:
         if not docs:
             raise DataError(path, None, None, "no documents")
         return cls(list(docs.values()), name=Path(path).stem)
-
-    def to_jsonl(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            for d in self.documents:
-                fh.write(json.dumps({"id": d.id, "title": d.title, "text": d.text},
-                                    ensure_ascii=False) + "\n")
 
 
 def gold_titles(question: Question) -> list[str]:

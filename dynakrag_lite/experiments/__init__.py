@@ -1,6 +1,7 @@
-"""Experiment tooling built on the core: evaluation runs into resumable folders, result tables,
-paired comparisons, diagnostics, result plots, the command line and the trace explorer.
+"""Experiment tooling built on the core: evaluation runs into resumable folders (with the
+diagnostics every run records), run fingerprints, policy artifacts and the command line.
 
 Nothing in the core (:mod:`dynakrag_lite`) or in :mod:`dynakrag_lite.training` imports this
-package; it is the only code that knows the checkout's ``results/`` folder.
+package. Reading results (tables, comparisons, plots, the explorer) is the lab's:
+:mod:`dynakrag_lab.report`.
 """

@@ -2,12 +2,13 @@
 trajectories and experiment runs, how a policy file is named, and the manifests that vouch for
 the committed pickles.
 
-The only code that knows the ``results/`` folder (the core and :mod:`dynakrag_lite.training`
-take paths). A folder that keeps a ``MANIFEST.sha256`` (``results/policies``,
-``results/selectors``) lists its joblib files with their sha256; the loaders refuse a file of
-such a folder that is not listed with its bytes' hash (:func:`dynakrag_lite.storage.
-verified_sha256`). :func:`register_policy` records a just-trained policy there
-(:func:`register_selector` a sentence selector), :func:`update_policy_manifest` and
+The only code of dynakrag_lite that knows the ``results/`` folder (the core and
+:mod:`dynakrag_lite.training` take paths; the lab reads it through these names). A folder that
+keeps a ``MANIFEST.sha256`` (``results/policies``, ``results/selectors``) lists its joblib
+files with their sha256; the loaders refuse a file of such a folder that is not listed with its
+bytes' hash (:func:`dynakrag_lite.storage.verified_sha256`). :func:`register_policy` records a just-trained policy there (the lab's
+:func:`~dynakrag_lab.studies.selector.register_selector` a sentence selector),
+:func:`update_policy_manifest` and
 :func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and
 ``--check``.
 
@@ -28,7 +29,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = PROJECT_ROOT / "results"
 POLICIES_DIR = RESULTS / "policies"  # keeps a MANIFEST.sha256
 SELECTORS_DIR = RESULTS / "selectors"  # keeps a MANIFEST.sha256
-TRAJECTORIES_DIR = RESULTS / "trajectories"
 EXPERIMENTS_DIR = RESULTS / "experiments"
 
 
@@ -50,6 +50,11 @@ def display_path(path: str | Path) -> str:
 def policy_file_name(dataset: str, generator: str) -> str:
     """``<dataset>-<generator>.joblib``, the generator spec made file-name safe."""
     return f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
+
+
+# Policies trained with other settings than the main one, saved beside it as
+# <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
+POLICY_VARIANT_SUFFIXES = ("-gain_stop", "-continuation")
 
 
 def default_policy_path(dataset: str, generator: str, folder: Path | None = None) -> Path:
@@ -75,14 +80,6 @@ def register_policy(path: str | Path) -> Path | None:
     manifest path (None for a folder without one, where :meth:`Policy.load` trusts the user's
     own files)."""
     return register_in_manifest(path, POLICIES_DIR)
-
-
-def register_selector(path: str | Path) -> Path | None:
-    """After training: record a just-saved sentence selector (only it) in its folder's
-    manifest when that folder is the project's ``results/selectors`` or already keeps a
-    manifest; returns the manifest path (None for a folder without one, where
-    :func:`~dynakrag_lite.compression.load_selector` trusts the user's own files)."""
-    return register_in_manifest(path, SELECTORS_DIR)
 
 
 def update_policy_manifest(folder: str | Path | None = None,

@@ -106,7 +106,7 @@ def _add_control(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-docs-up-to", type=int, default=0, metavar="K",
                    help="answer from the documents, uncompressed, when the final state holds at "
                    "most K of them (0: always compress, the paper's; chosen by "
-                   "data_scripts/answer_stage.py)")
+                   "dynakrag_lab/scripts/answer_stage.py)")
 
 
 def data_options(args: argparse.Namespace) -> DataOptions:
@@ -133,7 +133,7 @@ def _check_control_args(args: argparse.Namespace) -> None:
     if args.compressor == "extractive" and not args.selector:
         raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
                          "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
-                         "data_scripts/compression_diagnostics.py)")
+                         "dynakrag_lab/scripts/compression_diagnostics.py)")
     if args.answer_docs_up_to < 0:
         raise ValueError(f"--answer-docs-up-to {args.answer_docs_up_to}: a number of documents, "
                          "0 or more")
@@ -162,8 +162,8 @@ def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) 
     if overlap:
         raise ValueError(f"--selector {selector}: {len(overlap)} evaluation question(s) "
                          f"were among its training questions (e.g. {overlap[0]!r}); build a "
-                         "selector on this split's training questions (data_scripts/"
-                         "compression_diagnostics.py --n-eval N)")
+                         "selector on this split's training questions (dynakrag_lab/"
+                         "scripts/compression_diagnostics.py --n-eval N)")
 
 
 def _setup(args: argparse.Namespace, generator: str | None = None):
@@ -395,7 +395,7 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       help="also write the collected trajectories here (.npz, no "
                       "pickle), with the run's settings and the sufficiency "
                       "calibration states: --from-data rebuilds a policy and "
-                      "data_scripts/stop_rule.py re-tunes from it, without model "
+                      "dynakrag_lab/scripts/stop_rule.py re-tunes from it, without model "
                       "calls")
     once.add_argument("--from-data", default=None, metavar="FILE.npz",
                       help="collect nothing: build the policy from trajectories "
@@ -403,7 +403,7 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       "split's training questions (--n-eval, --offset, --limit); "
                       "refused when the file was collected under other settings")
     p.add_argument("--answer-labels", default=None, metavar="FILE.jsonl",
-                   help="with --from-data: merge the answer F1s of data_scripts/"
+                   help="with --from-data: merge the answer F1s of dynakrag_lab/scripts/"
                    "answer_labels.py (made for that file) first; the policy's meta "
                    "records the file and its sha256")
 

@@ -309,13 +309,6 @@ def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
     return None, "", []
 
 
-def recorded_fingerprint(out: Path) -> tuple[dict | None, str]:
-    """(the fingerprint recorded in ``out``, where it was found): run.json, else summary.json
-    (written with every question), else (None, "")."""
-    fp, source, _ = _recorded(Path(out))
-    return fp, source
-
-
 def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | None = None,
                        corpus: Corpus | None = None) -> tuple[dict | None, dict | None, str]:
     """The checks of a resume into ``out``, reading only (nothing in the folder is written):

@@ -1,31 +1,158 @@
-"""Answer labels merged into saved trajectories: the rows of a labels file
-(:mod:`dynakrag_lite.training.answer_labels`) become ``f1_now`` and ``answer_tokens`` per prefix of
-a :class:`~dynakrag_lite.trajectories.TrainingData`, then ``f1_end`` and the gains as
-``collect_question`` sets them. A question whose replay did not reproduce the file counts as the
-path its replay took, when its row kept the replay's states (:func:`replayed_path`).
+"""Answer labels: the file format of the reader's answer F1 at every prefix of saved
+trajectories, and their merge into a :class:`~dynakrag_lite.trajectories.TrainingData`
+(``train --from-data X.npz --answer-labels FILE``).
 
-``data_scripts/control_diagnosis.py --answer-labels`` and ``train --from-data X.npz
---answer-labels FILE`` use them.
+A labels file is JSONL: line 1 a header (the trajectories file's sha256, the collection command,
+the reader's model id, the label kind), then one row per question, appended; a question's latest
+row wins, a truncated last line (a killed run) is ignored, a row with ``truncated`` > 0 (a
+generation cut by the time limit) is no label. Row: ``{"qid", "reproduced", "truncated": int,
+"mismatch": null | {...}, "prefixes": [{"step", "sr_now", "f1_now", "answer_tokens", "answer",
+"tokens", "features"}], "seconds"}`` (NaN written as null).
+
+The merge makes the rows ``f1_now`` and ``answer_tokens`` per prefix, then ``f1_end`` and the
+gains as ``collect_question`` sets them. A question whose replay did not reproduce the file
+counts as the path its replay took, when its row kept the replay's states
+(:func:`replayed_path`). Producing the labels (a replay with answer calls, resumable) is the
+lab's: :mod:`dynakrag_lab.studies.answer_labels` and ``dynakrag_lab/scripts/answer_labels.py``;
+this module is what training needs to read them.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..trajectories import PrefixSample, TrainingData, finish_prefixes
-from .answer_labels import (KIND, TOLERANCE, AnswerLabelError, has_answer_f1, read_label_file,
-                            row_truncated, within_tolerance)
 
-__all__ = ["replayed_path", "unreproduced_without_states", "merge_answer_labels",
-           "with_answer_labels"]
+__all__ = ["KIND", "TOLERANCE", "AnswerLabelError", "LabelFile",
+           "parse_label_bytes", "read_label_file", "row_truncated", "has_answer_f1",
+           "within_tolerance", "replayed_path", "merge_answer_labels"]
+
+KIND = "answer_f1"
+# Retrieval scores are float32: the same documents scored on another machine or after an
+# index rebuild differ by ~1e-8 (measured: 4e-8 on a HotpotQA score_mean); another document
+# changes the features by far more.
+TOLERANCE = 1e-6
+ROW_FIELDS = ("qid", "reproduced", "mismatch", "prefixes", "seconds")
 
 
+class AnswerLabelError(ValueError):
+    """A labels file that cannot be used (corrupt, of other trajectories, another header)."""
+
+
+# -- the file ----------------------------------------------------------------------------------
+@dataclass
+class LabelFile:
+    """A labels file as read: its header (None for a new or empty file), each question's latest
+    row by qid with its line number, the bytes that were read, and what a resume must repair:
+    ``keep`` bytes (the end of the last good line) and whether that line lacks its newline."""
+    path: Path
+    header: dict | None = None
+    rows: dict[str, dict] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+    raw: bytes = b""
+    keep: int = 0
+    needs_newline: bool = False
+    dropped: str | None = None  # the note on a truncated/corrupt last line
+
+    @property
+    def done(self) -> set[str]:
+        """The questions whose latest row is a label (not cut by the time limit)."""
+        return {q for q, r in self.rows.items() if not row_truncated(r)}
+
+
+def row_truncated(row: Mapping[str, Any]) -> int:
+    """How many of a row's generations hit the time limit (0 for rows written before the field
+    existed: kept as labels)."""
+    return int(row.get("truncated") or 0)
+
+
+def _row_problem(obj: Any) -> str | None:
+    if not isinstance(obj, dict) or not all(k in obj for k in ROW_FIELDS):
+        return f"not a row (a JSON object with {', '.join(ROW_FIELDS)})"
+    if not isinstance(obj["qid"], str) or not isinstance(obj["reproduced"], bool):
+        return "'qid' must be a string and 'reproduced' a boolean"
+    ps = obj["prefixes"]
+    if not isinstance(ps, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("step"), int) and "f1_now" in p
+            for p in ps):
+        return "'prefixes' must be a list of objects with 'step' and 'f1_now'"
+    n = obj.get("truncated", 0)  # absent in rows written before it existed
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return "'truncated' must be a count (an integer >= 0)"
+    return None
+
+
+def parse_label_bytes(raw: bytes, path: Path) -> LabelFile:
+    out = LabelFile(path, raw=raw)
+    chunks, offsets, pos = raw.split(b"\n"), [], 0
+    for c in chunks:
+        offsets.append(pos)
+        pos += len(c) + 1
+    if chunks and chunks[-1] == b"":  # the text ends with a newline (or is empty)
+        chunks.pop()
+    for i, chunk in enumerate(chunks):
+        lineno, last = i + 1, i == len(chunks) - 1
+        try:
+            obj = json.loads(chunk.decode("utf-8"))
+            if i == 0:
+                problem = None if isinstance(obj, dict) and "answer_labels" in obj else \
+                    "not an answer-labels header (no field 'answer_labels')"
+            else:
+                problem = _row_problem(obj)
+        except (UnicodeDecodeError, ValueError) as e:
+            obj, problem = None, f"not JSON: {e}"
+        if problem is None:
+            if i == 0:
+                out.header = obj
+            else:
+                out.rows[obj["qid"]] = obj  # a later row of a question replaces the earlier
+                out.lines[obj["qid"]] = lineno
+            out.keep = offsets[i] + len(chunk)
+            out.needs_newline = last and not raw.endswith(b"\n")
+        elif last and not (i == 0 and isinstance(obj, dict)):
+            # A killed run leaves at most its last line half written: ignore it (and cut it
+            # off before appending), its question is redone.
+            out.dropped = (f"{path}: line {lineno} is truncated or corrupt ({problem}); "
+                           "ignored, its question is labelled again")
+            out.keep, out.needs_newline = offsets[i], False
+        else:
+            raise AnswerLabelError(f"{path}: line {lineno} is corrupt ({problem}); only a "
+                                   "truncated last line is ignored, so repair or remove this "
+                                   "line by hand")
+    return out
+
+
+def read_label_file(path: str | Path) -> LabelFile:
+    """Read a labels file (a missing file reads as empty). Raises :class:`AnswerLabelError`
+    naming the file and line for a corrupt line other than the last."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = b""
+    return parse_label_bytes(raw, path)
+
+
+def has_answer_f1(prefixes: Sequence[PrefixSample]) -> bool:
+    """Every prefix has a finite answer F1 (and there is one)."""
+    return bool(prefixes) and all(np.isfinite(p.f1_now) for p in prefixes)
+
+
+def within_tolerance(a: float, b: float, tol: float) -> bool:
+    """``a`` and ``b`` differ by at most ``tol`` (relative above 1); two NaNs agree."""
+    a, b = float(a), float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+# -- the merge ---------------------------------------------------------------------------------
 def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample] | None:
     """The prefixes of the path a non-reproduced replay took, from its row (features, SR, ledger
     tokens, answer F1 and tokens; ``onestep`` NaN, the ends left to ``finish_prefixes``), or
@@ -43,13 +170,6 @@ def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample]
                                 f1_now=_num(r["f1_now"]), tokens=_num(r["tokens"]),
                                 answer_tokens=_num(r.get("answer_tokens"))))
     return out
-
-
-def unreproduced_without_states(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The questions whose latest row (``LabelFile.rows``) did not reproduce the file and is
-    older than rows keeping the replay's states: relabelled, they count (:func:`replayed_path`)."""
-    return [q for q, r in rows.items() if not r["reproduced"] and any(
-        "features" not in x for x in r["prefixes"])]
 
 
 def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | None = None,
@@ -138,15 +258,3 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
 
 def _num(v: Any) -> float:
     return math.nan if v is None else float(v)
-
-
-def with_answer_labels(data: TrainingData, jsonl_path: str | Path,
-                       npz_sha256: str | None = None,
-                       include_unreproduced: bool = False) -> TrainingData:
-    """:func:`merge_answer_labels`, its counts reported on stderr."""
-    out, counts = merge_answer_labels(data, jsonl_path, npz_sha256, include_unreproduced)
-    print(f"answer labels {jsonl_path}: " + ", ".join(
-        f"{k} {counts[k]}" for k in ("labelled", "replayed", "not_reproduced", "truncated",
-                                     "missing",
-                                     "already_labelled")), file=sys.stderr, flush=True)
-    return out

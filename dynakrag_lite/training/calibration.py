@@ -40,7 +40,6 @@ from ..actions import apply_action
 from ..bridge import bridge_candidates
 from .concurrency import check_workers, locked_runner, run_in_order
 from ..data.corpus import gold_titles, normalize_title
-from ..features import STATE_FEATURE_NAMES
 from ..metrics import support_recall
 from ..state import RetrievedDoc, initial_state
 from ..sufficiency import (LEARNED_FEATURE_NAMES, SIGNALS, SignalStats, SufficiencyError,
@@ -49,15 +48,13 @@ from ..sufficiency import (LEARNED_FEATURE_NAMES, SIGNALS, SignalStats, Sufficie
 from ..validity import valid_actions
 
 __all__ = [
-    "COST_ORDER", "fit_estimator", "estimator_data", "oof_estimator_scores",
+    "COST_ORDER", "fit_estimator", "oof_estimator_scores",
     "CalibrationState", "calibration_states", "auc", "grouped_auc_se", "youden_threshold",
     "precision_threshold", "signal_scores", "calibrate", "calibrate_for", "train_signal",
 ]
 
 # Cheaper first: breaks AUC ties in calibrate().
 COST_ORDER = {"learned": 0, "margin": 1, "answer_conf": 2, "text": 3}
-# Columns of the learned signal's features among the state features (estimator_data).
-_LEARNED_IDX = np.array([STATE_FEATURE_NAMES.index(n) for n in LEARNED_FEATURE_NAMES])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,18 +83,6 @@ def fit_estimator(X: np.ndarray, y: np.ndarray, kind: str = "forest", seed: int 
         raise ValueError(f"unknown estimator kind {kind!r}")
     model.fit(X, y)
     return SufficiencyEstimator(model, kind, n_train=len(y), positive_rate=rate)
-
-
-def estimator_data(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(X, y, groups) for the estimator from collected
-    :class:`~dynakrag_lite.trajectories.TrainingData` prefixes (states with documents; their
-    SR is recorded at collection time)."""
-    rows = [p for p in data.prefixes if np.isfinite(p.sr_now)]
-    if not rows:
-        return np.zeros((0, len(LEARNED_FEATURE_NAMES))), np.zeros(0), np.zeros(0, dtype=object)
-    X = np.stack([np.asarray(p.features)[_LEARNED_IDX] for p in rows])
-    y = np.array([float(p.sr_now >= 1.0 - 1e-9) for p in rows])
-    return X, y, np.array([p.qid for p in rows], dtype=object)
 
 
 def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: int = 5,

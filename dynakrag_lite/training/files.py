@@ -5,7 +5,7 @@
   plain arrays (no pickle, so a file from anyone is safe to load), atomically;
   :func:`load_training_data` reads it back: the stop rule, lambda and the forests can then be
   re-tuned without re-collecting (``python -m dynakrag_lite train --save-data FILE``,
-  ``data_scripts/stop_rule.py``).
+  ``dynakrag_lab/scripts/stop_rule.py``).
 * ``TrainingData.run``: the settings the trajectories were collected under (dataset,
   generator, embedder, budgets, seed, sufficiency request, data hash, split, command), and
   :class:`CalibrationTable`: the sufficiency calibration states (their learned-signal
@@ -15,7 +15,7 @@
 
 Format 2 (this library's) stores both. Files of format 1, written before they existed (the
 committed ``results/trajectories/`` files), still load, with ``run == {}`` and no table, for
-re-tuning (``data_scripts/stop_rule.py``); ``--from-data`` refuses them.
+re-tuning (``dynakrag_lab/scripts/stop_rule.py``); ``--from-data`` refuses them.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ all on the training split.
   (:func:`data_from_file`) rebuilds a policy from such a file without a model call, refusing a
   file collected under other settings (:func:`from_data_problems`) and keeping only this
   split's training questions (:func:`split_ids`); with ``--answer-labels FILE`` the answer F1s
-  of ``data_scripts/answer_labels.py`` are merged in first (:mod:`.answer_labels`), and the
-  policy's meta records the file and its sha256.
+  of ``dynakrag_lab/scripts/answer_labels.py`` are merged in first
+  (:mod:`.answer_label_merge`), and the policy's meta records the file and its sha256.
 
 Chapters 7-9 build the same pieces by hand; chapter 13 describes the tuning.
 """

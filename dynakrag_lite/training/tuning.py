@@ -4,15 +4,17 @@ and lambda and the veto threshold chosen by cross-validation on the training que
 * :func:`replay_decisions` re-decides at every state visited while collecting a
   :class:`~dynakrag_lite.trajectories.TrainingData`, for any lambda or veto threshold, without
   executing anything (chapter 9).
-* :func:`replay_outcomes`: where the policy would stop on each question of the data, and the
-  SR, answer F1 and tokens it would have there.
+* :func:`stop_outcomes`: where the replayed decisions stop on each question of the data, and
+  the SR, answer F1 and tokens it would have there, per (lambda, veto threshold).
 * :func:`tune_continuation` chooses ``(lam, veto_threshold)`` by cross-validation grouped by
   question: each fold's policy re-decides offline along the held-out questions' explored paths,
   and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
   ``python -m dynakrag_lite train`` runs it (chapter 13 describes it).
-* :func:`lambda_sweep` returns the cost/quality curve (F1, SR, tokens per lambda) that chapter
-  13 plots; :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
+* :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
   :data:`CONTINUATION_GRID` (tau of the "continuation" stop rule) are the default grids.
+
+The lab's :mod:`dynakrag_lab.studies.stop_replay` replays one policy's stops and sweeps lambda
+with these.
 """
 from __future__ import annotations
 
@@ -103,8 +105,8 @@ def _redecide(d: dict, lam: float, thr: float) -> tuple[str, bool]:
     return chosen, veto
 
 
-def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[float, float]]
-              ) -> list[dict]:
+def stop_outcomes(decisions: list[dict], data: TrainingData,
+                  grid: Iterable[tuple[float, float]]) -> list[dict]:
     """Per (lam, thr) and question: where the replayed policy stops along the explored path."""
     by_q: dict[str, dict[int, dict]] = {}
     for d in decisions:
@@ -135,27 +137,6 @@ def _outcomes(decisions: list[dict], data: TrainingData, grid: Iterable[tuple[fl
     return rows
 
 
-def replay_outcomes(policy: Policy, data: TrainingData, lam: float | None = None,
-                    veto_threshold: float | None = None) -> pd.DataFrame:
-    """Where the policy would stop on each question of ``data``, replayed offline.
-
-    Walks each question's explored path (its visited states in order) with the decisions of
-    :func:`replay_decisions`; the first state where the policy chooses stop_answer (else the
-    path's end, where a cap forced the stop) is its stopping point. Assumption: while the policy
-    continues it follows the explored path (an acquisition action other than the rollout's is
-    not executed), so this scores the *stop rule* (value of stopping, the veto, lambda), not the
-    choice among acquisition actions. Outcome columns, read at the stopping point from the
-    prefix records: ``sr``, ``f1`` (reader's answer F1 from those documents; NaN unless collected
-    with continuation="f1"), ``tokens`` (ledger tokens to reach it + its answer call), plus
-    ``stop_step``, ``early`` (stopped before the path's end), ``vetoes``, ``sr_end``/``f1_end``.
-    Gold labels enter only through these recorded outcomes, never the decisions.
-    """
-    lam = policy.lam if lam is None else lam
-    thr = policy.veto_threshold if veto_threshold is None else veto_threshold
-    decisions = replay_decisions(policy, data, lam=0.0, veto_threshold=np.inf)
-    return pd.DataFrame(_outcomes(decisions, data, [(lam, thr)]))
-
-
 def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       thresholds: Sequence[float] = VETO_GRID, folds: int = 5,
                       metric: str = "f1", seed: int = 13, n_estimators: int = 300,
@@ -166,7 +147,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
 
     Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
     policy on the other folds and replays its decisions on the held-out questions for every
-    grid pair (:func:`replay_outcomes`); the pair with the highest mean ``metric`` ("f1" or
+    grid pair (:func:`stop_outcomes`); the pair with the highest mean ``metric`` ("f1" or
     "sr") minus ``token_price`` times the mean tokens over all held-out questions wins (the
     ``objective`` column; a price of 1e-5 trades .01 F1 for 1,000 tokens), ties broken by
     fewer tokens, then by the larger threshold (vetoing less) and the smaller lambda.
@@ -198,7 +179,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                            seed=seed, n_jobs=n_jobs, stop_rule=stop_rule)
         held = data.subset(qids[te])
         decisions = replay_decisions(pol, held, lam=0.0, veto_threshold=np.inf)
-        for r in _outcomes(decisions, held, grid):
+        for r in stop_outcomes(decisions, held, grid):
             r["fold"] = i
             rows.append(r)
         if progress:
@@ -217,12 +198,3 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     frame["stop_rule"] = stop_rule
     frame["token_price"] = token_price
     return float(frame.loc[best, "lam"]), float(frame.loc[best, "veto_threshold"]), frame
-
-
-def lambda_sweep(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
-                 veto_threshold: float = 0.05, folds: int = 5, metric: str = "f1",
-                 **kw) -> pd.DataFrame:
-    """The cost/quality curve: cross-validated mean F1, SR and tokens per lambda at one veto
-    threshold (a DataFrame sorted by lambda; the book plots f1/sr against tokens)."""
-    _, _, frame = tune_continuation(data, lams, (veto_threshold,), folds, metric, **kw)
-    return frame.sort_values("lam").reset_index(drop=True)

@@ -1,0 +1,598 @@
+"""What the experiments found, as tables and sentences computed from the committed runs
+(chapter 12's headline, chapter 13's ablations, chapter 16's conclusions).
+
+* :func:`headline_table`: per dataset x reader, each controller run (the paper's
+  ``dynakrag``, the gain rule's ``dynakrag-gain``, the continuation rule's ``dynakrag-cont``)
+  against the baseline with the highest F1 on the questions both answered
+  (:func:`~dynakrag_lab.report.results.best_baseline`), with the paired intervals of F1,
+  EM and support recall and the token ratio;
+* :func:`stop_profiles`: how the controller ended its questions (stopped by its own choice
+  after one retrieval, or run to the step cap) and whether its documents are Fixed-K(3)'s;
+* :func:`continuation_table`: the continuation controller against uniform-valid and against
+  its own always-continue schedule (``dynakrag-cont-stop4``);
+* :func:`ablation_pairs`: the full method against each ablation, paired;
+* :func:`check_set_pairs`: the controllers against every other run on the check set
+  (training questions no policy, selector, run or diagnosis read before);
+* :func:`headline_markdown` and friends: the reading as sentences whose every word that
+  carries a result is computed ("no measurable difference" when the interval contains 0,
+  "not run yet" when a run is missing, "partial: k of N" while it runs), so the text stays
+  true when new runs land.
+
+Only reads; the verdict rule is :func:`~dynakrag_lab.report.comparison.verdict`.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR, RESULTS
+from dynakrag_lite.experiments.diagnostics import row_diagnostics
+from dynakrag_lite.policy import Policy
+
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
+from .paper import ABLATION_RUNS, DATASETS
+from .pareto import pareto_points, tau_curve
+from .records import policy_path
+from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, locate, paired_table,
+                      read_run, run_names, transfer_folder)
+
+# The paper's baselines (uniform-valid included); the oracle reads gold labels and dynakrag-*
+# runs are ablations or controllers, so none of them can be "the best baseline".
+BASELINES = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform")
+CONTINUATION = "dynakrag-cont"
+ALWAYS_CONTINUE = "dynakrag-cont-stop4"  # the same learned choices, never stopping early
+SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
+CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
+STOP_CHOSEN = "stop_answer_chosen"
+STEP_CAP = "max_steps"
+WORD = {A_BETTER: "wins", A_WORSE: "loses", NO_DIFFERENCE: "ties"}
+# The check set: ``evaluate --split train --offset`` runs on questions read once, at the end.
+CHECK_SET_DIR = RESULTS / "diagnostics" / "check-set"
+# with the compressor, then answering from the full documents (a check set the committed
+# sentence selector was trained on can only run the latter)
+CHECK_CONTROLLERS = ("dynakrag", "dynakrag-no_compression")
+HEADLINE_COLUMNS = ("dataset", "reader", "run", "status", "n", "baseline", "baseline_status",
+                    "f1_run", "f1_baseline", "f1_diff", "f1_lo", "f1_hi", "f1_p", "em_diff",
+                    "em_lo", "em_hi", "sr_diff", "sr_lo", "sr_hi", "token_ratio", "verdict",
+                    "outcome")
+
+
+def readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
+    """(dataset, reader) of every generator folder that is not a transfer folder, in the
+    paper's dataset order, then by reader."""
+    base = locate(root)
+    if not base.is_dir():
+        return []
+    found = [(p.parent.name, p.name) for p in base.glob("*/*") if p.is_dir()
+             and transfer_folder(p.name) is None and run_names(p.parent.name, p.name, root)]
+    order = {d: i for i, d in enumerate(DATASETS)}
+    return sorted(found, key=lambda dg: (order.get(dg[0], len(order)), dg[0], dg[1]))
+
+
+def _blank(dataset: str, reader: str, run: str, status: str, why: str) -> dict:
+    row = dict.fromkeys(HEADLINE_COLUMNS, math.nan)
+    row.update(dataset=dataset, reader=reader, run=run, status=status, n=0, baseline="-",
+               baseline_status="-", verdict=why, outcome="not compared")
+    return row
+
+
+def headline_table(root: str | Path = EXPERIMENTS_DIR,
+                   controllers: Sequence[str] = CONTROLLERS,
+                   baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """Per dataset x reader (:func:`readers`), every controller run present (``dynakrag``
+    always gets a row, "not run yet" when missing) against the best baseline
+    (:func:`~dynakrag_lab.report.results.best_baseline`), paired per question: n,
+    both F1 means, the differences run - baseline of F1, EM and SR with their 95 % paired
+    bootstrap intervals, the F1 p-value, the token ratio run / baseline on the same
+    questions, the verdict and ``outcome`` ("wins", "ties", "loses" or "not compared").
+    Columns :data:`HEADLINE_COLUMNS`."""
+    rows = []
+    for dataset, reader in readers(root):
+        names = run_names(dataset, reader, root)
+        present = [b for b in baselines if b in names]
+        for ctl in controllers:
+            if ctl not in names:
+                if ctl == "dynakrag":
+                    rows.append(_blank(dataset, reader, ctl, NOT_RUN, "dynakrag not run yet"))
+                continue
+            status = read_run(dataset, reader, ctl, root)[1]["status"]
+            if not present:
+                rows.append(_blank(dataset, reader, ctl, status, "no baseline run yet"))
+                continue
+            pt = paired_table(dataset, reader, base=ctl, runs=present,
+                              metrics=("f1", "em", "support_recall", "tokens"), root=root)
+            best = best_baseline(pt)
+            if best is None:
+                rows.append(_blank(dataset, reader, ctl, status,
+                                   "; ".join(sorted(set(pt.verdict)))))
+                continue
+            by = pt[pt.run == best.run].set_index("metric")
+            tok = by.loc["tokens"]
+            rows.append({
+                "dataset": dataset, "reader": reader, "run": ctl, "status": status,
+                "n": int(best.n), "baseline": best.run, "baseline_status": best.status,
+                "f1_run": best[ctl], "f1_baseline": best.other, "f1_diff": best["diff"],
+                "f1_lo": best.lo, "f1_hi": best.hi, "f1_p": best.p_value,
+                **{f"{k}_{c}": by.loc[m, col] for k, m in (("em", "em"),
+                                                           ("sr", "support_recall"))
+                   for c, col in (("diff", "diff"), ("lo", "lo"), ("hi", "hi"))},
+                "token_ratio": tok[ctl] / tok.other if tok.other else math.nan,
+                "verdict": best.verdict, "outcome": WORD[best.verdict]})
+    return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
+
+
+def short_names(names: Iterable[str]) -> dict[str, str]:
+    """Each name without the stem all of them share, cut at a hyphen
+    (``qwen2.5-coder-0.5b`` -> ``0.5b`` beside ``qwen2.5-coder-1.5b``); a lone name stays."""
+    names = sorted(set(names))
+    stem = os.path.commonprefix(names) if len(names) > 1 else ""
+    stem = stem[:stem.rfind("-") + 1]
+    return {n: n[len(stem):] or n for n in names}
+
+
+def headline_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The headline table as the book prints it: intervals as ``+d [lo, hi]`` strings,
+    readers by their short names (:func:`short_names`)."""
+    short = short_names(table.reader)
+
+    def ci(r, k):
+        return "-" if r["n"] == 0 else f"{r[k + '_diff']:+.3f} [{r[k + '_lo']:+.3f}, " \
+                                         f"{r[k + '_hi']:+.3f}]"
+    return pd.DataFrame({
+        "dataset": table.dataset, "reader": table.reader.map(short),
+        "run": [f"{r} ({s})" if s != "complete" else r for r, s in zip(table.run, table.status)],
+        "n": table.n,
+        "best baseline": [b if s in ("complete", "-") else f"{b} ({s})"
+                          for b, s in zip(table.baseline, table.baseline_status)],
+        "F1 run / baseline": ["-" if r.n == 0 else f"{r.f1_run:.3f} / {r.f1_baseline:.3f}"
+                              for r in table.itertuples()],
+        "F1 diff [95% CI]": [ci(r, "f1") for _, r in table.iterrows()],
+        "SR diff [95% CI]": [ci(r, "sr") for _, r in table.iterrows()],
+        "tokens x": ["-" if r.n == 0 else f"{r.token_ratio:.2f}" for r in table.itertuples()],
+        "outcome": [o if o != "not compared" else v for o, v in
+                    zip(table.outcome, table.verdict)]})
+
+
+PAIRED_METRICS = {"f1": "F1", "support_recall": "SR", "em": "EM"}
+
+
+def paired_view(pairs: pd.DataFrame, base: str = "dynakrag") -> pd.DataFrame:
+    """The rows of :func:`~.results.paired_table` that could be paired (n > 0), as the book
+    prints them: metric names, the interval as ``[lo, hi]``, the verdict naming ``base``,
+    F1 first, then SR and EM."""
+    made = pairs[pairs.n > 0]
+    order = list(PAIRED_METRICS.values())
+    view = pd.DataFrame({
+        "metric": made.metric.map(PAIRED_METRICS), "run": made.run,
+        "run status": made.status, "n": made.n, base: made[base].round(3),
+        "run mean": made.other.round(3), "diff": made["diff"].round(3),
+        "95% interval": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(made.lo, made.hi)],
+        "p": made.p_value.round(3), "wins": made.wins, "losses": made.losses,
+        "verdict": [v.replace("A ", f"{base} ") for v in made.verdict]})
+    view = view.sort_values("metric", key=lambda c: c.map(order.index), kind="stable")
+    return view.reset_index(drop=True)
+
+
+# -- how the controller ended its questions ---------------------------------------------------
+PROFILE_COLUMNS = ("dataset", "reader", "run", "status", "n", "after_one_retrieval",
+                   "by_choice", "at_step_cap", "retrieval_calls", "docs", "tokens",
+                   "same_docs_as_fixed_k3", "paired_with_fixed_k3")
+
+
+def _doc_ids(row: dict) -> frozenset:
+    return frozenset(d["id"] for d in row.get("docs") or ())
+
+
+def stop_profile(dataset: str, reader: str, run: str = "dynakrag",
+                 root: str | Path = EXPERIMENTS_DIR) -> dict[str, Any]:
+    """How one run ended its questions, counted from its predictions: ``after_one_retrieval``
+    (stopped by its own choice with one retrieval call), ``by_choice`` (stopped by its own
+    choice), ``at_step_cap``, mean retrieval calls, documents and tokens; and, against
+    ``fixed_k3`` of the same reader, ``same_docs_as_fixed_k3`` of ``paired_with_fixed_k3``
+    questions read exactly Fixed-K(3)'s documents."""
+    rows, state = read_run(dataset, reader, run, root)
+    reasons = [row_diagnostics(r)["stop_reason"] for r in rows]
+    k3 = read_run(dataset, reader, "fixed_k3", root)[0]
+    pairs = paired_rows(rows, k3)
+    return {"dataset": dataset, "reader": reader, "run": run, "status": state["status"],
+            "n": len(rows),
+            "after_one_retrieval": sum(w == STOP_CHOSEN and int(r["retrieval_calls"]) == 1
+                                       for r, w in zip(rows, reasons)),
+            "by_choice": reasons.count(STOP_CHOSEN), "at_step_cap": reasons.count(STEP_CAP),
+            "retrieval_calls": _mean(rows, "retrieval_calls"), "docs": _mean(rows, "n_docs"),
+            "tokens": _mean(rows, "tokens"),
+            "same_docs_as_fixed_k3": sum(_doc_ids(a) == _doc_ids(b) for a, b in pairs),
+            "paired_with_fixed_k3": len(pairs)}
+
+
+def _mean(rows: Sequence[dict], key: str) -> float:
+    return float(np.mean([float(r[key]) for r in rows])) if rows else math.nan
+
+
+def stop_profiles(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag") -> pd.DataFrame:
+    """:func:`stop_profile` of ``run`` for every reader that has it."""
+    rows = [stop_profile(d, g, run, root) for d, g in readers(root)
+            if run in run_names(d, g, root)]
+    return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+
+
+def profile_sentence(p: Mapping) -> str:
+    """One reader's stop profile in words, every count read from the row."""
+    n = int(p["n"])
+    text = (f"{p['dataset']}, {p['reader']}: `{p['run']}` stopped by its own choice after one "
+            f"retrieval on {int(p['after_one_retrieval'])} of {n} questions and ran to the "
+            f"step cap on {int(p['at_step_cap'])} ({p['retrieval_calls']:.2f} retrieval calls, "
+            f"{p['docs']:.1f} documents per question)")
+    k3 = int(p["paired_with_fixed_k3"])
+    if k3:
+        same = int(p["same_docs_as_fixed_k3"])
+        text += (f"; it read exactly Fixed-K(3)'s documents on {same} of those {k3} questions"
+                 + (", so there it *is* Fixed-K(3) with compressed evidence" if same == k3
+                    else ""))
+    return text + (f" ({p['status']})" if p["status"] != "complete" else "")
+
+
+# -- the continuation controller --------------------------------------------------------------
+CONTINUATION_COLUMNS = ("dataset", "reader", "status", "n", "f1", "tokens", "early_stop",
+                        "schedules", "vs", "vs_status", "vs_n", "f1_diff", "f1_lo", "f1_hi",
+                        "verdict", "token_ratio")
+
+
+def continuation_table(root: str | Path = EXPERIMENTS_DIR,
+                       against: Sequence[str] = ("uniform", ALWAYS_CONTINUE)) -> pd.DataFrame:
+    """For every reader with a continuation run or schedule: ``dynakrag-cont``'s status,
+    n, F1, tokens and ``early_stop`` (share of its questions stopped by its own choice before
+    the cap), which schedules exist (with their status), and one row per run in ``against``
+    paired per question: F1 diff cont - other with interval and verdict, and the token ratio
+    cont / other on the same questions. A run not there yet is a row saying so."""
+    out = []
+    for dataset, reader in readers(root):
+        names = run_names(dataset, reader, root)
+        if not any(r == CONTINUATION or r in SCHEDULES for r in names):
+            continue
+        rows, state = read_run(dataset, reader, CONTINUATION, root)
+        sched = "; ".join(f"k={r[-1]}: {read_run(dataset, reader, r, root)[1]['status']}"
+                          for r in SCHEDULES)
+        head = {"dataset": dataset, "reader": reader, "status": state["status"],
+                "n": len(rows), "f1": _mean(rows, "f1"), "tokens": _mean(rows, "tokens"),
+                "early_stop": (float(np.mean([row_diagnostics(r)["stop_reason"] == STOP_CHOSEN
+                                              for r in rows])) if rows else math.nan),
+                "schedules": sched}
+        pt = paired_table(dataset, reader, base=CONTINUATION, runs=list(against),
+                          metrics=("f1", "tokens"), root=root) if rows else None
+        for other in against:
+            other_state = read_run(dataset, reader, other, root)[1]["status"]
+            rec = {**head, "vs": other, "vs_status": other_state, "vs_n": 0,
+                   **dict.fromkeys(("f1_diff", "f1_lo", "f1_hi", "token_ratio"), math.nan),
+                   "verdict": (f"{CONTINUATION} {state['status']}" if not rows else
+                               other_state)}
+            if pt is not None:
+                sel = pt[pt.run == other].set_index("metric")
+                f1, tok = sel.loc["f1"], sel.loc["tokens"]
+                if f1.n > 0:
+                    rec.update(vs_n=int(f1.n), f1_diff=f1["diff"], f1_lo=f1.lo, f1_hi=f1.hi,
+                               verdict=f1.verdict,
+                               token_ratio=tok[CONTINUATION] / tok.other if tok.other
+                               else math.nan)
+                else:
+                    rec["verdict"] = f1.verdict
+            out.append(rec)
+    return pd.DataFrame(out, columns=list(CONTINUATION_COLUMNS))
+
+
+def continuation_sentences(table: pd.DataFrame) -> list[str]:
+    """The continuation controller per reader in words (status first, then each pair)."""
+    out = []
+    for (dataset, reader), g in table.groupby(["dataset", "reader"], sort=False):
+        h = g.iloc[0]
+        if h.n == 0:
+            out.append(f"{dataset}, {reader}: `{CONTINUATION}` is {h.status} "
+                       f"(its stop-at-k schedules: {h.schedules}), so there is no "
+                       "continuation result to read yet.")
+            continue
+        adapts = ("it never stopped before the cap" if h.early_stop == 0 else
+                  "it stopped before the cap on every question" if h.early_stop == 1 else
+                  "so the stop differs from question to question")
+        parts = [f"{dataset}, {reader}: `{CONTINUATION}` ({h.status}) answered {int(h.n)} "
+                 f"questions, F1 {h.f1:.3f} at {h.tokens:,.0f} tokens, stopping before the "
+                 f"cap on {h.early_stop:.0%} of them: {adapts}"]
+        for r in g.itertuples():
+            if r.vs_n == 0:
+                parts.append(f"against `{r.vs}`: not compared ({r.verdict})")
+            else:
+                parts.append(f"against `{r.vs}` ({r.vs_status}, n = {r.vs_n}): "
+                             f"{_verdict_words(r.verdict)}, F1 {r.f1_diff:+.3f} "
+                             f"[{r.f1_lo:+.3f}, {r.f1_hi:+.3f}], at {r.token_ratio:.2f}x its "
+                             "tokens")
+        out.append("; ".join(parts) + ".")
+    return out
+
+
+def continuation_readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
+    """Readers with a continuation run or one of its stop-at-k schedules."""
+    return [(d, g) for d, g in readers(root)
+            if any(r == CONTINUATION or r in SCHEDULES for r in run_names(d, g, root))]
+
+
+def pareto_panels(root: str | Path = EXPERIMENTS_DIR, results_root: str | Path = "results",
+                  fallback: str | None = None
+                  ) -> list[tuple[str, pd.DataFrame, pd.DataFrame | None]]:
+    """The panels of :func:`~.pareto.pareto_grid`, one per reader with continuation runs:
+    ``(title, pareto_points, tau_curve of its continuation policy or None)``. Until such a
+    reader exists, the readers of generator ``fallback`` that have a ``dynakrag`` run, so
+    the figure shows the cost and quality of what was run."""
+    chosen = continuation_readers(root) or [
+        (d, g) for d, g in readers(root)
+        if g == fallback and "dynakrag" in run_names(d, g, root)]
+    panels = []
+    for d, g in chosen:
+        path = policy_path(d, g, "-continuation", root=results_root)
+        curve = tau_curve(Policy.load(path)) if path else None
+        panels.append((f"{d} / {g}", pareto_points(d, g, root), curve))
+    return panels
+
+
+# The runs issue 24 asks of every reader on every dataset: the controllers, the controls,
+# the baselines and the stop-at-k schedules.
+GRID = ("dynakrag", CONTINUATION, *SCHEDULES, "uniform", "oracle", "fixed_k3", "fixed_k6",
+        "ircot", "self_ask")
+
+
+def grid_status(reader: str, root: str | Path = EXPERIMENTS_DIR,
+                datasets: Sequence[str] = DATASETS, runs: Sequence[str] = GRID
+                ) -> pd.DataFrame:
+    """The status of every run of ``runs`` with ``reader`` on every dataset (rows: datasets,
+    columns: runs; "complete", "partial: k of N", "not run yet" ...)."""
+    return pd.DataFrame({run: [read_run(d, reader, run, root)[1]["status"] for d in datasets]
+                         for run in runs}, index=pd.Index(list(datasets), name="dataset"))
+
+
+def still_to_run(grid: pd.DataFrame) -> dict[str, list[str]]:
+    """Per dataset of a :func:`grid_status` frame, the runs that are not complete yet."""
+    return {d: [r for r in grid.columns if grid.loc[d, r] != "complete"] for d in grid.index}
+
+
+# -- ablations ----------------------------------------------------------------------------------
+def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
+                   runs: Sequence[str] = ABLATION_RUNS[1:], base: str = "dynakrag"
+                   ) -> pd.DataFrame:
+    """Every reader's full method (``base``) against each ablation in ``runs``, paired per
+    question on F1 and SR: columns of :func:`~.results.paired_table` plus dataset and
+    reader. ``diff`` is full minus ablation, so a positive difference is what the removed
+    component added. Readers without a ``base`` run or without any of ``runs`` are left out
+    (``attrs["without"]``: those with a ``base`` run but no ablation yet)."""
+    parts, without = [], []
+    for dataset, reader in readers(root):
+        names = run_names(dataset, reader, root)
+        if base in names and not any(r in names for r in runs):
+            without.append((dataset, reader))
+        elif base in names:
+            pt = paired_table(dataset, reader, base=base, runs=list(runs),
+                              metrics=("f1", "support_recall"), root=root)
+            parts.append(pt.assign(dataset=dataset, reader=reader))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["run", "metric", "n", base, "other", "diff", "lo", "hi", "p_value", "wins",
+                 "losses", "verdict", "status", "dataset", "reader"])
+    out.attrs["without"] = without
+    return out
+
+
+ABLATION_WORD = {A_BETTER: "the component helps", A_WORSE: "the component hurts",
+                 NO_DIFFERENCE: NO_DIFFERENCE}
+
+
+def check_set_pairs(root: str | Path = CHECK_SET_DIR,
+                    metrics: Sequence[str] = ("f1", "support_recall")) -> pd.DataFrame:
+    """Per dataset x reader of the check set, each controller run of
+    :data:`CHECK_CONTROLLERS` present minus every other run (a controller already paired as a
+    base is not paired again), per question: :func:`~.results.paired_table`'s rows with
+    ``dataset``, ``reader``, ``base``, the base's mean as ``base_mean`` and ``label``
+    ("<base> - <run>"). Empty (with these columns) when the check set has no controller."""
+    cols = ["dataset", "reader", "base", "label", "run", "metric", "n", "base_mean", "other",
+            "diff", "lo", "hi", "p_value", "wins", "losses", "verdict", "status"]
+    frames = []
+    summaries = load_summaries(root)
+    for (dataset, reader), mine in summaries.groupby(["dataset", "generator"], sort=False):
+        names = list(mine.run)
+        done: list[str] = []
+        for base in (c for c in CHECK_CONTROLLERS if c in names):
+            runs = [r for r in names if r != base and r not in done]
+            done.append(base)
+            if not runs:
+                continue
+            pt = paired_table(dataset, reader, base=base, runs=runs, metrics=metrics, root=root)
+            frames.append(pt.rename(columns={base: "base_mean"}).assign(
+                dataset=dataset, reader=reader, base=base,
+                label=[f"{base} - {r}" for r in pt.run]))
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def check_set_markdown(pairs: pd.DataFrame, metric: str = "f1") -> str:
+    """:func:`check_set_pairs` on ``metric`` as Markdown bullets, one per pair made: the
+    verdict in words, the difference with its interval and n, and "partial" while the other
+    run is still running."""
+    rows = pairs[(pairs.metric == metric) & (pairs.n > 0)]
+    if rows.empty:
+        return "* No controller run on the check set yet."
+    name = {"f1": "F1", "em": "EM", "support_recall": "support recall"}.get(metric, metric)
+    return "\n".join(
+        f"* {r.dataset} / `{r.reader}`: `{r.base}` minus `{r.run}`: "
+        f"{name} {_verdict_words(r.verdict)}, {pair_phrase(r['diff'], r.lo, r.hi, int(r.n))}"
+        + (f" (`{r.run}` {r.status})" if is_partial(r.status) else "")
+        for _, r in rows.iterrows())
+
+
+def ablation_view(pairs: pd.DataFrame, metric: str = "f1") -> pd.DataFrame:
+    """One row per (dataset, reader, ablation) on ``metric``: n, full and ablation means,
+    full minus ablation with its interval, and the verdict in words (or why not paired)."""
+    p = pairs[pairs.metric == metric]
+    return pd.DataFrame({
+        "dataset": p.dataset, "reader": p.reader, "ablation": p.run, "n": p.n,
+        "full": p.dynakrag.round(3), "ablation F1": p.other.round(3),
+        "full - ablation [95% CI]": ["-" if n == 0 else f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                                     for n, d, lo, hi in zip(p.n, p["diff"], p.lo, p.hi)],
+        "verdict": [ABLATION_WORD.get(v, v) for v in p.verdict]}).reset_index(drop=True)
+
+
+def ablation_counts(pairs: pd.DataFrame, metric: str = "f1") -> dict[str, int]:
+    """How many ablation pairs on ``metric`` the component helps, hurts, ties, or that are
+    not paired yet."""
+    p = pairs[pairs.metric == metric]
+    out = {"helps": 0, "hurts": 0, "ties": 0, "not paired": 0}
+    for n, v in zip(p.n, p.verdict):
+        key = ("not paired" if n == 0 else {A_BETTER: "helps", A_WORSE: "hurts"}.get(v, "ties"))
+        out[key] += 1
+    return out
+
+
+# -- the reading ------------------------------------------------------------------------------
+def _verdict_words(v: str) -> str:
+    return COMPARATIVE.get(v, v)
+
+
+def pair_phrase(diff: float, lo: float, hi: float, n: int | None = None) -> str:
+    """``+0.055 [-0.003, +0.114]`` (with ``, n = 150`` when n is given)."""
+    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (f", n = {n}" if n is not None else "")
+
+
+def pair_rows(dataset: str, reader: str, run: str, other: str, root: str | Path
+              ) -> pd.DataFrame | None:
+    """F1 and SR rows of ``run`` minus ``other``, or None when they cannot be paired."""
+    names = run_names(dataset, reader, root)
+    if run not in names or other not in names:
+        return None
+    pt = paired_table(dataset, reader, base=run, runs=[other],
+                      metrics=("f1", "support_recall"), root=root).set_index("metric")
+    return None if pt.loc["f1", "n"] == 0 else pt
+
+
+def control_phrase(dataset: str, reader: str, run: str, other: str, root: str | Path,
+                   label: str) -> str:
+    """``run`` minus ``other`` on F1 and SR in words, or why the pair cannot be made."""
+    pt = pair_rows(dataset, reader, run, other, root)
+    if pt is None:
+        state = read_run(dataset, reader, other, root)[1]["status"]
+        return f"against {label}: not compared (`{other}` {state})"
+    f1, sr = pt.loc["f1"], pt.loc["support_recall"]
+    partial = f", `{other}` {f1.status}" if is_partial(f1.status) else ""
+    return (f"against {label} (n = {int(f1.n)}{partial}): F1 {_verdict_words(f1.verdict)}, "
+            f"{pair_phrase(f1['diff'], f1.lo, f1.hi)}; support recall "
+            f"{_verdict_words(sr.verdict)}, {pair_phrase(sr['diff'], sr.lo, sr.hi)}")
+
+
+def support_phrase(row: Mapping) -> str:
+    """Whether the controller held more gold support than the best baseline and whether that
+    became better answers, from the headline row's SR and F1 verdicts (interval rule)."""
+    sr_up, sr_down = row["sr_lo"] > 0, row["sr_hi"] < 0
+    support = ("more of the gold support" if sr_up else "less of the gold support" if sr_down
+               else "no measurably different share of the gold support")
+    answers = {A_BETTER: "and answered measurably better",
+               A_WORSE: "and answered measurably worse"}.get(
+        row["verdict"], "and its answers were not measurably different" if not sr_up
+        else "which did not become measurably better answers")
+    return (f"it held {support} (SR {pair_phrase(row['sr_diff'], row['sr_lo'], row['sr_hi'])}) "
+            f"{answers}")
+
+
+def headline_markdown(table: pd.DataFrame, root: str | Path = EXPERIMENTS_DIR) -> str:
+    """The headline read as a Markdown list: a count of wins, ties and losses over the
+    complete comparisons, then per row the verdict with its interval and token ratio, what
+    the support did, and the same controller against uniform-valid and against the oracle
+    (which reads gold labels: an upper bound). Every result word is computed."""
+    made = table[table.n > 0]
+    done = made[(made.status == "complete") & (made.baseline_status == "complete")]
+    counts = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
+    lines = [f"Over the {len(done)} comparisons whose runs are both complete, the controller "
+             f"**wins {counts['wins']}, ties {counts['ties']} and loses {counts['loses']}** "
+             "against the best baseline (a tie is \"no measurable difference\": the 95 % "
+             "interval contains 0 or the sign-flip p is 0.05 or more)."
+             + ("" if len(made) == len(done) else
+                f" {len(made) - len(done)} more "
+                + ("comparison uses a partial run and is read with its n."
+                   if len(made) - len(done) == 1 else
+                   "comparisons use a partial run and are read with their n."))]
+    for r in table.itertuples():
+        row = table.loc[r.Index]
+        head = f"**{r.dataset}, {r.reader}, `{r.run}`**"
+        if r.n == 0:
+            lines.append(f"* {head} ({r.status}): not compared ({r.verdict}).")
+            continue
+        state = "" if r.status == "complete" else f" ({r.status})"
+        base = f"`{r.baseline}`" + ("" if r.baseline_status == "complete" else
+                                    f" ({r.baseline_status})")
+        text = (f"* {head}{state} against {base}, the best baseline on these n = {r.n} "
+                f"questions: **{r.outcome}**, F1 {r.f1_run:.3f} against {r.f1_baseline:.3f}, "
+                f"difference {pair_phrase(r.f1_diff, r.f1_lo, r.f1_hi)} (p = {r.f1_p:.2g}), "
+                f"at {r.token_ratio:.2f}x its tokens; {support_phrase(row)}")
+        extras = [control_phrase(r.dataset, r.reader, r.run, other, root, label)
+                  for other, label in (("uniform", "uniform-valid"),
+                                       ("oracle", "the oracle")) if other != r.baseline]
+        lines.append(text + "; " + "; ".join(extras) + ".")
+    return "\n".join(lines)
+
+
+def versus_summary(root: str | Path, run: str, other: str,
+                   readers_: Sequence[tuple[str, str]] | None = None) -> str:
+    """``run`` minus ``other`` on F1 for every reader that has ``run``, in words:
+    ``hotpotqa/0.5b: no measurable difference (-0.020 [-0.067, +0.026], n = 150); ...``, a
+    reader whose ``other`` is missing saying so."""
+    found = [(d, g) for d, g in (readers_ or readers(root)) if run in run_names(d, g, root)]
+    short = short_names(g for _, g in found)
+    parts = []
+    for d, g in found:
+        pt = pair_rows(d, g, run, other, root)
+        if pt is None:
+            state = read_run(d, g, other, root)[1]["status"]
+            parts.append(f"{d}/{short[g]}: `{other}` {state}")
+            continue
+        f1 = pt.loc["f1"]
+        partial = f", `{other}` {f1.status}" if is_partial(f1.status) else ""
+        parts.append(f"{d}/{short[g]}: {_verdict_words(f1.verdict)} "
+                     f"({pair_phrase(f1['diff'], f1.lo, f1.hi, int(f1.n))}{partial})")
+    return "; ".join(parts) or f"no `{run}` run yet"
+
+
+def profiles_markdown(profiles: pd.DataFrame) -> str:
+    """:func:`profile_sentence` of every reader, as a Markdown list."""
+    return "\n".join(f"* {profile_sentence(p)}." for _, p in profiles.iterrows())
+
+
+def profile_counts(profiles: pd.DataFrame, column: str, reader: str,
+                   empty: str = "no run") -> str:
+    """``column`` of ``reader``'s stop profiles as ``135 of 150 questions on hotpotqa, ...``."""
+    sel = profiles[profiles.reader == reader]
+    return join_words((f"{int(r[column])} of {int(r['n'])} questions on {r['dataset']}"
+                       for _, r in sel.iterrows()), empty=empty)
+
+
+def outcome_list(table: pd.DataFrame, outcome: str, empty: str = "none") -> str:
+    """The readers and runs of ``table`` with ``outcome`` ("wins", "ties", "loses"), as
+    ``hotpotqa/qwen2.5-coder-1.5b (dynakrag)``, joined; ``empty`` when there is none."""
+    sel = table[table.outcome == outcome]
+    return ", ".join(f"{r.dataset}/{r.reader} ({r.run})" for r in sel.itertuples()) or empty
+
+
+def join_words(items: Iterable[str], empty: str = "none") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = [str(x) for x in items]
+    if not items:
+        return empty
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+__all__ = ["ABLATION_WORD", "ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS",
+           "GRID", "HEADLINE_COLUMNS", "SCHEDULES", "ablation_counts", "ablation_pairs",
+           "ablation_view", "continuation_readers", "continuation_sentences",
+           "continuation_table", "control_phrase", "grid_status", "headline_markdown",
+           "headline_table", "headline_view", "join_words", "outcome_list", "pair_phrase",
+           "pair_rows",
+           "paired_view", "pareto_panels", "profile_counts", "profile_sentence",
+           "profiles_markdown", "readers", "short_names", "still_to_run", "stop_profile",
+           "stop_profiles", "support_phrase", "versus_summary"]

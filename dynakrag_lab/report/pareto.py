@@ -1,0 +1,201 @@
+"""Cost against quality: answer F1 against tokens per question for every run of one dataset and
+reader (issue 24's Pareto figure; chapter 12 draws it, ``dynakrag_lab/scripts/pareto.py`` writes
+it to ``results/figures/``).
+
+The points are evaluation runs (means over their questions, with a 95 % bootstrap interval of
+the F1 mean): the baselines, uniform-valid, the paper's controller, the stop-at-k schedules of
+the continuation controller (the same learned choices, the stop forced after k acquisitions,
+joined by a line), and the continuation controller at its chosen tau, the operating point.
+The tau curve beside them is the training split's cross-validated one, read from the policy's
+metadata: it is how tau was chosen, never the evaluation questions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
+from dynakrag_lite.policy import Policy
+
+from .comparison import N_RESAMPLES, SEED
+from .plots import pareto_front
+from .results import is_partial, load_predictions, run_names, run_status
+
+SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
+OPERATING_POINT = "dynakrag-cont"
+OTHER_RUNS = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag", "oracle")
+STYLE = {"fixed_k3": ("s", "#636363"), "fixed_k6": ("s", "#969696"), "ircot": ("^", "#756bb1"),
+         "self_ask": ("v", "#9e9ac8"), "uniform": ("D", "#e6550d"),
+         "dynakrag": ("P", "#fd8d3c"), "oracle": ("*", "#31a354")}
+SCHEDULE_COLOR = "#3182bd"
+
+
+def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
+    """Mean and a 95 % bootstrap interval (fixed seed, as the paired comparisons)."""
+    rng = np.random.default_rng(SEED)
+    idx = rng.integers(0, len(values), size=(N_RESAMPLES, len(values)))
+    means = values[idx].mean(axis=1)
+    return float(values.mean()), float(np.quantile(means, .025)), float(np.quantile(means, .975))
+
+
+def pareto_points(dataset: str, generator: str, root: str | Path = EXPERIMENTS_DIR,
+                  runs: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per run that answered questions: run, kind (baseline, schedule, operating
+    point), k (schedules), n, status, f1 with its interval, tokens, support recall."""
+    have = set(run_names(dataset, generator, root))
+    wanted = [r for r in (runs or OTHER_RUNS + SCHEDULES + (OPERATING_POINT,)) if r in have]
+    rows = []
+    for run in wanted:
+        preds = load_predictions(dataset, generator, run, root).to_dict("records")
+        if not preds:
+            continue
+        f1 = np.array([r["f1"] for r in preds], dtype=float)
+        mean, lo, hi = _mean_ci(f1)
+        kind = ("schedule" if run in SCHEDULES else
+                "operating point" if run == OPERATING_POINT else "baseline")
+        rows.append({"run": run, "kind": kind,
+                     "k": int(run[-1]) if run in SCHEDULES else None, "n": len(preds),
+                     "status": run_status(dataset, generator, run, root), "f1": mean,
+                     "f1_lo": lo, "f1_hi": hi,
+                     "tokens": float(np.mean([r["tokens"] for r in preds])),
+                     "support_recall": float(np.mean([r["support_recall"] for r in preds])),
+                     "early_stop": float(np.mean([_stopped_early(r) for r in preds]))})
+    return pd.DataFrame(rows)
+
+
+def _stopped_early(row: dict) -> bool:
+    """The controller chose stop_answer before a cap forced it."""
+    trace = row.get("trace")
+    return isinstance(trace, list) and any(
+        t.get("action") == "stop_answer" and t.get("note", "") not in
+        ("max_steps", "max_docs", "only_stop_valid") for t in trace)
+
+
+def tau_curve(policy: Policy) -> pd.DataFrame:
+    """The cross-validated tau grid the continuation policy was tuned on (training split):
+    tau, f1, sr, tokens, early, objective, best."""
+    tuning = policy.meta.get("tuning") or {}
+    frame = pd.DataFrame(tuning.get("grid", []))
+    if frame.empty:
+        return frame
+    return frame.rename(columns={"veto_threshold": "tau"}).sort_values("tau")
+
+
+def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> None:
+    """The evaluation runs on ``ax``: F1 (95 % interval) against tokens per question (log),
+    the stop-at-k schedules joined by a line, the operating point as a star, the points on
+    the Pareto front ringed."""
+    if not points.empty:
+        front = set(pareto_front(list(zip(points["tokens"], points["f1"]))))
+        sched = points[points["kind"] == "schedule"].sort_values("k")
+        if len(sched):
+            ax.plot(sched["tokens"], sched["f1"], "-o", color=SCHEDULE_COLOR, ms=5,
+                    label="stop after k acquisitions")
+            for _, r in sched.iterrows():
+                ax.annotate(f"k={int(r['k'])}" + (f" ({r['status']})" if is_partial(r["status"])
+                                                   else ""), (r["tokens"], r["f1"]),
+                            textcoords="offset points", xytext=(4, -10), fontsize=7,
+                            color=SCHEDULE_COLOR)
+        for i, r in points.reset_index(drop=True).iterrows():
+            if r["kind"] == "schedule":
+                continue
+            marker, color = STYLE.get(r["run"], ("*", "#08306b"))
+            if r["kind"] == "operating point":
+                marker, color = "*", "#08306b"
+            ax.errorbar(r["tokens"], r["f1"], yerr=[[r["f1"] - r["f1_lo"]],
+                                                    [r["f1_hi"] - r["f1"]]],
+                        fmt=marker, color=color, ms=11 if marker == "*" else 7, capsize=2,
+                        lw=0.8, label=r["run"] + (" (chosen tau)" if r["kind"] ==
+                                                  "operating point" else "")
+                        + (f" ({r['status']})" if is_partial(r["status"]) else ""))
+        for i in front:
+            r = points.reset_index(drop=True).iloc[i]
+            ax.plot(r["tokens"], r["f1"], "o", ms=15, mfc="none", mec="#bdbdbd", mew=1.5)
+        ax.set_xscale("log")
+        # plain token counts at 1-2-5 steps: the default 10^k labels collide on a narrow axis
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.text(0.5, 0.5, "no run answered yet", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("tokens per question (log)")
+    ax.set_ylabel("answer F1 (95 % interval)")
+    ax.set_title(title, fontsize=9)
+    # under the axes: inside, nine entries covered the points they name
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+                  frameon=False)
+
+
+def draw_tau_curve(ax, curve: pd.DataFrame,
+                   title: str = "training split: tau of the continuation rule") -> None:
+    """The training split's cross-validated tau curve on ``ax`` (F1 against tokens, taus
+    that give the same stops sharing a label), the chosen tau as a star."""
+    ax.plot(curve["tokens"], curve["f1"], "-o", color=SCHEDULE_COLOR, ms=4)
+    # taus that give the same stops share a point and a label ("-1, 0")
+    same = curve.groupby([curve["tokens"].round(3), curve["f1"].round(6)], sort=False)
+    for (tok, f1), g in same:
+        ax.annotate(", ".join(f"{t:g}" for t in g["tau"]), (tok, f1),
+                    textcoords="offset points", xytext=(3, 3), fontsize=6)
+    best = curve[curve["best"]] if "best" in curve else curve.iloc[:0]
+    ax.plot(best["tokens"], best["f1"], "*", color="#08306b", ms=13, label="chosen tau")
+    ax.set_xlabel("tokens per question")
+    ax.set_ylabel("F1 (cross-validated)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+
+
+def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
+                  title: str = "") -> Figure:
+    """F1 against tokens per question: the evaluation runs (left) and, when given, the
+    training split's tau curve (right). Points on the evaluation Pareto front are ringed."""
+    return pareto_grid([(title, points, curve)])
+
+
+def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]]) -> Figure:
+    """One row per ``(title, points, curve)`` (a dataset x reader): its evaluation runs
+    (:func:`draw_points`) and, when ``curve`` is given, its tau curve
+    (:func:`draw_tau_curve`) beside them; one figure for the book to number and caption."""
+    ncols = 2 if any(c is not None and not c.empty for _, _, c in panels) else 1
+    fig, axes = plt.subplots(len(panels), ncols, figsize=(5.2 * ncols, 3.9 * len(panels)),
+                             squeeze=False)
+    for (title, points, curve), row in zip(panels, axes):
+        draw_points(row[0], points, f"{title}: evaluation split" if title and ncols == 2
+                    and len(panels) > 1 else "evaluation split")
+        if ncols == 2:
+            if curve is not None and not curve.empty:
+                draw_tau_curve(row[1], curve)
+            else:
+                row[1].text(0.5, 0.5, "no continuation policy", ha="center", va="center",
+                            transform=row[1].transAxes)
+                row[1].set_axis_off()
+        if title and len(panels) == 1:
+            fig.suptitle(title, fontsize=10)
+        elif title and ncols == 1:
+            row[0].set_title(f"{title}: evaluation split", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def pareto_summary(points: pd.DataFrame) -> dict[str, Any]:
+    """The numbers the issue's criteria read: the operating point against the always-continue
+    schedule (k = 4) and against the best baseline, in F1 and in tokens."""
+    out: dict[str, Any] = {}
+    by = points.set_index("run") if not points.empty else None
+    if by is None or OPERATING_POINT not in by.index:
+        return out
+    op = by.loc[OPERATING_POINT]
+    out["operating_point"] = {"f1": op["f1"], "tokens": op["tokens"],
+                              "early_stop": op["early_stop"], "n": int(op["n"])}
+    if SCHEDULES[-1] in by.index:
+        cont = by.loc[SCHEDULES[-1]]
+        out["vs_always_continue"] = {"f1_diff": op["f1"] - cont["f1"],
+                                     "token_ratio": op["tokens"] / cont["tokens"]}
+    return out

@@ -1,0 +1,449 @@
+"""Where learned control loses its signal, per dataset x reader, from saved trajectories only
+(issue 24, part 1; no model call):
+
+    nice -n 10 python dynakrag_lab/scripts/control_diagnosis.py \\
+        --trajectories results/trajectories/*.npz
+
+For each file (``train --save-data``): out-of-fold action choice of the value forest (per
+lambda), of "always retrieve_more" and of the oracle; the continuation forest's AUC and
+stop-after-k along the uniform rollouts; permutation importances; the data-size curve; and a
+verdict read off the numbers (``dynakrag_lab.studies.diagnosis``). Writes every number to
+``--out`` (JSON) and the tables a reader reads to the same path with ``.md``.
+
+Section 8, horizon labels (``--sections horizon`` runs it alone, in seconds): a value forest on
+the Monte-Carlo returns of the uniform rollouts' taken actions, every chooser valued off-policy
+by importance sampling; written to ``--horizon-out`` (default: ``--out`` with ``-horizon``
+before the suffix) and its ``.md``, so a horizon-only run leaves sections 1-7 as they are.
+
+Section 9, stop targets (``--sections stop``, a few minutes; ``--stop-out``, default ``--out``
+with ``-stop``): on the questions with answer F1, each candidate stop target (SR gain, F1 gain,
+best later F1 gain, F1 now) run as a stop rule along the uniform paths, its threshold swept,
+against a random stop at equal tokens and against always continuing, per file and pooled with
+the other files of the same reader (``dynakrag_lab.studies.stop_targets``).
+
+``--answer-labels FILE ...``: answer F1s added later by
+``dynakrag_lab/scripts/answer_labels.py``, each merged into the trajectories file its header
+names (by sha256; questions the replay did not reproduce are left out), so the stop AUC and
+stop-after-k use every labelled question:
+
+    python dynakrag_lab/scripts/control_diagnosis.py \
+        --trajectories results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \
+        --answer-labels results/trajectories/hotpotqa-qwen2.5-coder-1.5b.answer-f1.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa: E402
+                                   relative_command)
+from dynakrag_lite.training.answer_label_merge import (merge_answer_labels,  # noqa: E402
+                                                       read_label_file)
+from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
+from dynakrag_lite.trajectories import TrainingData  # noqa: E402
+from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
+from dynakrag_lab.studies.horizon import diagnose_horizon  # noqa: E402
+from dynakrag_lab.studies.stop_targets import TARGETS, study  # noqa: E402
+
+ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
+                "sufficiency_check")
+# "main": sections 1-7 (--out); "horizon": section 8 (--horizon-out); "stop": section 9
+SECTIONS = ("main", "horizon", "stop")
+HORIZON_CHOOSERS = (("horizon_forest", "horizon forest"),
+                    ("horizon_forest_acquisitions_only", "horizon forest w/o suff_check"),
+                    ("onestep_forest", "one-step forest"),
+                    ("onestep_forest_acquisitions_only", "one-step forest w/o suff_check"),
+                    ("retrieve_more", "always retrieve_more"))
+
+
+def name_of(path: Path, data: TrainingData) -> tuple[str, str]:
+    """(dataset, reader) from the run settings, else from ``<dataset>-<reader>.npz``."""
+    stem = path.stem
+    ds = data.run.get("dataset") or stem.split("-", 1)[0]
+    reader = data.run.get("generator") or stem[len(ds) + 1:]
+    return ds, reader
+
+
+def clean(o):
+    """JSON without NaN (null instead) and with 4-decimal floats."""
+    if isinstance(o, dict):
+        return {str(k): clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [clean(v) for v in o]
+    if isinstance(o, float):
+        return None if not math.isfinite(o) else round(o, 4)
+    return o
+
+
+def _f(x, fmt=".3f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) \
+        else format(x, fmt)
+
+
+def _cost(command: str, seconds: float, cpu: float) -> str:
+    """The opening of every report: its command and what it cost (one job), bracket open."""
+    return (f"Command: `{command}` ({seconds / 60:.1f} min wall, {cpu / 60:.1f} min CPU, "
+            "one job")
+
+
+def markdown(results: dict, command: str, seconds: float, settings: dict,
+             cpu: float = float("nan")) -> str:
+    L = ["# Control diagnosis: where learned control loses its signal",
+         "",
+         _cost(command, seconds, cpu) + "). No model call: only the saved "
+         "trajectories (`results/trajectories/*.npz`, seeded uniform-valid rollouts with every "
+         "valid action labelled at each visited state). Cross-validation: GroupKFold by "
+         f"question, {settings['folds']} folds; forests: 300 trees, min leaf 8, seed 13.",
+         "",
+         "A *decision* is a visited state with at least two valid non-stop actions. Realized "
+         "gain: the action's SR(s') - SR(s); sufficiency_check adds no document, so 0. "
+         "*best* = the oracle's pick (highest realized gain), *uniform* = mean gain over the "
+         "options, regret = best - chosen, agreement = the pick ties the best. *decisive* = "
+         "decisions whose options do not all tie.",
+         "", "## 1. Action choice, lambda = 0 (held-out decisions)", "",
+         "| dataset | reader | decisions | decisive | best | forest | forest w/o suff_check "
+         "| retrieve_more | uniform | regret forest | regret retrieve_more | regret uniform | "
+         "agree forest | agree retrieve_more | regret forest (decisive) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        c = r["choice"]
+        f, a, m = c["lambdas"]["0"], c["forest_acquisitions_only"], c["retrieve_more"]
+        L.append(f"| {ds} | {rd} | {f['n_states']} | {f['share_decisive']:.0%} | "
+                 f"{f['gain_best']:.3f} | {f['gain_chosen']:.3f} | {a['gain_chosen']:.3f} | "
+                 f"{m['gain_chosen']:.3f} | {f['gain_uniform']:.3f} | {f['regret']:.3f} | "
+                 f"{m['regret']:.3f} | {f['regret_uniform']:.3f} | {f['agreement']:.2f} | "
+                 f"{m['agreement']:.2f} | {_f(f['regret_decisive'])} |")
+    L += ["", "## 2. Per action, lambda = 0: share of decisions where it is valid, chosen by the "
+          "forest, best (ties included), strictly best; its mean realized gain when valid", "",
+          "| dataset | reader | action | valid | chosen | best (ties) | strictly best | "
+          "mean gain |", "|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        acts = r["choice"]["lambdas"]["0"]["actions"]
+        for a in ACTION_ORDER:
+            if a in acts:
+                x = acts[a]
+                L.append(f"| {ds} | {rd} | {a} | {x['valid']:.0%} | {x['chosen']:.0%} | "
+                         f"{x['best']:.0%} | {x['strictly_best']:.0%} | {x['mean_gain']:.3f} |")
+    lams = [f"{x:g}" for x in settings["lambdas"]]
+    L += ["", "## 3. Per lambda (argmax v - lambda c over the non-stop options): forest's "
+          "realized gain per decision / share choosing sufficiency_check / share whose pick "
+          "scores below 0 (where the 'gain' stop rule, stop scoring 0, would stop instead)", "",
+          "| dataset | reader | " + " | ".join(f"λ={x}" for x in lams) + " |",
+          "|---|---|" + "---|" * len(lams)]
+    for (ds, rd), r in results.items():
+        cells = []
+        for x in lams:
+            m = r["choice"]["lambdas"][x]
+            sc = m["actions"].get("sufficiency_check", {}).get("chosen", 0.0)
+            cells.append(f"{m['gain_chosen']:.3f} / {sc:.0%} / {m['pick_score_negative']:.0%}")
+        L.append(f"| {ds} | {rd} | " + " | ".join(cells) + " |")
+    L += ["", "## 4. Stop", "",
+          "Continuation forest, out-of-fold AUC for \"continuing raises the final answer's "
+          "F1\" (f1 target, the questions with answer F1: those the saved trajectories "
+          "answered, plus dynakrag_lab/scripts/answer_labels.py's with --answer-labels) and \"... "
+          "raises SR\" (sr target, all questions); the rollout's last prefix (stop forced) is "
+          "not scored. "
+          "Stop-after-k: answer F1 / tokens (ledger + answer call) right after the k-th "
+          "acquisition **along the saved uniform rollouts** (not the learned path); "
+          "a path with fewer acquisitions stops at its end (share reaching k in brackets); "
+          "*end* = the path's end, *best* = a perfect per-question stop along the same path.",
+          "",
+          "| dataset | reader | AUC f1 (pos. rate) | AUC sr (pos. rate) | sr forest on F1 event "
+          "| k=1 | k=2 | k=3 | k=4 | end | best |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        au, k = r["stop"]["auc"], r["stop"]["at_k"]
+        ks = []
+        for key in ("1", "2", "3", "4", "end", "best"):
+            reach = f" ({k[key]['reached']:.0%})" if key.isdigit() and k[key]["reached"] < 1 \
+                else ""
+            ks.append(f"{k[key]['f1']:.3f} / {k[key]['tokens']:.0f}{reach}")
+        L.append(f"| {ds} | {rd} | {_f(au['f1']['auc'], '.2f')} "
+                 f"({au['f1']['positive_rate']:.0%} of {au['f1']['n_prefixes']}) | "
+                 f"{_f(au['sr']['auc'], '.2f')} "
+                 f"({au['sr']['positive_rate']:.0%} of {au['sr']['n_prefixes']}) | "
+                 f"{_f(au['sr_model_f1_event']['auc'], '.2f')} | " + " | ".join(ks) + " |")
+    L += ["", "## 5. Value forest: out-of-fold permutation importance on the held-out "
+          f"acquisition samples (drop in R², {settings['repeats']} repeats per fold; mean ± "
+          "std over folds × repeats). *q* = constant within every question "
+          "(tells questions apart, never one question's states or actions).", ""]
+    for (ds, rd), r in results.items():
+        c = r["choice"]
+        imp = c.get("importance", [])[:10]
+        L.append(f"**{ds}, {rd}** (held-out R² {_f(c['value_r2_acquisitions'])}): " + "; ".join(
+            f"{t['feature']}{' (q)' if t['constant'] == 'question' else ''} "
+            f"{t['mean']:.3f} ± {t['std']:.3f}" for t in imp) + ".")
+        if c.get("constant_in_dataset"):
+            L.append(f"Constant in the whole file: {', '.join(c['constant_in_dataset'])}.")
+        L.append("")
+    sizes = sorted({k for r in results.values() for k in r["choice"]["data_size"]},
+                   key=lambda k: float("inf") if k == "all" else int(k))
+    L += ["## 6. Data size: forest regret at lambda 0 with N training questions per fold "
+          "(same held-out decisions): all options / without sufficiency_check (its agreement)",
+          "",
+          "| dataset | reader | " + " | ".join(f"N={s}" for s in sizes) + " |",
+          "|---|---|" + "---|" * len(sizes)]
+    for (ds, rd), r in results.items():
+        d = r["choice"]["data_size"]
+        L.append(f"| {ds} | {rd} | " + " | ".join(
+            f"{d[s]['regret']:.3f} / {d[s]['regret_acquisitions_only']:.3f} "
+            f"({d[s]['agreement_acquisitions_only']:.2f})" if s in d else "—"
+            for s in sizes) + " |")
+    L += ["", "## 7. Verdict per dataset x reader (generated from the numbers above)", ""]
+    for (ds, rd), r in results.items():
+        L.append(f"**{ds}, {rd}**")
+        L.append("")
+        L += [f"- {v}" for v in r["verdict"]]
+        L.append("")
+    return "\n".join(L)
+
+
+def horizon_markdown(results: dict, command: str, seconds: float, settings: dict,
+                     cpu: float = float("nan")) -> str:
+    """Section 8 of the diagnosis, in its own file."""
+    L = ["# Control diagnosis, section 8: horizon labels",
+         "",
+         _cost(command, seconds, cpu) + "; the wall time depends on the machine's load, the "
+         "CPU time is the cost). No "
+         "model call: the saved trajectories only. Sections 1-7 are in "
+         "`control-diagnosis.md`. Cross-validation: GroupKFold by question, "
+         f"{settings['folds']} folds; forests: 300 trees, min leaf 8, seed 13; bootstrap: "
+         f"{settings['boot']} resamples of the questions, seed 13.",
+         "",
+         "**Labels.** For the action the uniform-valid rollout took at a visited state s, its "
+         "Monte-Carlo return G = SR(end of the rollout) - SR(s) is an unbiased sample of "
+         "Q^uniform(s, a). G is the sum of the taken actions' realized one-step gains from s "
+         "on; with the raw labels, where a taken sufficiency_check counts its level label "
+         "1[SR=1], the identity fails (checked per file below). The *horizon forest* is the "
+         "value forest fitted to (phi(s, a), G) over the taken actions of the training "
+         "questions; acting greedily on it is one step of policy improvement over uniform.",
+         "",
+         "**Estimator.** On the held-out decisions (visited states with at least two options; "
+         "the options are the rollout's own, every valid action but stop_answer, so "
+         "|A(s)| is 3 to 5), a chooser pi is valued by importance sampling against the "
+         "uniform behaviour: the mean of 1[pi(s) = a_taken] * G * |A(s)|. Its expectation "
+         "is the mean of Q^uniform(s, pi(s)) over the states uniform visits: the support "
+         "recall of deviating once to pi, then continuing uniformly, not of running pi "
+         "throughout (that needs a live run). Uniform's value is the mean of G. Only the "
+         "decisions where pi picks the taken action carry the estimate (*pick = taken*, "
+         "about 1/|A|). Intervals: 95% question-level bootstrap of (chooser - uniform), "
+         "paired (the same resamples for every chooser).",
+         "",
+         "## 8. Horizon labels (held-out decisions)",
+         "",
+         "| dataset | reader | chooser | value | - uniform | 95% CI | pick = taken | "
+         "picks suff_check |",
+         "|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        h = r["horizon"]
+        L.append(f"| {ds} | {rd} | uniform (mean G) | {h['uniform']['value']:.3f} | — | — | "
+                 "— | — |")
+        for key, label in HORIZON_CHOOSERS:
+            c = h["choosers"][key]
+            lo, hi = c["ci_minus_uniform"]
+            L.append(f"| {ds} | {rd} | {label} | {c['value']:.3f} | "
+                     f"{c['minus_uniform']:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                     f"{c['share_pick_taken']:.0%} | {c['share_sufficiency_check']:.0%} |")
+    L += ["", "Per file: decisions, the horizon forest's held-out R² on G (all taken actions "
+          "of the held-out questions), the identity check, and the mean G of each action "
+          "where the rollout took it (n).", ""]
+    for (ds, rd), r in results.items():
+        h, idn = r["horizon"], r["horizon"]["identity"]
+        mr = h["mean_return_taken"]
+        L.append(f"- **{ds}, {rd}**: {h['n_decisions']} decisions of {h['n_questions']} "
+                 f"questions; R² {h['r2_returns']:.2f}; G = SR(end) - SR(s) at "
+                 f"{idn['n_states']} taken states, max |difference| "
+                 f"{_f(idn['max_abs_diff'], '.1e')}; with raw labels it differs at "
+                 f"{idn['share_raw_labels_differ']:.0%} of them (max "
+                 f"{_f(idn['max_abs_diff_raw_labels'], '.2f')}); mean G when taken: "
+                 + ", ".join(f"{a} {mr[a]['mean']:.3f} ({mr[a]['n']})"
+                             for a in ACTION_ORDER if a in mr) + ".")
+    L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
+    for (ds, rd), r in results.items():
+        L.append(f"- **{ds}, {rd}**: {r['horizon']['verdict']}")
+    return "\n".join(L)
+
+
+def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
+                  cpu: float = float("nan")) -> str:
+    """Section 9 of the diagnosis, in its own file."""
+    L = ["# Control diagnosis, section 9: which stop target can a forest learn?",
+         "",
+         _cost(command, seconds, cpu) + "). No model call: the saved trajectories and the "
+         "answer F1 of every prefix "
+         "(`dynakrag_lab/scripts/answer_labels.py`). Only questions whose every prefix has F1. "
+         f"Cross-validation: GroupKFold by question, {settings['folds']} folds; forests: 300 "
+         f"trees, min leaf 8, seed 13; intervals: {settings['boot']} question-level bootstrap "
+         "resamples, paired.",
+         "",
+         "**The rule.** Along each question's uniform-valid path, continue past a prefix while "
+         "the forest's out-of-fold score is above tau; answer at the first prefix where it is "
+         "not. Targets: *sr* = SR(end) - SR(now) (the committed continuation model); *f1* = "
+         "F1(end) - F1(now); *f1_best* = the best later prefix's F1 - F1(now); *f1_now* = "
+         "F1(now), continuing where the forest expects a bad answer. *own*: trained on the "
+         "file's questions; *pooled*: plus every labelled question of the other datasets with "
+         "the same reader. *random*: continue at each prefix with probability c, c set so "
+         "its expected tokens equal the rule's (exact expectation per question).",
+         "",
+         "*over random*: the mean, over the thresholds where 20-80 % of questions stop before "
+         "the end, of the rule's F1 minus the random stop's at the same tokens (the forest's "
+         "ranking in one number). *Operating point*: the threshold with the highest F1 among "
+         "those, picked on the same out-of-fold scores (optimistic by the noise between "
+         "neighbouring thresholds, about .01 here); paired differences with 95 % intervals.",
+         "",
+         "| dataset | reader | questions | target | over random | stop early | F1 | tokens "
+         "(x end) | - always continue | - random at equal tokens |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for (ds, rd), r in results.items():
+        st = r["stop_targets"]
+        if "targets" not in st:
+            L.append(f"| {ds} | {rd} | {st['n_questions']} | {st.get('skipped', '')} "
+                     "| | | | | | |")
+            continue
+        for name, t in st["targets"].items():
+            op = t["operating_point"]
+            if op is None:
+                L.append(f"| {ds} | {rd} | {st['n_questions']} | {name} | "
+                         f"{_f(t['over_random'], '+.3f')} | no threshold in 20-80 % | | | | |")
+                continue
+            L.append(f"| {ds} | {rd} | {st['n_questions']} | {name} | "
+                     f"{_f(t['over_random'], '+.3f')} | {op['stop_early']:.0%} | "
+                     f"{op['f1']:.3f} | {op['tokens']:.0f} ({op['token_ratio']:.2f}) | "
+                     f"{op['minus_end']:+.3f} [{op['minus_end_ci'][0]:+.3f}, "
+                     f"{op['minus_end_ci'][1]:+.3f}] | {op['minus_random']:+.3f} "
+                     f"[{op['minus_random_ci'][0]:+.3f}, {op['minus_random_ci'][1]:+.3f}] |")
+    L += ["", "Always continuing (the path's end) and stopping at the first prefix, per file:", ""]
+    for (ds, rd), r in results.items():
+        st = r["stop_targets"]
+        if "targets" in st:
+            c = next(iter(st["targets"].values()))["curve"]
+            L.append(f"- **{ds}, {rd}**: first prefix F1 {c[0]['f1']:.3f} at {c[0]['tokens']:.0f}"
+                     f" tokens; end F1 {c[-1]['f1']:.3f} at {c[-1]['tokens']:.0f}; positive "
+                     "rates of the gain targets at the decision prefixes: " + ", ".join(
+                         f"{k} {v:.0%}" for k, v in st["positive_rate"].items()) + ".")
+    L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
+    for (ds, rd), r in results.items():
+        L.append(f"- **{ds}, {rd}**: {r['stop_targets'].get('verdict', 'skipped')}")
+    return "\n".join(L)
+
+
+def write_report(path: Path, results: dict, settings: dict, command: str, seconds: float,
+                 cpu: float, markdown_of) -> Path:
+    """``path`` (JSON, every number) and its ``.md`` (``markdown_of``'s tables)."""
+    atomic_write_json(path, clean({
+        "command": command, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
+        "settings": settings,
+        "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}))
+    md = path.with_suffix(".md")
+    atomic_write_text(md, markdown_of(results, command, seconds, settings, cpu) + "\n")
+    return md
+
+
+def labels_for(paths: list[Path], labels: list[Path]) -> dict[Path, Path]:
+    """{trajectories file: its labels file}, matched by the sha256 each labels header records;
+    ValueError for a labels file of none of them, or two for one."""
+    if not labels:
+        return {}
+    sha = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in paths}
+    out: dict[Path, Path] = {}
+    for lp in labels:
+        h = read_label_file(lp).header
+        if h is None:
+            raise ValueError(f"--answer-labels {lp}: no labels in it (empty or missing)")
+        p = sha.get(h.get("npz_sha256"))
+        if p is None:
+            raise ValueError(f"--answer-labels {lp}: made for a trajectories file (sha256 "
+                             f"{h.get('npz_sha256')}, {h.get('npz')}) not among --trajectories")
+        if p in out:
+            raise ValueError(f"--answer-labels {out[p]} and {lp} are both for {p}")
+        out[p] = lp
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trajectories", nargs="+", required=True, type=Path,
+                    help=".npz files from train --save-data")
+    ap.add_argument("--out", type=Path, default=Path("results/diagnostics/control-diagnosis.json"))
+    ap.add_argument("--horizon-out", type=Path, default=None,
+                    help="section 8's JSON (default: --out with -horizon before the suffix)")
+    ap.add_argument("--stop-out", type=Path, default=None,
+                    help="section 9's JSON (default: --out with -stop before the suffix)")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                    help="main: sections 1-7 (--out); horizon: section 8 (--horizon-out); "
+                         "stop: section 9 (--stop-out); default all")
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="permutation-importance repeats")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[25, 50, 100],
+                    help="training questions per fold for the data-size curve (plus all)")
+    ap.add_argument("--boot", type=int, default=2000,
+                    help="question-level bootstrap resamples (sections 8 and 9)")
+    ap.add_argument("--answer-labels", nargs="+", type=Path, default=[],
+                    help="answer F1 files of dynakrag_lab/scripts/answer_labels.py, each merged "
+                    "into the trajectories file it was made for")
+    args = ap.parse_args(argv)
+    labels = labels_for(args.trajectories, args.answer_labels)  # before hours of work
+    forest = {"n_estimators": 300, "min_samples_leaf": 8, "seed": 13, "n_jobs": 1}
+    settings = {"main": {"folds": args.folds, "repeats": args.repeats, "sizes": args.sizes,
+                         "lambdas": list(CHOICE_LAMBDAS), "forest": forest},
+                "horizon": {"folds": args.folds, "boot": args.boot, "boot_seed": 13,
+                            "forest": forest},
+                "stop": {"folds": args.folds, "boot": args.boot, "boot_seed": 13,
+                         "targets": list(TARGETS), "forest": forest}}
+    files: dict[tuple[str, str], tuple[Path, TrainingData, dict | None]] = {}
+    for path in args.trajectories:
+        raw = path.read_bytes()
+        data = load_training_data_bytes(raw, path)
+        merged = None
+        if path in labels:  # questions it did not reproduce stay without F1
+            data, merged = merge_answer_labels(data, labels[path],
+                                               npz_sha256=hashlib.sha256(raw).hexdigest())
+            merged["file"] = labels[path].as_posix()
+            print(f"{path}: answer labels {merged}", flush=True)
+        files[name_of(path, data)] = (path, data, merged)
+    results: dict[str, dict] = {sec: {} for sec in args.sections}
+    clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
+    for key, (path, data, merged) in files.items():
+        for sec in args.sections:
+            t, c = time.perf_counter(), time.process_time()
+            if sec == "main":
+                r = diagnose(data, folds=args.folds, sizes=args.sizes, n_repeats=args.repeats)
+                lines = r["verdict"]
+            elif sec == "horizon":
+                r = {"horizon": diagnose_horizon(data, folds=args.folds, n_boot=args.boot)}
+                lines = [r["horizon"]["verdict"]]
+            else:  # pooled with the other datasets read by the same reader
+                extra = [d for k, (_, d, _) in files.items() if k != key and k[1] == key[1]]
+                r = {"stop_targets": study(data, folds=args.folds, extra=extra,
+                                           n_boot=args.boot)}
+                lines = [r["stop_targets"].get("verdict", r["stop_targets"].get("skipped"))]
+            results[sec][key] = {**r, "file": path.as_posix(), "n_questions":
+                                 len(data.questions),
+                                 **({"answer_labels": merged} if merged else {})}
+            clock[sec][0] += time.perf_counter() - t
+            clock[sec][1] += time.process_time() - c
+            print(f"{key[0]} {key[1]} [{sec}]: {time.perf_counter() - t:.0f} s", flush=True)
+            for v in lines:
+                print("  -", v, flush=True)
+    command = relative_command(list(argv if argv is not None else sys.argv[1:]),
+                               prefix="python dynakrag_lab/scripts/control_diagnosis.py")
+    outs = {"main": (args.out, markdown),
+            "horizon": (args.horizon_out or args.out.with_name(
+                f"{args.out.stem}-horizon{args.out.suffix}"), horizon_markdown),
+            "stop": (args.stop_out or args.out.with_name(
+                f"{args.out.stem}-stop{args.out.suffix}"), stop_markdown)}
+    for sec in args.sections:
+        out, md_of = outs[sec]
+        md = write_report(out, results[sec], settings[sec], command, *clock[sec], md_of)
+        print(f"wrote {out} and {md} ({clock[sec][0]:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
