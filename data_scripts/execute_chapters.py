@@ -3,6 +3,7 @@ outputs are the ones a reader sees and the -W book build renders.
 
     python data_scripts/execute_chapters.py                  # every chapter
     python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number
+    python data_scripts/execute_chapters.py 12_results       # one chapter by name
 
 Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
 book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does). The recorded calls are
@@ -50,8 +51,9 @@ def main(argv: list[str]) -> int:
     chapters = sorted(BOOK.glob("[0-9][0-9]*_*.ipynb"))
     if argv:
         wanted = {a.zfill(2) if a.isdigit() else a for a in argv}
-        chapters = [c for c in chapters if chapter_number(c) in wanted]
-        missing = wanted - {chapter_number(c) for c in chapters}
+        # By number ("12": every chapter numbered 12) or by name ("12_results").
+        chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
+        missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
         if missing:
             print(f"no chapter numbered {', '.join(sorted(missing))} in {BOOK}")
             return 2

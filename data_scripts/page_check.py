@@ -9,7 +9,7 @@ scripts have laid the page out,
   collapsed cells opened: its content must fit the text column (``scrollWidth`` against the
   block's own width; a block that scrolls sideways hides the end of its lines);
 * the page's own table of contents (the right-hand "Contents"), so a test can ask for a
-  section such as chapter 12's "Headline";
+  section such as chapter 12's "The table";
 * math: a page with math must load MathJax from the build (a relative path: no http(s) URL,
   the book is read offline) and MathJax must have typeset every formula (each ``.math``
   element holds an ``mjx-container``; raw ``\\( ... \\)`` left on the page is a problem).
@@ -193,7 +193,7 @@ def math_problems(math: dict | None) -> list[str]:
 
 
 # Sections a chapter's page must list in its contents (issue: the headline is findable).
-REQUIRED_TOC = {"12_main_experiment": ("Headline",)}
+REQUIRED_TOC = {"12_results": ("The table",)}
 
 
 def main() -> int:
@@ -203,7 +203,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the findings as JSON")
     ap.add_argument("--browser", help="the Chromium executable (default: found on PATH)")
     ap.add_argument("--screenshot", type=Path, help="folder for a PNG of each page's top")
-    ap.add_argument("--only", nargs="*", default=None, help="chapter stems, e.g. 12_main_experiment")
+    ap.add_argument("--only", nargs="*", default=None, help="chapter stems, e.g. 12_results")
     ap.add_argument("--skip-without-browser", action="store_true",
                     help="exit 0, saying so, where no Chromium is installed (make test-nb)")
     args = ap.parse_args()

@@ -1,19 +1,18 @@
-"""Execute the experiment chapters (12, 13, 14) with full parameters and write their tables.
+"""Execute the results chapter (12) with full parameters and write its table.
 
-    python data_scripts/run_experiments.py [--dataset hotpotqa] [--generator qwen2.5-coder-0.5b]
-        [--transfer-generator qwen2.5-coder-1.5b] [--chapters 12,13,14] [--rerun]
+    python data_scripts/run_experiments.py [--generator qwen2.5-coder-1.5b] [--chapters 12] [--rerun]
 
-Each chapter is executed through papermill with ``quick=False`` (no live slice: the chapter
-reads ``results/experiments`` and ``results/policies``), from the ``book/`` folder, into the
-git-ignored ``runs/notebooks/<chapter>.ipynb``. Each chapter writes its tidy table to
+The chapter is executed through papermill (``quick=True`` reads ``results/experiments``;
+``--rerun`` passes ``quick=False``, which first resumes every run of the reader's grid with
+its recorded command), from the ``book/`` folder, into the git-ignored
+``runs/notebooks/<chapter>.ipynb``. Each chapter writes its tidy table to
 ``results/tables/<chapter>.csv`` (parameter ``table_out``); this script then writes the
 sidecar ``results/tables/<chapter>.json`` with the command, the parameters, the generator and
 its model hash, the dataset file's hash, a hash of the result summaries the table was built
 from, the git commit and the date.
 
-``--rerun`` passes ``rerun=True``: the chapters then first run ``data_scripts/
-main_experiment.py`` for the dataset and generator (long; resumable). Without it they only
-read what is already in ``results/``; produce that first with ``main_experiment.py``.
+Without ``--rerun`` it only reads what is already in ``results/``; produce that first with
+``data_scripts/main_experiment.py`` (long; resumable).
 """
 from __future__ import annotations
 
@@ -26,11 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = {
-    "12": "12_main_experiment",
-    "13": "13_ablations",
-    "14": "14_generator_transfer",
-}
+CHAPTERS = {"12": "12_results"}
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")  # the results chapter reads all three
 
 
 def data_hash(dataset: str) -> str | None:
@@ -68,14 +64,11 @@ def git_commit() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default="hotpotqa")
-    ap.add_argument("--generator", default="qwen2.5-coder-0.5b",
-                    help="experiment generator (chapter 14: the policy's generator)")
-    ap.add_argument("--transfer-generator", default="qwen2.5-coder-1.5b",
-                    help="chapter 14: the generator the policy is transferred to")
+    ap.add_argument("--generator", default="qwen2.5-coder-1.5b",
+                    help="the reader whose grid the chapter reads")
     ap.add_argument("--chapters", default=",".join(CHAPTERS))
     ap.add_argument("--rerun", action="store_true",
-                    help="let the chapters re-run data_scripts/main_experiment.py first")
+                    help="let the chapter resume every run of the grid first (long)")
     ap.add_argument("--timeout", type=int, default=None, help="per-cell timeout (seconds)")
     args = ap.parse_args(argv)
 
@@ -94,26 +87,21 @@ def main(argv: list[str] | None = None) -> int:
                                prefix="python data_scripts/run_experiments.py")
     for key in keys:
         name = CHAPTERS[key]
-        params = {"quick": False, "dataset": args.dataset, "generator": args.generator,
-                  "rerun": bool(args.rerun),
+        params = {"quick": not args.rerun, "reader": args.generator,
                   # relative to book/, where the notebook runs
                   "table_out": f"../results/tables/{name}.csv"}
-        if key in ("12", "13"):  # the generator whose results the chapter reads
-            params["results_generator"] = args.generator
-        if key == "14":
-            params["target_generator"] = args.transfer_generator
         print(f"executing {name} with {params}", flush=True)
         (tables / f"{name}.csv").unlink(missing_ok=True)  # never keep a stale table
         pm.execute_notebook(str(BOOK / f"{name}.ipynb"), str(out_dir / f"{name}.ipynb"),
                             parameters=params, cwd=str(BOOK), progress_bar=False,
                             execution_timeout=args.timeout)
         csv = tables / f"{name}.csv"
-        generators = [args.generator] + ([args.transfer_generator] if key == "14" else [])
+        generators = [args.generator]
         sidecar = {
             "chapter": name, "command": command, "parameters": params,
             "table": f"results/tables/{name}.csv" if csv.exists() else None,
             "executed_notebook": f"runs/notebooks/{name}.ipynb",
-            "dataset": args.dataset, "data_sha256": data_hash(args.dataset),
+            "data_sha256": {d: data_hash(d) for d in DATASETS},
             "generators": {g: {"model_sha256": model_hash(g)} for g in generators},
             "results_sha256": results_hash(ROOT / "results" / "experiments"),
             "git_commit": git_commit(),

@@ -170,4 +170,4 @@ def test_the_committed_page_check_covers_every_chapter_and_found_no_problem():
     bad = {k: v["problems"] for k, v in report["pages"].items() if v["problems"]}
     assert not bad, bad
     assert all(v["opening"]["kind"] != "code cell" for v in report["pages"].values())
-    assert "Headline" in report["pages"]["12_main_experiment"]["toc"]
+    assert "The table" in report["pages"]["12_results"]["toc"]

@@ -1,0 +1,252 @@
+"""The result, computed from the committed runs: the three claims that README, the preface and
+the results chapter state, each with its n, paired interval and the comparison behind it.
+
+Everything here reads ``results/experiments`` and calls no model. The claims are about the
+1.5B reader's evaluation split (the grid with every method, the continuation controller and
+its stop-at-k schedules):
+
+1. **Action choice.** The paper's controller (``dynakrag``) against uniform-valid, F1 paired
+   per question, on each dataset.
+2. **Stop.** The continuation controller (``dynakrag-cont``) stops each question after some
+   number of acquisitions d(q). Its stop-at-k schedules (``dynakrag-cont-stop{k}``: the same
+   learned choices, the stop forced after k) give each question's F1 at every depth, so the
+   stop can be tested against *its own shuffle*: give each question the depth chosen for
+   another question (a random permutation of the depths) and recompute the mean F1. If the
+   stop carried information about the question, its own depths would beat most shuffles
+   (:func:`stop_shuffle`; one-sided p with the +1 correction).
+3. **What holds.** The continuation controller against uniform-valid (F1 and tokens) and
+   against one-shot top-6 retrieval (``fixed_k6``) pooled over the three datasets, where the
+   two spend about the same tokens.
+
+:func:`comparison_count` counts the paired F1 comparisons the evaluation split has been read
+for, so that a single p below .05 among them is read for what it is.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
+
+from .comparison import N_RESAMPLES, SEED, PairedDifference, paired_difference, paired_rows
+from .results import read_run
+
+__all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShuffle",
+           "acquisitions", "stop_grid", "stop_shuffle", "results_table", "paired_f1",
+           "headline_claims", "claim_sentences", "comparison_count", "fmt_diff", "fmt_p"]
+
+READER = "qwen2.5-coder-1.5b"
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
+LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
+# The table's rows, in reading order: the two controllers, chance, the baselines, the bound.
+METHODS = ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3", "fixed_k6", "ircot",
+           "self_ask", "oracle")
+ACQUISITIONS = frozenset({"retrieve_more", "gap_query", "bridge_entity_expand",
+                          "rewrite_query"})
+
+
+def _rows(dataset: str, run: str, reader: str, root: str | Path) -> list[dict]:
+    rows, status = read_run(dataset, reader, run, root)
+    if not rows:
+        raise FileNotFoundError(f"no answered questions in {Path(root) / dataset / reader / run}"
+                                f" ({status['status']})")
+    return rows
+
+
+def acquisitions(row: Mapping) -> int:
+    """How many evidence-acquiring actions a run's trace took (its stop depth)."""
+    return sum(t.get("action") in ACQUISITIONS for t in row.get("trace") or ())
+
+
+def fmt_diff(d: PairedDifference) -> str:
+    """'+.052 [+.005, +.102]': a difference with its paired 95 % interval, as the book writes
+    it."""
+    def f(x: float) -> str:
+        s = f"{x:+.3f}"
+        return ".000" if s in ("+0.000", "-0.000") else s.replace("0.", ".", 1)
+    return f"{f(d.diff)} [{f(d.lo)}, {f(d.hi)}]"
+
+
+def fmt_p(p: float) -> str:
+    """'.30', '.004', '<.001'."""
+    if p < .001:
+        return "<.001"
+    return f"{p:.2f}".lstrip("0") if p >= .01 else f"{p:.3f}".lstrip("0")
+
+
+@dataclass(frozen=True)
+class StopGrid:
+    """Each question's F1 and tokens at every stop depth of one run's stop-at-k schedules,
+    and the depth the run itself stopped at."""
+    dataset: str
+    ids: list[str]
+    types: list[str]  # the question type ("bridge", "comparison", ...; "" when unknown)
+    ks: list[int]  # the schedules' depths, ascending
+    f1: np.ndarray  # questions x depths
+    tokens: np.ndarray
+    depth: np.ndarray  # the run's own stop depth per question (clipped to ks)
+
+    def column(self, depth: np.ndarray) -> np.ndarray:
+        """The column of each depth (depths are clipped to the schedules)."""
+        return np.searchsorted(self.ks, np.clip(depth, self.ks[0], self.ks[-1]))
+
+
+def stop_grid(dataset: str, reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
+              run: str = "dynakrag-cont") -> StopGrid:
+    """:class:`StopGrid` of ``run``: F1 at depth k is read from the ``{run}-stop{k}`` schedule
+    (the same learned choices, the stop forced after k acquisitions); a learned depth outside
+    the schedules (0, or above the deepest) is clipped to the nearest, as the schedules'
+    forced stop also does. Questions missing from any schedule are left out."""
+    cont = {str(r["id"]): r for r in _rows(dataset, run, reader, root)}
+    ks = [k for k in range(1, 9) if (Path(root) / dataset / reader / f"{run}-stop{k}").exists()]
+    if not ks:
+        raise FileNotFoundError(f"no {run}-stop<k> schedules for {dataset}/{reader}")
+    sched = {k: {str(r["id"]): r for r in _rows(dataset, f"{run}-stop{k}", reader, root)}
+             for k in ks}
+    ids = [q for q in cont if all(q in sched[k] for k in ks)]
+    if not ids:
+        raise ValueError(f"{dataset}: no question answered by {run} and every schedule")
+    return StopGrid(dataset, ids, [str(cont[q].get("type") or "") for q in ids], ks,
+                    np.array([[sched[k][q]["f1"] for k in ks] for q in ids], dtype=float),
+                    np.array([[sched[k][q]["tokens"] for k in ks] for q in ids], dtype=float),
+                    np.clip([acquisitions(cont[q]) for q in ids], ks[0], ks[-1]))
+
+
+@dataclass(frozen=True)
+class StopShuffle:
+    """The learned stop against its own shuffle on one dataset."""
+    dataset: str
+    n: int
+    depths: dict[int, int]  # stop depth -> questions
+    f1: float  # mean F1 at the tested depths
+    shuffled_f1: float  # mean over shuffles
+    p_value: float  # share of shuffles at least as good (one-sided, +1 corrected)
+    tokens: float  # mean tokens at the tested depths
+    depth_f1: dict[int, float]  # mean F1 of each stop-at-k schedule
+    depth_tokens: dict[int, float]
+
+    @property
+    def best_fixed_depth(self) -> int:
+        return max(self.depth_f1, key=lambda k: (self.depth_f1[k], -k))
+
+
+def stop_shuffle(grid: StopGrid, depth: np.ndarray | None = None,
+                 n_shuffles: int = N_RESAMPLES, seed: int = SEED) -> StopShuffle:
+    """The shuffled-stop test (see the module docstring) of the grid's own depths, or of
+    ``depth`` (one per question, e.g. a perfect stop's) when given."""
+    col = grid.column(grid.depth if depth is None else np.asarray(depth))
+    rows = np.arange(len(grid.ids))
+    observed = float(grid.f1[rows, col].mean())
+    rng = np.random.default_rng(seed)
+    shuffled = np.array([grid.f1[rows, rng.permutation(col)].mean()
+                         for _ in range(n_shuffles)])
+    p = (int(np.sum(shuffled >= observed - 1e-12)) + 1) / (n_shuffles + 1)
+    depths = np.asarray(grid.ks)[col]
+    return StopShuffle(grid.dataset, len(grid.ids),
+                       dict(sorted(Counter(depths.tolist()).items())), observed,
+                       float(shuffled.mean()), p, float(grid.tokens[rows, col].mean()),
+                       {k: float(grid.f1[:, i].mean()) for i, k in enumerate(grid.ks)},
+                       {k: float(grid.tokens[:, i].mean()) for i, k in enumerate(grid.ks)})
+
+
+def results_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
+                  datasets: Sequence[str] = DATASETS,
+                  methods: Sequence[str] = METHODS) -> pd.DataFrame:
+    """One row per (dataset, method): n, EM, F1, support recall, tokens, LLM and retrieval
+    calls (means over the questions the run answered), and F1 minus the continuation
+    controller's, paired per question (a blank where the run is the controller itself)."""
+    out = []
+    for ds in datasets:
+        base = _rows(ds, "dynakrag-cont", reader, root)
+        for m in methods:
+            try:
+                rows = _rows(ds, m, reader, root)
+            except FileNotFoundError:
+                continue
+            rec = {"dataset": LABELS.get(ds, ds), "method": m, "n": len(rows)}
+            for k in ("em", "f1", "support_recall", "tokens", "llm_calls", "retrieval_calls"):
+                rec[k] = float(np.mean([r[k] for r in rows]))
+            if m != "dynakrag-cont":
+                d = paired_f1(rows, base)
+                rec.update(vs_cont=d.diff, vs_cont_lo=d.lo, vs_cont_hi=d.hi)
+            out.append(rec)
+    return pd.DataFrame(out)
+
+
+def paired_f1(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> PairedDifference:
+    pairs = paired_rows(rows_a, rows_b)
+    return paired_difference([a["f1"] for a, _ in pairs], [b["f1"] for _, b in pairs], "f1")
+
+
+def _tokens(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping]) -> tuple[float, float]:
+    pairs = paired_rows(rows_a, rows_b)
+    return (float(np.mean([a["tokens"] for a, _ in pairs])),
+            float(np.mean([b["tokens"] for _, b in pairs])))
+
+
+def headline_claims(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
+                    datasets: Sequence[str] = DATASETS) -> dict:
+    """The numbers behind the three claims (see the module docstring), per dataset and pooled.
+    """
+    runs = {ds: {m: _rows(ds, m, reader, root)
+                 for m in ("dynakrag", "dynakrag-cont", "uniform", "fixed_k6")}
+            for ds in datasets}
+    choice = {ds: paired_f1(r["dynakrag"], r["uniform"]) for ds, r in runs.items()}
+    shuffles = {ds: stop_shuffle(stop_grid(ds, reader, root)) for ds in datasets}
+    cont_uniform = {ds: paired_f1(r["dynakrag-cont"], r["uniform"]) for ds, r in runs.items()}
+    saving = {ds: 1.0 - (lambda t: t[0] / t[1])(_tokens(r["dynakrag-cont"], r["uniform"]))
+              for ds, r in runs.items()}
+    pooled_a = [row for r in runs.values() for row in r["dynakrag-cont"]]
+    # Ids are unique within a dataset, not across: pair within each dataset, then pool.
+    pairs = [p for r in runs.values() for p in paired_rows(r["dynakrag-cont"], r["fixed_k6"])]
+    vs_k6 = paired_difference([a["f1"] for a, _ in pairs], [b["f1"] for _, b in pairs], "f1")
+    k6_tokens = (float(np.mean([a["tokens"] for a, _ in pairs])),
+                 float(np.mean([b["tokens"] for _, b in pairs])))
+    return {"reader": reader, "datasets": list(datasets), "choice": choice,
+            "shuffles": shuffles, "cont_uniform": cont_uniform, "token_saving": saving,
+            "vs_fixed_k6": vs_k6, "vs_fixed_k6_tokens": k6_tokens, "n_pooled": len(pooled_a),
+            "comparisons": comparison_count(root)}
+
+
+def claim_sentences(c: Mapping) -> list[str]:
+    """The result in three sentences, with every number computed (README, preface and the
+    results chapter state these; ``tests/test_claims.py`` checks they still match)."""
+    ds = c["datasets"]
+    wins = [d for d in ds if c["choice"][d].lo > 0 and c["choice"][d].p_value < .05]
+    choice = "; ".join(f"{LABELS[d]} {fmt_diff(c['choice'][d])} (n = {c['choice'][d].n})"
+                       for d in ds)
+    ties = len(ds) - len(wins)
+    first = (f"Learned action choice ties uniform-valid (a random valid action) on {ties} of "
+             f"{len(ds)} datasets: dynakrag minus uniform F1 {choice}, paired 95 % intervals"
+             + (f"; the one interval above 0 ({', '.join(LABELS[d] for d in wins)}, "
+                f"p = {', '.join(fmt_p(c['choice'][d].p_value) for d in wins)}) is a single "
+                f"comparison among {c['comparisons']} made on the evaluation split."
+                if wins else "."))
+    sh = c["shuffles"]
+    second = ("The learned stop is no better than its own shuffle: giving each question "
+              "another question's stop depth leaves F1 where it was (one-sided p = "
+              + " / ".join(fmt_p(sh[d].p_value) for d in ds) + " on "
+              + " / ".join(LABELS[d] for d in ds) + ").")
+    sav = [c["token_saving"][d] for d in ds]
+    k6 = c["vs_fixed_k6"]
+    third = (f"What holds: the continuation controller matches uniform-valid's F1 at "
+             f"{min(sav):.0%}-{max(sav):.0%} fewer tokens, and beats one-shot top-6 retrieval "
+             f"by {fmt_diff(k6)} F1 at equal tokens ({c['vs_fixed_k6_tokens'][0]:,.0f} against "
+             f"{c['vs_fixed_k6_tokens'][1]:,.0f} per question; pooled, n = {k6.n}).")
+    return [first, second, third]
+
+
+def comparison_count(root: str | Path = EXPERIMENTS_DIR) -> int:
+    """Paired F1 comparisons made on the evaluation split: for every (dataset, reader) folder,
+    each run is compared once with each controller run there (``dynakrag*``)."""
+    n = 0
+    for folder in sorted(p for p in Path(root).glob("*/*") if p.is_dir()):
+        runs = [p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()]
+        ctrl = [r for r in runs if r.startswith("dynakrag")]
+        n += sum(len(runs) - 1 for _ in ctrl) - (len(ctrl) * (len(ctrl) - 1)) // 2
+    return n

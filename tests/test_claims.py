@@ -1,0 +1,92 @@
+"""The result as stated (README, preface, results chapter) is the result the committed runs
+give, and the shuffled-stop test behind its second sentence can tell an informed stop from an
+uninformed one."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_count, fmt_diff,
+                                        fmt_p, headline_claims, stop_shuffle)
+from dynakrag_lab.report.comparison import PairedDifference
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "results" / "experiments"
+
+
+def _flat(text: str) -> str:
+    """Markdown as prose: line breaks and runs of spaces are one space."""
+    return re.sub(r"\s+", " ", text)
+
+
+def _markdown(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return claim_sentences(headline_claims(root=EXPERIMENTS))
+
+
+@pytest.mark.parametrize("where", ["README.md", "book/00_preface.ipynb", "book/12_results.ipynb"])
+def test_the_stated_result_matches_the_committed_runs(sentences, where):
+    path = ROOT / where
+    text = _flat(_markdown(path) if path.suffix == ".ipynb" else path.read_text("utf-8"))
+    stale = [s for s in sentences if _flat(s) not in text]
+    assert not stale, (f"{where} does not state the result the runs give; replace its text "
+                       f"with: {stale}")
+
+
+def _grid(f1: np.ndarray, depth: np.ndarray) -> StopGrid:
+    n, k = f1.shape
+    return StopGrid("toy", [str(i) for i in range(n)], ["bridge"] * n, list(range(1, k + 1)),
+                    f1, np.tile(np.arange(1, k + 1, dtype=float) * 100, (n, 1)), depth)
+
+
+def test_a_stop_that_knows_each_question_beats_its_shuffle():
+    rng = np.random.default_rng(0)
+    n = 60
+    best = rng.integers(1, 5, size=n)  # the one depth at which each question is answered
+    f1 = np.zeros((n, 4))
+    f1[np.arange(n), best - 1] = 1.0
+    s = stop_shuffle(_grid(f1, best), n_shuffles=2000)
+    assert s.f1 == 1.0 and s.shuffled_f1 < 0.5
+    assert s.p_value == pytest.approx(1 / 2001)
+
+
+def test_a_stop_whose_depth_does_not_matter_never_beats_its_shuffle():
+    n = 40
+    f1 = np.tile([0.2, 0.4, 0.4, 0.3], (n, 1))  # F1 depends on the depth, not on the question
+    depth = np.array([2, 3] * (n // 2))
+    s = stop_shuffle(_grid(f1, depth), n_shuffles=500)
+    assert s.p_value == 1.0
+    assert s.best_fixed_depth == 2  # ties go to the cheaper depth
+    assert s.depths == {2: n // 2, 3: n // 2}
+
+
+def test_depths_outside_the_schedules_are_clipped():
+    f1 = np.tile([0.1, 0.9], (4, 1))
+    s = stop_shuffle(_grid(f1, np.array([0, 1, 2, 7])), n_shuffles=10)
+    assert s.depths == {1: 2, 2: 2}
+
+
+def test_comparison_count_counts_each_controller_pair_once(tmp_path):
+    for run in ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3"):
+        folder = tmp_path / "ds" / "reader" / run
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text("")
+    # dynakrag vs 3 others, dynakrag-cont vs 3 others, the controller pair counted once
+    assert comparison_count(tmp_path) == 5
+
+
+def test_differences_and_p_values_are_written_as_the_book_writes_them():
+    d = PairedDifference("f1", 150, .4, .35, .052, .005, .102, .038, 40, 30)
+    assert fmt_diff(d) == "+.052 [+.005, +.102]"
+    assert fmt_diff(PairedDifference("f1", 9, 0, 0, -.036, -.103, .028, .3, 1, 2)) == \
+        "-.036 [-.103, +.028]"
+    assert (fmt_p(.297), fmt_p(.0042), fmt_p(.0001)) == (".30", ".004", "<.001")
