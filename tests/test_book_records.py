@@ -3,7 +3,8 @@
 Every committed chapter is read as JSON (nothing executed): its prose, its printed outputs and
 its glued values are scanned for statements of
 
-* a number of evaluated questions or the evaluation split: ``--n-eval 150``, ``n_eval = 150``,
+* a number of evaluated questions or the evaluation split (one run's n summed over the datasets
+  it ran on counts too: a pooled n): ``--n-eval 150``, ``n_eval = 150``,
   ``split is 150``, ``150 held-out questions``, ``(150 questions)``, ``n = 150``;
 * a training size: ``300 training questions``, ``trained on 300``;
 * the veto threshold: ``tau = 0.05``, ``τ = 0.05``, ``veto threshold 0.05``;
@@ -78,6 +79,7 @@ def facts() -> list[dict]:
                         "reader": reader, "variant": variant, "part": part})
 
     ids: dict[str, list[set[str]]] = {}
+    pooled: dict[tuple[str, str, str], dict[str, float]] = {}  # (reader, run, part) -> n per dataset
     for summary in sorted(RESULTS.glob("**/summary.json")):
         dataset, folder, run = summary.parts[-4:-1]
         reader = folder.split("-policy-")[0]
@@ -88,6 +90,8 @@ def facts() -> list[dict]:
         opts = command_options(info.get("command"))
         for v in (s.get("n"), info.get("n_expected"), opts.get("--n-eval"), opts.get("--limit")):
             add("n", v, dataset, reader, part=part)
+        if s.get("n") is not None:
+            pooled.setdefault((reader, run, part), {})[dataset] = s["n"]
         add("split", opts.get("--n-eval", DEFAULT_N_EVAL), dataset, reader, part=part)
         add("train", (s.get("policy") or {}).get("n_train"), dataset, reader, variant, part)
         fp = (s.get("fingerprint") or {}).get("policy") or {}
@@ -98,6 +102,9 @@ def facts() -> list[dict]:
             rows = [json.loads(line) for line in preds.read_text(encoding="utf-8").splitlines()
                     if line.strip()]
             ids.setdefault(f"{dataset}/{part}", []).append({str(r["id"]) for r in rows if not r.get("error")})
+    for (reader, _, part), per_dataset in pooled.items():  # a pooled n: one run over datasets
+        if len(per_dataset) > 1:
+            add("n", sum(per_dataset.values()), None, reader, part=part)
     for key, runs in ids.items():  # a paired n: the questions two runs of a dataset share
         dataset, part = key.split("/")
         for n in {len(a & b) for a, b in combinations(runs, 2)}:
