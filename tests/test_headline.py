@@ -227,7 +227,7 @@ def test_stop_targets_table_reads_each_target_and_its_operating_point(tmp_path):
     assert stop_report(tmp_path) is None
 
 
-# -- chapter 16's conclusions (report.conclusions) -------------------------------------------
+# -- the conclusions' sentences (report.conclusions) ---------------------------------------
 def test_conclusions_claim_only_what_complete_runs_support(tree: Path):
     from dynakrag_lab.report import conclusions as cn
 

@@ -125,7 +125,7 @@ def _assert_labels_apart(anns: list) -> None:
 
 
 def _crowded_frame():
-    """The gain-rule curve of chapter 13 (results/diagnostics/...-stop-rule.json): five lambdas
+    """The gain-rule curve of the appendix (results/diagnostics/...-stop-rule.json): five lambdas
     a few dozen tokens apart at one F1, plus two lambdas on one identical point."""
     import pandas as pd
     return pd.DataFrame({
@@ -356,7 +356,7 @@ def test_place_labels_keeps_off_avoided_points_inside_the_axes_and_nearest_its_o
 
 
 def test_stop_rule_sweeps_of_the_committed_reports():
-    """The figure of chapter 13 on results/diagnostics/<dataset>-qwen2.5-coder-0.5b-stop-rule
+    """The figure of the appendix on results/diagnostics/<dataset>-qwen2.5-coder-0.5b-stop-rule
     .json: three panels, at least four lambdas per rule and dataset, each rule's chosen point
     ringed where the report puts it, labels readable."""
     import json

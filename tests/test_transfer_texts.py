@@ -1,10 +1,10 @@
-"""Chapter 14's transfer phrases (dynakrag_lab.report.transfer): every pair reads in every
-case, a missing pair as its reason, never as nan; the reverse direction's reader-limit reading."""
+"""The transfer phrases of the diagnosis appendix (dynakrag_lab.report.transfer): every pair
+reads in every case, a missing pair as its reason, never as nan; the reverse direction's
+reader-limit reading."""
 import pandas as pd
 
 from dynakrag_lab.report.results import NOT_RUN, TRANSFER_PAIRED_COLUMNS
-from dynakrag_lab.report.transfer import (VERDICT_WORDS, pair_text, reader_limit_reading,
-                                          transfer_texts)
+from dynakrag_lab.report.transfer import VERDICT_WORDS, pair_text, reader_limit_reading
 
 
 def _row(**kw) -> pd.DataFrame:
@@ -17,12 +17,13 @@ def _row(**kw) -> pd.DataFrame:
     return pd.DataFrame([base])
 
 
-def test_no_transfer_run_reads_as_not_run_yet_in_every_glued_value():
-    texts = transfer_texts(pd.DataFrame(columns=list(TRANSFER_PAIRED_COLUMNS)), "small", "big")
-    assert texts["c14_vs_native_result"] == f"not paired yet ({NOT_RUN})"
-    assert texts["c14_2wiki_fwd_status"] == NOT_RUN
-    assert texts["c14_reader_text"].startswith("cannot be read yet")
-    assert not any(isinstance(v, float) for v in texts.values())  # no nan anywhere
+def test_a_missing_pair_reads_as_its_reason_never_as_nan():
+    text = pair_text(pd.DataFrame(columns=list(TRANSFER_PAIRED_COLUMNS)))
+    assert text["result"] == f"not paired yet ({NOT_RUN})"
+    assert not any(isinstance(v, float) for v in text.values())
+    assert reader_limit_reading(text, text, text, text).startswith("cannot be read yet")
+    made = pair_text(_row(n=0, verdict="not run yet", status="not run yet"))
+    assert made["result"] == "not paired yet (not run yet)"
 
 
 def test_a_pair_names_its_interval_and_a_partial_side():

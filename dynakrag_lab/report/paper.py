@@ -1,4 +1,5 @@
-"""The paper's reported numbers, and our runs beside them (chapters 12-14).
+"""The paper's reported numbers, and our runs beside them (the results chapter and the
+diagnosis appendix).
 
 :func:`paper_table` returns the numbers printed in the paper (Wu et al. 2026,
 arXiv:2607.06507): Table 1 (Qwen2.5-7B-Instruct, EM/F1/average tokens on the full dev sets),

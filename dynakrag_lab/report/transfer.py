@@ -1,7 +1,8 @@
-"""Generator transfer read as phrases (chapter 14): a transferred run (``<A>-policy-<G>``: reader
-A answering with the policy trained with G) paired per question with the policy's native run,
-A's own policy and A's Fixed-K runs, in both directions, and whether the reverse direction
-reads as a reader limit. Every value is computed from the paired table
+"""Generator transfer read as phrases (the diagnosis appendix, through
+:func:`~dynakrag_lab.report.appendix.reader_limit_markdown`): a transferred run
+(``<A>-policy-<G>``: reader A answering with the policy trained with G) paired per question
+with the policy's native run and A's own policy, and whether the reverse direction reads as a
+reader limit. Every value is computed from the paired table
 (:func:`~dynakrag_lab.report.results.transfer_paired_table`); a pair not made yet reads
 as its reason ("not run yet"), never as nan.
 """
@@ -17,7 +18,6 @@ from .results import NOT_RUN, is_partial
 # "A" of comparison.verdict is the transferred run
 VERDICT_WORDS = {v: f"transferred run {word}" for v, word in COMPARATIVE.items()}
 PARTS = ("n", "diff", "lo", "hi", "verdict", "status", "result")
-DATASET_TAGS = (("hotpotqa", ""), ("2wikimultihopqa", "2wiki_"))
 
 
 def pair_text(row: pd.DataFrame) -> dict[str, Any]:
@@ -60,44 +60,4 @@ def reader_limit_reading(f1_native: dict, f1_own: dict, sr_native: dict, sr_own:
             "than the reader's own policy, no F1 gain over it)")
 
 
-def transfer_texts(pairs: pd.DataFrame, generator: str, target_generator: str
-                   ) -> dict[str, Any]:
-    """Chapter 14's glue values for both directions of one transfer on HotpotQA (keys
-    ``c14_vs_<key>_<part>``) and 2Wiki (``c14_2wiki_vs_<key>_<part>``): ``fwd``/``rev`` status,
-    the F1 pairs native/own/k3/k6/rev_native/rev_own, the support-recall pairs of the reverse
-    direction and its reader-limit reading."""
-    out: dict[str, Any] = {}
-    forward = f"{target_generator}-policy-{generator}"  # target answers with generator's policy
-    backward = f"{generator}-policy-{target_generator}"  # and the other way round
-    for ds, tag in DATASET_TAGS:
-        on = pairs[pairs.dataset == ds]
-        f1 = on[on.metric == "f1"]
-        for direction, folder in (("fwd", forward), ("rev", backward)):
-            status = f1[f1.generator == folder].transferred_status
-            out[f"c14_{tag}{direction}_status"] = status.iloc[0] if len(status) else NOT_RUN
-
-        def pick(frame: pd.DataFrame, folder: str, other_gen: str, other_run: str) -> dict:
-            return pair_text(frame[(frame.generator == folder)
-                                   & (frame.other_generator == other_gen)
-                                   & (frame.other_run == other_run)])
-
-        texts = {key: pick(f1, folder, gen, run) for key, folder, gen, run in (
-            ("native", forward, generator, "dynakrag"),
-            ("own", forward, target_generator, "dynakrag"),
-            ("k3", forward, target_generator, "fixed_k3"),
-            ("k6", forward, target_generator, "fixed_k6"),
-            ("rev_native", backward, target_generator, "dynakrag"),
-            ("rev_own", backward, generator, "dynakrag"))}
-        for key, text in texts.items():
-            out.update({f"c14_{tag}vs_{key}_{part}": text[part] for part in PARTS})
-        sr = on[on.metric == "support_recall"]
-        sr_texts = {"rev_native": pick(sr, backward, target_generator, "dynakrag"),
-                    "rev_own": pick(sr, backward, generator, "dynakrag")}
-        for key, text in sr_texts.items():
-            out[f"c14_{tag}vs_{key}_sr_result"] = text["result"]
-        out[f"c14_{tag}reader_text"] = reader_limit_reading(
-            texts["rev_native"], texts["rev_own"], sr_texts["rev_native"], sr_texts["rev_own"])
-    return out
-
-
-__all__ = ["VERDICT_WORDS", "pair_text", "reader_limit_reading", "transfer_texts"]
+__all__ = ["VERDICT_WORDS", "pair_text", "reader_limit_reading"]

@@ -1,6 +1,7 @@
 """Diagnostics of recorded runs (``predictions.jsonl`` rows): how each question ended, what
 the actions did, where a parser fell back. Measurements, gold labels allowed, never inputs of
-the controller (chapters 12-14 read them; :mod:`dynakrag_lite.experiments.run` records them).
+the controller (the results chapter and the diagnosis appendix read them;
+:mod:`dynakrag_lite.experiments.run` records them).
 
 Diagnostics (per question in each row's ``"diagnostics"``, summed in the summary) make
 degenerate behaviour visible. What is counted:

@@ -9,7 +9,7 @@ and lambda and the veto threshold chosen by cross-validation on the training que
 * :func:`tune_continuation` chooses ``(lam, veto_threshold)`` by cross-validation grouped by
   question: each fold's policy re-decides offline along the held-out questions' explored paths,
   and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
-  ``python -m dynakrag_lite train`` runs it (chapter 13 describes it).
+  ``python -m dynakrag_lite train`` runs it (the diagnosis appendix reads it).
 * :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
   :data:`CONTINUATION_GRID` (tau of the "continuation" stop rule) are the default grids.
 

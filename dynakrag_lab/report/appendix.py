@@ -1,0 +1,575 @@
+"""The diagnosis appendix's readings (``book/98_appendix_diagnosis.ipynb``): short tables and
+sentences computed from the committed runs and diagnostics, so that the appendix types no
+result by hand and reads the same in Jupyter, in Colab and in the built book.
+
+* :func:`versus_table` / :func:`versus_markdown`: one controller against one control (the
+  paper's controller against uniform-valid) on every dataset x reader, with the p-values
+  adjusted for the number of pairs read together (Holm), and the count of every paired F1
+  comparison made on the evaluation split (:func:`~.claims.comparison_count`): a single p
+  below .05 among them is read as one comparison among many, not as "learned beats chance";
+* :func:`oracle_markdown`: the oracle's margin over uniform-valid beside the controller's.
+  The oracle picks actions with the gold support labels; it is a heuristic with privileged
+  information, not an upper bound on F1, and the sentence says where a controller's margin
+  exceeds it;
+* :func:`stop_profile_view` / :func:`stop_markdown`: how the paper's controller ended its
+  questions, per reader;
+* :func:`table1_view`: our F1 next to the paper's Table 1, one short table;
+* :func:`ablation_means` / :func:`ablation_markdown`: the ablations that were run, paired;
+* :func:`diagnosis_view` / :func:`diagnosis_findings`: the offline control diagnosis;
+* :func:`horizon_markdown`, :func:`best_stop_targets`, :func:`stop_targets_markdown`;
+* :func:`transfer_markdown`: the generator-transfer pairs that were made;
+* :func:`probe_cost`: what the committed policy's cost model charges a sufficiency probe
+  against a retrieval;
+* :func:`next_commands`: the commands that would extend the grid to another reader.
+
+Only reads; no model call.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
+
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, verdict
+from .headline import join_words, pair_rows, readers, short_names
+from .paper import DATASETS, paper_table
+from .results import is_partial, run_names, transfer_folder
+
+__all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
+           "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
+           "next_commands", "oracle_markdown", "probe_cost", "stop_markdown",
+           "stop_profile_view", "stop_targets_markdown", "table1_view", "transfer_markdown",
+           "versus_markdown", "versus_table", "answer_stage_markdown", "not_found_markdown",
+           "tradeoff_figure", "cap_sweep_figure", "transfer_figure", "reader_limit_markdown"]
+
+ALPHA = 0.05
+LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
+
+
+def _label(dataset: str) -> str:
+    return LABELS.get(dataset, dataset)
+
+
+def _ci(diff: float, lo: float, hi: float) -> str:
+    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
+# -- multiple comparisons -----------------------------------------------------------------------
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in the input order."""
+    p = np.asarray(p_values, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+VERSUS_COLUMNS = ("dataset", "reader", "n", "diff", "lo", "hi", "p", "verdict", "p_holm",
+                  "verdict_holm", "partial")
+
+
+def versus_table(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag",
+                 other: str = "uniform", alpha: float = ALPHA) -> pd.DataFrame:
+    """``run`` minus ``other`` on F1, paired per question, for every dataset x reader that has
+    both: n, difference, interval, p-value and verdict at ``alpha``, then the Holm-adjusted
+    p-value over these pairs and the verdict it gives. ``partial`` marks a pair with a run
+    still being written (read on the questions it has)."""
+    rows = []
+    for d, g in readers(root):
+        if run not in run_names(d, g, root):
+            continue
+        pt = pair_rows(d, g, run, other, root)
+        if pt is None:
+            continue
+        f1 = pt.loc["f1"]
+        rows.append({"dataset": d, "reader": g, "n": int(f1.n), "diff": float(f1["diff"]),
+                     "lo": float(f1.lo), "hi": float(f1.hi), "p": float(f1.p_value),
+                     "verdict": verdict(f1.lo, f1.hi, f1.p_value, alpha),
+                     "partial": is_partial(f1.status)})
+    out = pd.DataFrame(rows, columns=list(VERSUS_COLUMNS))
+    if len(out):
+        out["p_holm"] = holm(out.p)
+        out["verdict_holm"] = [verdict(lo, hi, p, alpha)
+                               for lo, hi, p in zip(out.lo, out.hi, out.p_holm)]
+    return out
+
+
+def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakrag",
+                    other: str = "uniform", alpha: float = ALPHA) -> str:
+    """:func:`versus_table` read in two sentences: which pairs' intervals leave 0 (with their
+    p-values), and what they are among ``n_comparisons`` comparisons: the count chance alone
+    would give at ``alpha``, and what survives Holm's adjustment over the pairs of the table.
+    """
+    if table.empty:
+        return f"No dataset has both `{run}` and `{other}` yet."
+    short = short_names(table.reader)
+    k = len(table)
+    apart = table[table.verdict != NO_DIFFERENCE]
+    if apart.empty:
+        return (f"On none of the {k} dataset x reader pairs does the interval of `{run}` minus "
+                f"`{other}` leave 0 with p < {alpha:g}: learned action choice ties chance on "
+                "every one.")
+    names = join_words(f"{_label(r.dataset)}/{short[r.reader]} "
+                       f"({COMPARATIVE.get(r.verdict, r.verdict)}, "
+                       f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p)})"
+                       for r in apart.itertuples())
+    survive = table[table.verdict_holm != NO_DIFFERENCE]
+    return (f"The interval of `{run}` minus `{other}` leaves 0 on {len(apart)} of the {k} "
+            f"dataset x reader pairs: {names}. That is {len(apart)} of the {n_comparisons} "
+            f"paired F1 comparisons made on the evaluation split, where about "
+            f"{n_comparisons * alpha:.0f} would leave 0 at p < {alpha:g} by chance alone; "
+            f"adjusted for the {k} pairs of this table (Holm), "
+            + (f"no pair is left apart from chance: learned action choice ties chance on all "
+               f"{k}." if survive.empty else
+               f"{len(survive)} remain ({join_words(_label(d) for d in survive.dataset)})."))
+
+
+def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = "uniform",
+                    upper: str = "oracle") -> str:
+    """The oracle's F1 margin over ``other`` beside ``run``'s, per dataset (rows of
+    :func:`~.conclusions.headroom_table`), and where ``run``'s margin is the larger: there the
+    oracle, which chooses with the gold support labels, is visibly not an upper bound."""
+    if headroom.empty:
+        return f"No dataset has complete `{upper}`, `{run}` and `{other}` runs yet."
+    per = "; ".join(f"{_label(r.dataset)} (n = {r.n}): `{upper}` "
+                    f"{_ci(r.upper, r.upper_lo, r.upper_hi)}, `{run}` "
+                    f"{_ci(r.run, r.run_lo, r.run_hi)}" for r in headroom.itertuples())
+    above = headroom[headroom.run > headroom.upper]
+    clear = int((headroom.upper_lo > 0).sum())
+    return (f"F1 minus `{other}`'s, paired: {per}. The oracle's own margin leaves 0 on "
+            f"{clear} of {len(headroom)} datasets, "
+            + (f"and on {join_words(_label(d) for d in above.dataset)} the controller's "
+               f"margin is larger than the oracle's. "
+               if len(above) else "and nowhere is the controller's margin larger than the "
+               "oracle's. ")
+            + "The oracle picks each step by the gold support labels, which maximises support, "
+              "not the answer's F1: it is a heuristic with privileged information, not an "
+              "upper bound on what control could reach.")
+
+
+# -- how the controller stopped -------------------------------------------------------------------
+def stop_profile_view(profiles: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~.headline.stop_profiles` as a short table: per dataset and reader, questions,
+    how many stopped by the controller's own choice after one retrieval, how many ran to the
+    step cap, how many read exactly Fixed-K(3)'s documents, and the mean retrieval calls and
+    documents."""
+    short = short_names(profiles.reader)
+    return pd.DataFrame({
+        "dataset": profiles.dataset.map(_label), "reader": profiles.reader.map(short),
+        "n": profiles.n, "stopped after 1 retrieval": profiles.after_one_retrieval,
+        "ran to step cap": profiles.at_step_cap,
+        "Fixed-K(3)'s documents": profiles.same_docs_as_fixed_k3,
+        "retrieval calls": profiles.retrieval_calls.round(2),
+        "documents": profiles.docs.round(1)}).reset_index(drop=True)
+
+
+def stop_markdown(profiles: pd.DataFrame) -> str:
+    """Per reader, summed over its datasets: the share of questions the controller stopped
+    after one retrieval reading exactly Fixed-K(3)'s documents, and the share it ran to the
+    step cap; then what each pattern makes the comparison with one-shot retrieval."""
+    parts = []
+    for reader, g in profiles.groupby("reader", sort=False):
+        n = int(g.n.sum())
+        same, cap = int(g.same_docs_as_fixed_k3.sum()), int(g.at_step_cap.sum())
+        parts.append(f"with `{reader}` the controller read exactly Fixed-K(3)'s documents on "
+                     f"{same} of {n} questions ({same / n:.0%}) and ran to the step cap on "
+                     f"{cap} ({cap / n:.0%})")
+    return ("Summed over the datasets, " + "; ".join(parts) + ". Where a controller reads "
+            "Fixed-K(3)'s documents, it can differ from Fixed-K(3) only through compression; "
+            "where it runs to the cap, it is compared with one-shot retrieval at a larger "
+            "budget, and the control that isolates its choices is uniform-valid, random valid "
+            "actions under the same cap.")
+
+
+# -- our runs beside Table 1 ----------------------------------------------------------------------
+TABLE1_RUNS = ("fixed_k", "fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag",
+               "dynakrag-cont", "oracle")
+
+
+def table1_view(summaries: pd.DataFrame, runs: Sequence[str] = TABLE1_RUNS,
+                datasets: Sequence[str] = DATASETS) -> pd.DataFrame:
+    """F1 per run (rows) and dataset x source (columns: the paper's Table 1, then each of our
+    readers; transfer folders are left out), "-" where a run does not exist; our partial runs
+    are marked with "*". Rows with no number anywhere are dropped."""
+    paper = paper_table("main")
+    summaries = summaries[[transfer_folder(g) is None for g in summaries.generator]]
+    short = short_names(summaries.generator)
+    cols: dict[str, list[str]] = {}
+    for d in datasets:
+        p = paper[(paper.dataset == d) & paper.run.notna()].set_index("run").f1
+        cols[f"{_label(d)} paper"] = [f"{p[r]:.3f}" if r in p.index else "-" for r in runs]
+        for g in sorted(summaries.generator[summaries.dataset == d].unique()):
+            mine = summaries[(summaries.dataset == d) & (summaries.generator == g)]
+            mine = mine.set_index("run")
+            cols[f"{_label(d)} {short[g]}"] = [
+                f"{mine.f1[r]:.3f}" + ("*" if is_partial(str(mine.status[r])) else "")
+                if r in mine.index and mine.n[r] > 0 else "-" for r in runs]
+    view = pd.DataFrame(cols, index=pd.Index(list(runs), name="run"))
+    return view[(view != "-").any(axis=1)]
+
+
+def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
+    """F1 against tokens per question (log scale), the paper's Table 1 (left, labelled by
+    method) beside our runs (right, labelled by run and reader; partial runs say so; transfer
+    folders left out), one colour per dataset."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
+    ours = ours[[transfer_folder(g) is None for g in ours.generator]]
+    short = short_names(ours.generator)
+    ours = ours.assign(label=[f"{r} {short[g]}" + (" (partial)" if is_partial(str(s)) else "")
+                              for r, g, s in zip(ours.run, ours.generator, ours.status)])
+    for ax, df, col, title in ((axes[0], paper, "method", "Paper, Table 1 (Qwen2.5-7B-Instruct)"),
+                               (axes[1], ours, "label", "Ours (results/)")):
+        colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
+        for _, r in df.iterrows():
+            ax.scatter(r.tokens_mean, r.f1, color=colors.get(r.dataset, "tab:gray"), s=30)
+            ax.annotate(str(r[col]), (r.tokens_mean, r.f1), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        for d, c in colors.items():
+            ax.scatter([], [], color=c, label=_label(d))
+        ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# -- ablations ------------------------------------------------------------------------------------
+def ablation_means(summaries: pd.DataFrame, reader: str,
+                   runs: Sequence[str] = ("dynakrag", "dynakrag-no_compression",
+                                          "dynakrag-no_sufficiency", "uniform"),
+                   datasets: Sequence[str] = DATASETS) -> pd.DataFrame:
+    """The component ablations' mean F1, the paper's (7B reader) beside ``reader``'s, one row
+    per variant; a dataset whose runs do not exist with ``reader`` is left out."""
+    paper = paper_table("ablations")
+    mine = summaries[summaries.generator == reader]
+    out = {}
+    for d in datasets:
+        have = mine[(mine.dataset == d) & mine.run.isin(runs) & (mine.n > 0)].set_index("run")
+        if len(have) < 2:
+            continue
+        p = paper[paper.dataset == d].set_index("run")
+        out[f"{_label(d)} paper"] = [p.f1.get(r, math.nan) for r in runs]
+        out[f"{_label(d)} ours"] = [have.f1.get(r, math.nan) for r in runs]
+    variants = paper.drop_duplicates("run").set_index("run").variant
+    return pd.DataFrame(out, index=pd.Index([variants.get(r, r) for r in runs],
+                                            name="variant")).round(3)
+
+
+def cap_sweep_figure(summaries: pd.DataFrame):
+    """Left: F1 against the retrieval cap, the paper's (solid, one line per dataset) and ours
+    (dashed, one line per dataset and reader with cap runs; partial ones say so). Right: the
+    paper's component ablations."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, 2)
+    paper = paper_table("ablations")
+    is_cap = paper.run.str.startswith("dynakrag-cap")
+    for d, g in paper[is_cap].groupby("dataset", sort=False):
+        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="o", label=f"paper: {_label(d)}")
+    mine = summaries[summaries.run.str.startswith("dynakrag-cap") & (summaries.n > 0)]
+    short = short_names(summaries.generator)
+    for (d, g_), g in mine.groupby(["dataset", "generator"], sort=False):
+        g = g.sort_values("run")
+        partial = " (partial)" if any(is_partial(str(s)) for s in g.status) else ""
+        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="s", ls="--",
+                     label=f"ours: {_label(d)} {short[g_]}{partial}")
+    axes[0].set(xticks=[1, 2, 3], xlabel="retrieval cap", ylabel="F1",
+                title="Retrieval-cap sweep")
+    axes[0].legend(fontsize=6)
+    variants = paper[~is_cap]
+    wide = variants.pivot(index="variant", columns="dataset", values="f1").reindex(
+        variants.variant.unique())
+    wide.rename(columns=_label).plot.barh(ax=axes[1])
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    axes[1].set(xlabel="F1 (paper)", title="Component ablations, paper")
+    fig.tight_layout()
+    return fig
+
+
+def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
+    """The ablation pairs that were made (n > 0, F1; :func:`~.headline.ablation_pairs`): how
+    many the removed component measurably helped or hurt, which, and how many of that count
+    chance alone would give at ``alpha``."""
+    made = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
+    if made.empty:
+        return "No ablation has been paired yet."
+    short = short_names(made.reader)
+    helps = made[made.verdict == A_BETTER]
+    hurts = made[made.verdict == A_WORSE]
+    k = len(made)
+    moved = [f"{_label(r.dataset)}/{short[r.reader]} without `{r.run}` "
+             f"({'helps' if r.verdict == A_BETTER else 'hurts'}: full minus ablation "
+             f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p_value)})"
+             for r in pd.concat([helps, hurts]).itertuples()]
+    readers_ = join_words(f"`{g}`" for g in dict.fromkeys(made.reader))
+    return (f"{k} ablation pairs were run (with {readers_}). The removed component helps "
+            f"measurably in {len(helps)}, hurts in {len(hurts)} and makes no measurable "
+            f"difference in {k - len(helps) - len(hurts)}"
+            + (f": {join_words(moved)}. At p < {alpha:g}, chance alone would put about "
+               f"{k * alpha:.1f} of {k} pairs apart, so this does not show that a component "
+               "matters with these readers." if moved else
+               ": no component moved F1 measurably with these readers."))
+
+
+# -- the offline diagnosis ------------------------------------------------------------------------
+DIAGNOSIS_SHOWN = {"dataset": "dataset", "reader": "reader", "decisions": "decisions",
+                   "probe chosen": "picks probe", "probe best": "probe strictly best",
+                   "gain forest": "forest", "gain uniform": "uniform",
+                   "gain retrieve_more": "retrieve_more", "gain w/o probe": "forest w/o probe",
+                   "gain best": "best", "AUC f1": "stop AUC (F1)"}
+
+
+def diagnosis_view(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~.records.diagnosis_table` with the columns the appendix shows, renamed: the
+    share of held-out decisions where the forest picks the probe and where the probe is
+    strictly best, the support gain per decision of each chooser, the F1 stop AUC."""
+    view = table[list(DIAGNOSIS_SHOWN)].rename(columns=DIAGNOSIS_SHOWN)
+    view["dataset"] = view.dataset.map(_label)
+    view["reader"] = view.reader.map(short_names(view.reader))
+    return view.round(3).reset_index(drop=True)
+
+
+def diagnosis_findings(table: pd.DataFrame) -> str:
+    """The diagnosis in three findings, each computed from :func:`~.records.diagnosis_table`:
+    the probe wins the choice without adding support; without it the same forest's ranking
+    is not the problem; the F1 stop target is near chance."""
+    n = len(table)
+    below = int((table["gain forest"] < table["gain uniform"]).sum())
+    noprobe = int((table["gain w/o probe"] > table["gain uniform"]).sum())
+    sr_better = int((table["AUC sr on F1"] > table["AUC f1"]).sum())
+    return "\n".join([
+        f"* The forest picks `sufficiency_check` at {table['probe chosen'].min():.0%} to "
+        f"{table['probe chosen'].max():.0%} of the held-out decisions, though the probe is "
+        f"strictly the best action at no more than {table['probe best'].max():.0%} of them: its "
+        "label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks gain "
+        f"less support than a uniform pick in {below} of {n} rows.",
+        f"* With the probe taken out of the choice, the same forest gains more support than "
+        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what ties "
+        "the controller with chance.",
+        f"* The continuation forest trained on answer F1 predicts \"continuing raises F1\" at "
+        f"an AUC of {table['AUC f1'].min():.2f} to {table['AUC f1'].max():.2f} ($0.5$ is "
+        f"chance); trained on support recall it predicts that same event better in "
+        f"{sr_better} of {n} rows."])
+
+
+def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:
+    """The horizon-label diagnosis (:func:`~.records.horizon_table` and its report) in two
+    sentences: how much less the horizon forest picks the probe, and on how many datasets it
+    (and its probe-free version) clears uniform and always-retrieve_more."""
+    t = table.reset_index()
+    hz = [r["horizon"] for r in report["results"].values()]
+    k = t.dataset.nunique()
+    clear = int((t[t.chooser == "horizon forest"].lo > 0).sum())
+    clear_np = int((t[t.chooser == "horizon, no probe"].lo > 0).sum())
+    vs_rm = sum(h["horizon_minus_retrieve_more"]["ci"][0] > 0 for h in hz)
+    probe = max(h["choosers"]["horizon_forest"]["share_sufficiency_check"] for h in hz)
+    onestep = min(h["choosers"]["onestep_forest"]["share_sufficiency_check"] for h in hz)
+    r2 = [h["r2_returns"] for h in hz]
+    return (f"Labels over the remaining horizon stop the forest from picking the probe "
+            f"({probe:.0%} of decisions at most, against {onestep:.0%} or more one step at a "
+            f"time), and the returns are predictable (held-out $R^2$ {min(r2):.2f} to "
+            f"{max(r2):.2f}). Against uniform, the interval of the horizon forest's difference "
+            f"lies above 0 on {clear} of {k} datasets ({clear_np} with the probe taken out of "
+            f"its choice), and above always-`retrieve_more` on {vs_rm}: at the states uniform "
+            "visits the acquisitions are close in value, and a few hundred training questions "
+            "do not separate a good pick from a random one.")
+
+
+# -- stop targets ---------------------------------------------------------------------------------
+def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset of :func:`~.records.stop_targets_table`, the target (and training) with the
+    highest F1 over a random stop at equal tokens, with its operating point: the share
+    stopping early, F1, tokens relative to always continuing, and the difference to the random
+    stop with its 95 % interval."""
+    rows = []
+    for d, g in targets.groupby("dataset", sort=False):
+        r = g.loc[g["over random"].idxmax()]
+        rows.append({"dataset": _label(d), "target": f"{r.target}/{r.training}",
+                     "over random": round(float(r["over random"]), 3),
+                     "stop early": f"{r['stop early']:.0%}", "F1": round(float(r.F1), 3),
+                     "token ratio": round(float(r["token ratio"]), 2),
+                     "minus random [95% CI]": _ci(r["minus random"], r["random lo"],
+                                                  r["random hi"])})
+    return pd.DataFrame(rows)
+
+
+def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -> str:
+    """How rare the event an F1 stop must predict is, and on how many datasets any target's
+    operating point beats the random stop with its interval above 0."""
+    files = {k: r["stop_targets"] for k, r in report["results"].items()
+             if k.endswith("/" + reader) and "targets" in r["stop_targets"]}
+    rates = [f["positive_rate"]["f1"] for f in files.values()]
+    clear = sorted({d for d, lo in zip(targets.dataset, targets["random lo"])
+                    if lo is not None and lo > 0})
+    n = targets.dataset.nunique()
+    return (f"Along the uniform paths, continuing raises the answer's F1 at "
+            f"{min(rates):.0%} to {max(rates):.0%} of the decision prefixes"
+            if rates else "No answer-labelled question yet") + (
+        f". Run as stop rules, the targets' operating points beat a random stop at equal "
+        f"tokens with the interval above 0 on {len(clear)} of {n} datasets"
+        + (f" ({join_words(_label(d) for d in clear)})" if clear else "")
+        + ", and each point is picked on the scores it is judged on, which flatters it.")
+
+
+# -- generator transfer ---------------------------------------------------------------------------
+def transfer_figure(pairs: pd.DataFrame):
+    """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
+    each transferred run minus the run it is read against, labelled with short generator
+    names."""
+    from .plots import paired_forest_figure
+    from .transfer import VERDICT_WORDS
+    f1 = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
+    if f1.empty:
+        return None
+    short = short_names([*f1.answer_generator, *f1.policy_generator, *f1.other_generator])
+    labels = [f"{_label(r.dataset)}: {short[r.answer_generator]} with "
+              f"{short[r.policy_generator]}'s policy vs {short[r.other_generator]}/{r.other_run}"
+              for r in f1.itertuples()]
+    return paired_forest_figure(f1.assign(label=labels), label="label",
+                                difference="transferred run minus the other run",
+                                verdict_text=VERDICT_WORDS,
+                                status_columns=("transferred_status", "status"), width=9.0,
+                                title="Transferred DynaKRAG runs, paired per question")
+
+
+def transfer_markdown(pairs: pd.DataFrame) -> str:
+    """One bullet per transfer folder (F1 rows of
+    :func:`~.results.transfer_paired_table` that were made): the transferred run against the
+    same policy with its native generator and against the answer generator's own policy."""
+    f1 = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
+    if f1.empty:
+        return "* No transferred run has been paired yet."
+    short = short_names([*f1.answer_generator, *f1.policy_generator])
+    out = []
+    for (d, gen), g in f1.groupby(["dataset", "generator"], sort=False):
+        a, p = short[g.answer_generator.iloc[0]], short[g.policy_generator.iloc[0]]
+        parts = []
+        for r in g.itertuples():
+            if r.other_run != "dynakrag":
+                continue
+            whose = "its native reader" if r.other_generator == r.policy_generator else \
+                "the reader's own policy"
+            parts.append(f"against {whose} ({short.get(r.other_generator, r.other_generator)}/"
+                         f"dynakrag) {COMPARATIVE.get(r.verdict, 'no measurable difference')}, "
+                         f"{_ci(r.diff, r.lo, r.hi)}")
+        out.append(f"* {_label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
+                   + "; ".join(parts) + ".")
+    return "\n".join(out)
+
+
+def reader_limit_markdown(pairs: pd.DataFrame, small: str, big: str) -> str:
+    """Per dataset, the reverse transfer (``small`` answering with ``big``'s policy) read for
+    what limits F1 (:func:`~.transfer.reader_limit_reading`), with the support-recall pairs it
+    rests on; ``pairs`` holds the F1 and support-recall rows of
+    :func:`~.results.transfer_paired_table`. A dataset without that folder is left out."""
+    from .transfer import pair_text, reader_limit_reading
+    folder = f"{small}-policy-{big}"
+    out = []
+    for d, on in pairs[pairs.generator == folder].groupby("dataset", sort=False):
+        def pick(metric: str, gen: str) -> dict:
+            return pair_text(on[(on.metric == metric) & (on.other_generator == gen)
+                                & (on.other_run == "dynakrag")])
+        f1_native, f1_own = pick("f1", big), pick("f1", small)
+        sr_native, sr_own = pick("support_recall", big), pick("support_recall", small)
+        out.append(f"* {_label(d)}: {reader_limit_reading(f1_native, f1_own, sr_native, sr_own)}"
+                   f" (support recall against the policy's native run: {sr_native['result']}; "
+                   f"against the reader's own policy: {sr_own['result']}).")
+    return "\n".join(out) or "* No reverse transfer has been run yet."
+
+
+# -- the answer stage -----------------------------------------------------------------------------
+def answer_stage_markdown(report: Mapping) -> str:
+    """One bullet per read-once root and run of an answer-stage report
+    (``results/diagnostics/answer-stage/*.json``): the rule's F1 and its share answered from
+    the documents, and its F1 minus the same run always from the snippets and always from the
+    documents, with intervals."""
+    if not report or not report.get("checks"):
+        return "* The rule has not been read anywhere yet."
+    where = {"experiments": "evaluation split", "check-set": "check set"}
+    out = []
+    for chk in report["checks"]:
+        name = where.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
+        parts = [f"minus always {mode} {_ci(a['f1']['diff'], a['f1']['lo'], a['f1']['hi'])} "
+                 f"({COMPARATIVE.get(a['f1']['verdict'], 'no measurable difference')})"
+                 for mode in ("snippets", "documents")
+                 for a in chk["against"] if a["other"] == f"{chk['run']} ({mode})"]
+        out.append(f"* {name}, `{chk['run']}` (n = {chk['n']}, {chk['share_full']:.0%} "
+                   f"answered from the documents): F1 {chk['f1']:.3f}; "
+                   + "; ".join(parts) + ".")
+    return "\n".join(out)
+
+
+# -- what the reproduction did not find -----------------------------------------------------------
+def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
+                       train_sizes: Mapping[str, int]) -> str:
+    """What the committed runs do not show, as bullets with every count computed: no
+    controller separating from the best baseline (complete comparisons of
+    :func:`~.headline.headline_table`), learned choice against chance before and after Holm
+    (:func:`versus_table`), and the training sizes."""
+    done = headline[(headline.n > 0) & (headline.status == "complete")
+                    & (headline.baseline_status == "complete")]
+    count = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
+    apart = int((versus.verdict != NO_DIFFERENCE).sum()) if len(versus) else 0
+    held = int((versus.verdict_holm != NO_DIFFERENCE).sum()) if len(versus) else 0
+    sizes = join_words(f"{n} ({_label(d)})" for d, n in train_sizes.items())
+    return "\n".join([
+        f"* A win over the best baseline: over the {len(done)} complete comparisons of a "
+        f"controller with the best baseline of its dataset and reader it wins {count['wins']}, "
+        f"ties {count['ties']} and loses {count['loses']}.",
+        f"* Learned choice beating chance: against uniform-valid, {apart} of "
+        f"{len(versus)} dataset x reader pairs leave 0 before any adjustment and {held} after "
+        "Holm's; a single p below the threshold among many comparisons is not that finding.",
+        f"* The paper's training size: the committed policies were trained on {sizes} "
+        "questions; the paper trains on 1,000 per dataset."])
+
+
+# -- cost of a probe ------------------------------------------------------------------------------
+def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
+    """What ``cost_model`` (a policy's :class:`~dynakrag_lite.policy.CostModel`) charges a
+    ``sufficiency_check`` on a state of ``n_docs`` documents, and a retrieval action."""
+    a0, b = cost_model.coef.get("sufficiency_check", (math.nan, math.nan))
+    return {"probe": max(0.0, a0 + b * n_docs), "retrieval": float(cost_model.retrieval_tokens),
+            "n_docs": n_docs}
+
+
+# -- what to run next -----------------------------------------------------------------------------
+def next_commands(records: Mapping[str, Mapping], runs: Iterable[str], reader: str,
+                  train_sizes: Mapping[str, int] | None = None,
+                  transfer_to: str = "openai:gpt-4o-mini@https://api.openai.com/v1"
+                  ) -> list[str]:
+    """The shell lines that rerun the grid ``runs`` with ``reader`` on the committed splits:
+    one ``main_experiment.py`` line per dataset of ``records`` (each a
+    :func:`~.records.run_record`: its ``n_eval`` and, unless ``train_sizes`` gives one, its
+    ``n_train``), then the paper's transfer on HotpotQA and the reports."""
+    runs = ",".join(runs)
+    lines = [f'READER="{reader}"']
+    for d, rec in records.items():
+        n_train = (train_sizes or {}).get(d, rec["n_train"])
+        lines.append(f"python data_scripts/main_experiment.py --dataset {d} --generator "
+                     f"\"$READER\" --data-dir ../shared/data --n-eval {rec['n_eval']} "
+                     f"--train-limit {n_train} --eval-limit {rec['n_eval']} --runs {runs}")
+    if "hotpotqa" in records:
+        lines += ["# the paper's transfer: the same policy, another reader",
+                  f"python data_scripts/main_experiment.py --dataset hotpotqa --generator "
+                  f"{transfer_to} --policy-generator \"$READER\" --data-dir ../shared/data "
+                  f"--n-eval {records['hotpotqa']['n_eval']} --eval-limit "
+                  f"{records['hotpotqa']['n_eval']} --runs dynakrag"]
+    lines += ["# then the reports and the appendix that read them",
+              "python dynakrag_lab/scripts/results_readme.py && "
+              "python dynakrag_lab/scripts/pareto.py && "
+              "python data_scripts/execute_chapters.py 98"]
+    return lines
