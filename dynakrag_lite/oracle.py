@@ -1,4 +1,5 @@
-"""The oracle: an upper bound that reads the gold support labels (never deployable)."""
+"""The oracle: a greedy chooser that reads the gold support labels (never deployable; it
+maximises support one step at a time, so it is a reference, not an upper bound on F1)."""
 from __future__ import annotations
 
 from typing import Sequence

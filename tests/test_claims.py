@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_count, fmt_diff,
-                                        fmt_p, headline_claims, stop_shuffle)
+                                        fmt_p, headline_claims, results_table, stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,3 +90,59 @@ def test_differences_and_p_values_are_written_as_the_book_writes_them():
     assert fmt_diff(PairedDifference("f1", 9, 0, 0, -.036, -.103, .028, .3, 1, 2)) == \
         "-.036 [-.103, +.028]"
     assert (fmt_p(.297), fmt_p(.0042), fmt_p(.0001)) == (".30", ".004", "<.001")
+
+
+# -- wording the results contradict -----------------------------------------------------------
+CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def _chapter_texts(path: Path) -> list[tuple[str, str]]:
+    """(where, text) of every cell source and every committed output of a chapter."""
+    out = []
+    for i, c in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        out.append((f"{path.name} cell {i}", "".join(c["source"])))
+        out += [(f"{path.name} cell {i} output", json.dumps(o)) for o in c.get("outputs", [])]
+    return out
+
+
+def _prose() -> list[tuple[str, str]]:
+    texts = [(p.name, p.read_text("utf-8")) for p in (ROOT / "README.md",
+                                                     ROOT / "results" / "README.md")]
+    texts += [(str(p.relative_to(ROOT)), p.read_text("utf-8"))
+              for pkg in ("dynakrag_lite", "dynakrag_lab") for p in (ROOT / pkg).rglob("*.py")]
+    return texts + [t for p in CHAPTERS for t in _chapter_texts(p)]
+
+
+def oracle_called_a_bound(text: str) -> list[str]:
+    """Sentences that call the oracle an upper bound (or say it bounds something) without
+    denying it."""
+    out = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\\n", text):
+        if re.search(r"oracle", sentence, re.I) and re.search(r"upper bound|\bbounds\b", sentence) \
+                and not re.search(r"\bnot\b[^.]{0,60}\bbound", sentence):
+            out.append(" ".join(sentence.split())[:160])
+    return out
+
+
+def test_the_oracle_is_not_an_upper_bound_here_and_no_text_calls_it_one():
+    t = results_table(root=EXPERIMENTS)
+    beaten = [d for d, g in t.groupby("dataset")
+              if g[g.method != "oracle"].f1.max() > g[g.method == "oracle"].f1.max()]
+    assert beaten, "no run is above the oracle's F1 any more: revisit this test's premise"
+    found = [f"{where}: {s}" for where, text in _prose() for s in oracle_called_a_bound(text)]
+    assert not found, "the oracle is a greedy reference, not a bound:\n" + "\n".join(found)
+
+
+def test_the_oracle_wording_check_catches_the_old_sentences():
+    assert oracle_called_a_bound("The oracle: an upper bound that reads the gold labels.")
+    assert oracle_called_a_bound("The oracle bounds what evidence control could reach.")
+    assert not oracle_called_a_bound("The oracle is a heuristic, not an upper bound on F1.")
+
+
+def test_no_chapter_speaks_of_issue_numbers_or_shows_a_literal_glue_role():
+    issues = [w for p in CHAPTERS for w, t in _chapter_texts(p)
+              if re.search(r"\b[Ii]ssues? #?\d+", t)]
+    glue = [w for p in CHAPTERS for w, t in _chapter_texts(p)
+            if w.endswith("output") and "{glue:" in t]
+    assert not issues, f"a reader has no issue tracker: {issues}"
+    assert not glue, f"an output shows an unrendered glue role: {glue}"

@@ -1,5 +1,5 @@
 """What the experiments found, as tables and sentences computed from the committed runs
-(chapter 12's headline, chapter 13's ablations, chapter 16's conclusions).
+(the results chapter and the diagnosis appendix read them).
 
 * :func:`headline_table`: per dataset x reader, each controller run (the paper's
   ``dynakrag``, the gain rule's ``dynakrag-gain``, the continuation rule's ``dynakrag-cont``)
@@ -505,7 +505,7 @@ def headline_markdown(table: pd.DataFrame, root: str | Path = EXPERIMENTS_DIR) -
     """The headline read as a Markdown list: a count of wins, ties and losses over the
     complete comparisons, then per row the verdict with its interval and token ratio, what
     the support did, and the same controller against uniform-valid and against the oracle
-    (which reads gold labels: an upper bound). Every result word is computed."""
+    (which reads gold labels: a reference, not an upper bound on F1). Every result word is computed."""
     made = table[table.n > 0]
     done = made[(made.status == "complete") & (made.baseline_status == "complete")]
     counts = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}

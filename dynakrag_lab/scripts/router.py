@@ -99,61 +99,7 @@ def run(args) -> dict:
 
 
 # -- the report --------------------------------------------------------------------------------
-def _ci(d: dict, fmt: str = "+.3f") -> str:
-    return f"{d['diff']:{fmt}} [{d['lo']:{fmt}}, {d['hi']:{fmt}}]"
-
-
-def _tok(d: dict) -> str:
-    return f"{d['diff']:+.0f}"
-
-
-def reading(res: dict) -> list[str]:
-    """Plain sentences generated from the numbers."""
-    per, pooled = res["per_dataset"], res["pooled"]
-    aucs = [v for r in per.values() for v in r["cv"]["auc"].values()]
-    out = [f"Training signal: out-of-fold AUC for \"multi-step beats one-shot\" is "
-           f"{min(aucs):.2f}-{max(aucs):.2f} over the datasets and models (nested "
-           + ", ".join(f"{d} {r['cv']['nested_auc']:.2f}" for d, r in per.items())
-           + "; one router on the three training sets together: "
-           + ", ".join(f"{k} {v:.2f}" for k, v in pooled["trained_together"]["auc"].items())
-           + "). " + ("That is chance: after one retrieval, the question's shape and the "
-                      "retrieval scores do not tell which questions the longer walk helps."
-                      if max(aucs) < 0.6 else "There is some ranking signal.")]
-    rnd = pooled["cv"]["against"]["random_same_rate"]["f1"]
-    out.append(f"Cross-validated (nested) routing, pooled: F1 {pooled['cv']['f1']:.3f} at a "
-               f"multi-step rate of {pooled['cv']['multi_rate']:.0%}; against a random router "
-               f"at each dataset's same rate {_ci(rnd)}"
-               + (" (no better than chance)" if rnd["lo"] <= 0 else " (better than chance)")
-               + ". What the router does is mostly pick the better constant per dataset: "
-               + "; ".join(f"{d}: multi-step on {r['cv']['nested']['multi_rate']:.0%}"
-                           for d, r in per.items()) + ".")
-    gaps = {d: (r["training"]["f1_multi_step"] - r["training"]["f1_one_shot"],
-                r["evaluation"]["against"][R.MULTI_STEP_RUN]["f1"]["mean_b"]
-                - r["evaluation"]["against"][R.ONE_SHOT_RUN]["f1"]["mean_b"])
-            for d, r in per.items()}
-    out.append("Label transfer: multi-step minus one-shot F1 is "
-               + "; ".join(f"{d} {a:+.3f} on the training paths (uniform walk) vs {b:+.3f} "
-                           f"on the evaluation runs (the controller's walk)"
-                           for d, (a, b) in gaps.items())
-               + ".")
-    flip = [d for d, (a, b) in gaps.items() if a <= 0 < b]
-    if flip:
-        out[-1] += (" On " + ", ".join(flip) + " the sign flips: the training label says the "
-                    "longer walk does not pay, the controller's walk does, so a router trained "
-                    "on these labels leans to one-shot where the evaluation rewards "
-                    "multi-step.")
-    pe = pooled["evaluation"]["against"]
-    out.append(f"Read once on the evaluation split (pooled, n = {pooled['evaluation']['n']}): "
-               f"routed F1 {pooled['evaluation']['f1']:.3f}, tokens "
-               f"{pooled['evaluation']['tokens']:.0f}; vs {R.MULTI_STEP_RUN} "
-               f"{_ci(pe[R.MULTI_STEP_RUN]['f1'])} ({pe[R.MULTI_STEP_RUN]['f1']['verdict']}), "
-               f"vs {R.ONE_SHOT_RUN} {_ci(pe[R.ONE_SHOT_RUN]['f1'])} "
-               f"({pe[R.ONE_SHOT_RUN]['f1']['verdict']}), vs the random router at the same "
-               f"rates {_ci(pe['random_same_rate']['f1'])}. The router's score against the "
-               f"evaluation's own \"multi-step beats one-shot\": AUC "
-               + ", ".join(f"{d} {r['evaluation']['auc']:.2f} ({r['evaluation']['helps_rate']:.0%}"
-                           f" positive)" for d, r in per.items()) + ".")
-    return out
+_ci, _tok, reading = R.ci, R.token_diff, R.reading
 
 
 def markdown(res: dict, command: str, seconds: float, args) -> str:
