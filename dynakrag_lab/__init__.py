@@ -5,7 +5,7 @@
 decide how it should be built:
 
 * :mod:`dynakrag_lab.report`: reading ``results/`` (tables, paired comparisons, the paper's
-  numbers, result plots, the headline and conclusions texts, the trace explorer) and the
+  numbers, result plots, the headline and the claims, the trace explorer) and the
   concept figures the book draws;
 * :mod:`dynakrag_lab.studies`: offline studies of the controller (the control diagnosis, the
   horizon and stop-target studies, answer labels, the answer stage, run behaviour);

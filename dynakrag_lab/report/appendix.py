@@ -38,7 +38,7 @@ from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, verdict
 from .headline import join_words, pair_rows, readers, short_names
 from .paper import DATASETS, paper_table
-from .results import is_partial, run_names, transfer_folder
+from .results import is_partial, run_names, run_status, transfer_folder
 
 __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
@@ -137,10 +137,34 @@ def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakra
                f"{len(survive)} remain ({join_words(_label(d) for d in survive.dataset)})."))
 
 
+def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
+                   run: str = "dynakrag", other: str = "uniform", upper: str = "oracle"
+                   ) -> pd.DataFrame:
+    """Per dataset of ``reader`` with complete ``upper``, ``run`` and ``other`` runs: the F1
+    difference ``upper - other`` (the oracle's headroom) with its paired interval, and
+    ``run - other`` with its interval and half-width (the resolution of the comparison at
+    this n). A partial run leaves its dataset out."""
+    rows = []
+    for d, g in readers(root):
+        if g != reader:
+            continue
+        pairs = [pair_rows(d, g, name, other, root) for name in (upper, run)]
+        if any(pt is None for pt in pairs) or any(
+                is_partial(run_status(d, g, name, root)["status"]) for name in (upper, run, other)):
+            continue
+        u, r = (pt.loc["f1"] for pt in pairs)
+        rows.append({"dataset": d, "n": int(r.n), "upper": float(u["diff"]),
+                     "upper_lo": float(u.lo), "upper_hi": float(u.hi), "run": float(r["diff"]),
+                     "run_lo": float(r.lo), "run_hi": float(r.hi),
+                     "half_width": float(r.hi - r.lo) / 2})
+    return pd.DataFrame(rows, columns=["dataset", "n", "upper", "upper_lo", "upper_hi", "run",
+                                       "run_lo", "run_hi", "half_width"])
+
+
 def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = "uniform",
                     upper: str = "oracle") -> str:
     """The oracle's F1 margin over ``other`` beside ``run``'s, per dataset (rows of
-    :func:`~.conclusions.headroom_table`), and where ``run``'s margin is the larger: there the
+    :func:`headroom_table`), and where ``run``'s margin is the larger: there the
     oracle, which chooses with the gold support labels, is visibly not an upper bound."""
     if headroom.empty:
         return f"No dataset has complete `{upper}`, `{run}` and `{other}` runs yet."
