@@ -44,8 +44,8 @@ READER = "qwen2.5-coder-1.5b"
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
 # The table's rows, in reading order: the two controllers, chance, the baselines, the bound.
-METHODS = ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3", "fixed_k6", "ircot",
-           "self_ask", "oracle")
+METHODS = ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3", "fixed_k6", "fixed_k12",
+           "ircot", "self_ask", "oracle")
 ACQUISITIONS = frozenset({"retrieve_more", "gap_query", "bridge_entity_expand",
                           "rewrite_query"})
 
@@ -157,18 +157,19 @@ def stop_shuffle(grid: StopGrid, depth: np.ndarray | None = None,
 def results_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
                   datasets: Sequence[str] = DATASETS,
                   methods: Sequence[str] = METHODS) -> pd.DataFrame:
-    """One row per (dataset, method): n, EM, F1, support recall, tokens, LLM and retrieval
-    calls (means over the questions the run answered), and F1 minus the continuation
+    """One row per (dataset, method): n, the run's status (``complete`` or ``partial: k of
+    N``), EM, F1, support recall, tokens, LLM and retrieval calls (means over the questions
+    the run answered), and F1 minus the continuation
     controller's, paired per question (a blank where the run is the controller itself)."""
     out = []
     for ds in datasets:
         base = _rows(ds, "dynakrag-cont", reader, root)
         for m in methods:
-            try:
-                rows = _rows(ds, m, reader, root)
-            except FileNotFoundError:
+            rows, status = read_run(ds, reader, m, root)
+            if not rows:
                 continue
-            rec = {"dataset": LABELS.get(ds, ds), "method": m, "n": len(rows)}
+            rec = {"dataset": LABELS.get(ds, ds), "method": m, "n": len(rows),
+                   "status": status["status"]}
             for k in ("em", "f1", "support_recall", "tokens", "llm_calls", "retrieval_calls"):
                 rec[k] = float(np.mean([r[k] for r in rows]))
             if m != "dynakrag-cont":

@@ -29,8 +29,10 @@ from .results import is_partial, load_predictions, run_names, run_status
 
 SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 OPERATING_POINT = "dynakrag-cont"
-OTHER_RUNS = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag", "oracle")
-STYLE = {"fixed_k3": ("s", "#636363"), "fixed_k6": ("s", "#969696"), "ircot": ("^", "#756bb1"),
+OTHER_RUNS = ("fixed_k3", "fixed_k6", "fixed_k12", "ircot", "self_ask", "uniform", "dynakrag",
+              "oracle")
+STYLE = {"fixed_k3": ("s", "#636363"), "fixed_k6": ("s", "#969696"),
+         "fixed_k12": ("s", "#cccccc"), "ircot": ("^", "#756bb1"),
          "self_ask": ("v", "#9e9ac8"), "uniform": ("D", "#e6550d"),
          "dynakrag": ("P", "#fd8d3c"), "oracle": ("*", "#31a354")}
 SCHEDULE_COLOR = "#3182bd"
