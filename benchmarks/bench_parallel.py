@@ -76,7 +76,7 @@ def evaluation_ids(dataset: str, data_dir: str | None, n: int) -> list[str]:
     the workers' ``build_setup(..., n_eval=N_EVAL, split_seed=SPLIT_SEED)``, taken from the
     data file alone through the CLI's split (``--n-eval``/``--split-seed``/``--limit``), so the
     parent loads no embedder, index or model."""
-    from dynakrag_lite.training.recipe import split_ids
+    from dynakrag_lite.pipeline import split_ids
     from dynakrag_lite.data.sources import load_dataset
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")

@@ -248,6 +248,7 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
 
 def run_method_rows(method: str, env, raw, policy, demos, questions: Sequence) -> list[dict]:
     """One row per question: the counters' differences around it, ledger and wall time."""
+    from dynakrag_lite.config import RunSettings
     from dynakrag_lite.experiments.run import run_method, score
     raw.llama.reset()  # start cold: the previous method's last prompt must not be reused
     rows = []
@@ -256,7 +257,7 @@ def run_method_rows(method: str, env, raw, policy, demos, questions: Sequence) -
         t0 = time.perf_counter()
         err, scored = None, None
         try:
-            scored = score(q, run_method(method, q, env, policy, None, 13, demos=demos))
+            scored = score(q, run_method(RunSettings(method=method), q, env, policy, demos))
         except Exception as e:  # one question's failure is recorded, as evaluate does
             err = f"{type(e).__name__}: {e}"[:500]
         wall = time.perf_counter() - t0

@@ -77,6 +77,10 @@ RUNS = {
     # (k = 4 never stops before the step cap: the always-continue schedule).
     **{f"dynakrag-cont-stop{k}": ["--method", "dynakrag", "--stop-after", str(k)]
        for k in (1, 2, 3, 4)},
+    # Uniform-valid stop-at-k schedules: uniform's random valid choices, the stop forced after
+    # k acquisitions; against dynakrag-cont-stop<k>, the learned choices at the same k.
+    **{f"uniform-stop{k}": ["--method", "uniform", "--stop-after", str(k)]
+       for k in (1, 2, 3, 4)},
 }
 GAIN_STOP, CONTINUATION = POLICY_VARIANT_SUFFIXES  # find_policies skips variants unless asked
 # The continuation variant is built from the saved trajectories without a model call: its

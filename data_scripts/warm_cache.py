@@ -57,6 +57,7 @@ from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: 
                                            training_recipe)
 from dynakrag_lite.experiments.fingerprint import (FingerprintError,  # noqa: E402
                                                    check_recorded_run)
+from dynakrag_lite.experiments.selection import selection_of  # noqa: E402
 from dynakrag_lite.experiments.folder import (PREDICTIONS_FILE, latest_rows,  # noqa: E402
                                               read_predictions)
 from dynakrag_lite.storage import relative_command  # noqa: E402
@@ -129,7 +130,7 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
     # The run's folder, read only: the checks its resume makes (same setup, same question
     # list), then its finished questions are skipped.
     try:
-        check_recorded_run(run.out, run.fingerprint(), run.options["selection"],
+        check_recorded_run(run.out, run.fingerprint(), selection_of(run.settings),
                            corpus=run.env.retriever.corpus)
     except FingerprintError as e:
         raise ValueError(f"{e}; warming for this command would fill the cache with calls "
@@ -145,11 +146,11 @@ def warm_evaluate(own: argparse.Namespace, args: argparse.Namespace, argv: list[
     if not todo:  # the run is past the slice: no folder, no call
         print(json.dumps({**report, "seconds": round(time.perf_counter() - t0, 1)}))
         return 0
-    info = {**run.options["run_info"],
+    info = {**run.run_info,
             "command": relative_command(["data_scripts/warm_cache.py", *argv],
                                         prefix="python"),
             "warms": {"out": relative_command([str(run.out)], prefix=""),
-                      "command": run.options["run_info"]["command"]}}
+                      "command": run.run_info["command"]}}
     summary = run.run(todo, scratch, run_info=info)
     print(json.dumps({**report, "errors": summary.get("errors"),
                       "seconds": round(time.perf_counter() - t0, 1)}))

@@ -1,5 +1,8 @@
-"""Budgets, switches and the environment the actions run in (chapters 4-5).
+"""A run's settings, budgets, switches and the environment the actions run in (chapters 4-5).
 
+:class:`RunSettings`: every setting of one ``train`` or ``evaluate`` run, built once from the
+command line and passed whole (as FlashRAG's one ``Config``) to the setup, the choosers, the
+evaluation loop, the fingerprint and the training recipe.
 :class:`ControlConfig` holds the paper's budgets (top-3 new documents per retrieval action,
 at most 12 documents and 4 steps, optional retrieval cap) and the ablation switches.
 :class:`Environment` carries what actions use but a state must not hold, as loaded objects
@@ -9,12 +12,13 @@ labels are never in either.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
+from .ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from .compression import ExtractiveCompressor
 from .generators.base import Generation, Generator
-from .retriever import Retriever
+from .retriever import DEFAULT_EMBEDDER, Retriever
 from .state import EvidenceState
 
 
@@ -61,6 +65,84 @@ class ControlConfig:
             kw.setdefault("fact_table", True)
             kw.setdefault("max_snippets", 12)
         return cls(**kw)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every setting of one run: one field per flag of ``train`` and ``evaluate``, named as
+    the flag's argparse destination; the defaults are the flags' defaults."""
+    # which questions and which index (--data ... --limit)
+    data: str | None = None  # a JSONL path or a dataset name
+    data_dir: str | None = None
+    corpus: str | None = None  # own corpus JSONL (default: pooled from the data)
+    embedder: str = DEFAULT_EMBEDDER
+    index_dir: str | None = None
+    index_factory: str | None = None
+    index_mmap: bool = False
+    nprobe: int = DEFAULT_NPROBE
+    ef_search: int = DEFAULT_EF_SEARCH
+    vectors: str | None = None
+    split: str = "eval"  # train | eval | all
+    n_eval: int = 100
+    split_seed: int = 0
+    offset: int = 0
+    limit: int | None = None
+    # the environment's budgets and switches (control_config)
+    no_compression: bool = False
+    no_sufficiency: bool = False
+    retrieval_cap: int | None = None
+    max_steps: int = 4
+    max_docs: int = 12
+    per_action: int = 3
+    doc_chars: int = 600  # 0: whole documents
+    compressor: str = "llm"
+    selector: str | None = None  # the extractive compressor's sentence selector file
+    answer_docs_up_to: int = 0
+    generator: str | None = None
+    seed: int = 13
+    workers: int = 1  # questions run at once (not part of a run's fingerprint)
+    # evaluate: the method and its decision settings (None: the policy's own)
+    method: str | None = None
+    policy: str | None = None
+    out: str | None = None  # evaluate's run folder; train's policy file
+    fixed_k: int | None = None
+    lam: float | None = None  # train: fixed, no tuning
+    veto_threshold: float | None = None  # train: fixed, no tuning
+    stop_after: int | None = None  # dynakrag and uniform: stop after K acquisitions
+    # train (dynakrag_lite.training.recipe)
+    trees: int = 300
+    min_leaf: int = 8
+    continuation_target: str = "f1"  # f1 | sr | onestep
+    continuation_questions: int = 0  # answer calls on the first N questions (0 = all)
+    sufficiency_signal: str = "auto"
+    sufficiency_rule: str = "youden"
+    calibration_questions: int = 100  # questions whose states score the LLM signals (0 = all)
+    tune_folds: int = 5  # 0 or 1: no cross-validation
+    tune_metric: str | None = None  # f1 | sr (default: f1 for the f1 target, else sr)
+    lambdas: tuple[float, ...] = ()  # (): the stop rule's grid
+    veto_thresholds: tuple[float, ...] = ()  # (): VETO_GRID
+    stop_rule: str = "level"
+    token_price: float = 0.0  # tuning objective: metric - token_price * tokens
+    save_data: str | None = None  # also write the trajectories here
+    from_data: str | None = None  # collect nothing: read them from here
+    answer_labels: str | None = None  # with from_data: answer F1s merged in
+    argv: tuple[str, ...] = ()  # the command line, for the records
+
+    @classmethod
+    def from_args(cls, args: Any) -> "RunSettings":
+        """The settings of a parsed command line (an ``argparse.Namespace``): each field it
+        has; a command without the flag (``index`` has no budgets) keeps the default."""
+        given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+        return cls(**{**given, "argv": tuple(given.get("argv", ()))})
+
+    def control_config(self, dataset: str) -> "ControlConfig":
+        """The environment's budgets and switches for ``dataset``."""
+        return ControlConfig.for_dataset(
+            dataset, use_compression=not self.no_compression,
+            use_sufficiency=not self.no_sufficiency, retrieval_cap=self.retrieval_cap,
+            max_steps=self.max_steps, max_docs=self.max_docs, per_action=self.per_action,
+            doc_chars=self.doc_chars or None, compressor=self.compressor,
+            answer_docs_up_to=self.answer_docs_up_to)
 
 
 class StateEstimator(Protocol):

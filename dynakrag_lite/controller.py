@@ -22,7 +22,7 @@ from typing import Protocol
 
 from .actions import answer, apply_action, compress_answer_evidence, stop_answer
 from .config import Environment
-from .state import EvidenceState, initial_state
+from .state import RETRIEVAL_ACTIONS, EvidenceState, initial_state
 from .validity import cap_hit, valid_actions
 
 
@@ -72,13 +72,19 @@ class Chooser(Protocol):
 
 class UniformChooser:
     """Uniform-valid controller (paper ablation): a seeded random valid action, fixed horizon:
-    it never chooses stop_answer itself, so it runs until a cap forces the stop."""
+    it never chooses stop_answer itself, so it runs until a cap forces the stop. With
+    ``stop_after`` K (``evaluate --method uniform --stop-after K``) it stops once K
+    acquisitions were made, as the learned policy's stop-at-K schedule does."""
     name = "uniform"
 
-    def __init__(self, seed: int = 13):
+    def __init__(self, seed: int = 13, stop_after: int | None = None):
         self.seed = seed
+        self.stop_after = stop_after
 
     def choose(self, state, valid):
+        if self.stop_after is not None and "stop_answer" in valid and \
+                sum(a in RETRIEVAL_ACTIONS for a in state.history) >= self.stop_after:
+            return "stop_answer", {"stop_answer": {"schedule": float(self.stop_after)}}
         # Seeded per question and step, so a resumed run makes the same choices.
         rng = random.Random(f"{self.seed}|{state.question}|{len(state.history)}")
         options = [a for a in valid if a != "stop_answer"] or list(valid)

@@ -6,15 +6,18 @@ experiments and every chapter start from (chapter 4 first).
     setup.env, setup.questions, setup.train, setup.eval
 
 Everything the environment needs is loaded here, once: the actions never read a file.
+:func:`run_setup` builds it from a run's :class:`~dynakrag_lite.config.RunSettings` (what
+``train`` and ``evaluate`` do) and cuts the run's questions from the split.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from .compression import ExtractiveCompressor, SentenceSelector, load_selector
-from .config import ControlConfig, Environment
+from .config import ControlConfig, Environment, RunSettings
 from .data.corpus import Corpus
 from .data.schema import Question
 from .data.sources import load_dataset, split_questions
@@ -89,3 +92,46 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                       compressor=compressor)
     train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
     return Setup(name, questions, corpus, env, train, evals)
+
+
+def _cut(qs: list, split: str, offset: int | None, limit: int | None) -> list:
+    """``qs`` (the ``split`` part) from ``offset``, at most ``limit``; ValueError for an
+    offset outside it, or an empty split (a file too small to hold questions out)."""
+    if not qs:
+        raise ValueError(f"--split {split}: no questions in that part of the file (--n-eval "
+                         "holds out at most half of it)")
+    offset = offset or 0
+    if offset < 0 or (offset and offset >= len(qs)):
+        raise ValueError(f"--offset {offset}: the {split} split has {len(qs)} questions")
+    qs = qs[offset:]
+    return qs[:limit] if limit else qs
+
+
+def run_setup(s: RunSettings) -> tuple[Setup, list[Question]]:
+    """(setup, the run's questions): :func:`build_setup` of the settings' data, index, split
+    and generator, the environment configured by ``s.control_config``, the sentence selector
+    loaded for the extractive compressor only, and the ``split`` part of the questions cut by
+    ``offset`` and ``limit``."""
+    setup = build_setup(s.data, generator=s.generator, data_dir=s.data_dir,
+                        embedder=s.embedder, n_eval=s.n_eval, split_seed=s.split_seed,
+                        corpus_file=s.corpus, index_dir=s.index_dir,
+                        index_factory=s.index_factory, index_mmap=s.index_mmap,
+                        nprobe=s.nprobe, ef_search=s.ef_search, vectors_path=s.vectors,
+                        selector=s.selector if s.compressor == "extractive" else None)
+    setup.env.config = s.control_config(setup.dataset)
+    if s.split != "all" and s.n_eval > len(setup.eval):  # capped at half: say so
+        print(f"note: --n-eval {s.n_eval} is more than half of the {len(setup.questions)} "
+              f"questions of {s.data}; {len(setup.eval)} are held out for evaluation",
+              file=sys.stderr)
+    qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[s.split]
+    return setup, _cut(qs, s.split, s.offset, s.limit)
+
+
+def split_ids(questions: list[Question], split: str, n_eval: int, split_seed: int,
+              offset: int | None, limit: int | None) -> tuple[list[str], list[str]]:
+    """(ids of the questions a run with these split options takes, in order; ids of the
+    split's evaluation questions): the split build_setup makes, then offset/limit as
+    :func:`run_setup` cuts it; from the questions alone (no index, no model)."""
+    train, evals = split_questions(questions, min(n_eval, len(questions) // 2), split_seed)
+    qs = {"train": train, "eval": evals, "all": questions}[split]
+    return [q.id for q in _cut(qs, split, offset, limit)], [q.id for q in evals]

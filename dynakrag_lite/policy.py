@@ -58,6 +58,7 @@ import numpy as np
 import sklearn
 from sklearn.ensemble import RandomForestRegressor
 
+from .config import RunSettings
 from .features import FEATURE_NAMES, STATE_FEATURE_NAMES, heuristic_cost, phi, state_features
 from .forest import flat_forest_for
 from .retriever import _OFFLINE_ALIASES
@@ -253,12 +254,18 @@ class Policy:
     # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
     sufficiency: object | None = None
 
-    def configure(self, env):
+    def configure(self, env, settings: RunSettings | None = None):
         """Make ``env``'s sufficiency_check use this policy's calibrated signal (no-op for a
-        policy without one); returns ``env``. Call it before a run (and before its
-        fingerprint: the signal enters ``env.config``)."""
+        policy without one) and take the run's decision settings (``lam``,
+        ``veto_threshold``, ``stop_after`` of ``settings`` that are given; the others stay
+        the trained ones); returns ``env``. Call it before a run (and before its fingerprint:
+        the signal enters ``env.config``, the decision settings the policy's record)."""
         if self.sufficiency is not None:
             self.sufficiency.configure(env)
+        for name in ("lam", "veto_threshold", "stop_after"):
+            value = getattr(settings, name, None)
+            if value is not None:
+                setattr(self, name, value)
         return env
 
     # -- selection ---------------------------------------------------------------------

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from dynakrag_lite.config import RunSettings
 from dynakrag_lite.generators.cache import CallCache
-from dynakrag_lite.experiments.cli import main
+from dynakrag_lite.experiments.cli import build_parser, main
 from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from helpers import require_model
 
@@ -33,6 +34,18 @@ def test_bad_data_file_gives_one_line_error_and_exit_2(tmp_path, capsys):
 def test_unknown_generator_spec_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "generate", "--generator", "gpt-17", "--prompt", "hi")
     assert code == 2 and "unknown generator spec" in err
+
+
+@pytest.mark.parametrize("command, own", [
+    ("train", {"out": "p.joblib", "split": "train"}), ("evaluate", {"method": "uniform"})])
+def test_run_settings_defaults_are_the_flags_defaults(command, own):
+    """The one settings object of a run (RunSettings.from_args) holds the command line's
+    defaults, and RunSettings' own defaults are the same (a Python caller gets what the
+    command line runs)."""
+    args = build_parser().parse_args([command, "--data", "library", "--generator", "g",
+                                      *[x for k, v in own.items() if k != "split"
+                                        for x in (f"--{k}", v)]])
+    assert RunSettings.from_args(args) == RunSettings(data="library", generator="g", **own)
 
 
 def test_policy_with_a_method_that_has_no_controller_is_refused(capsys, tmp_path):

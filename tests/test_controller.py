@@ -13,7 +13,8 @@ from dynakrag_lite.data.corpus import Corpus, gold_titles
 from dynakrag_lite.data.schema import Paragraph, Question
 from dynakrag_lite.features import FEATURE_NAMES, phi
 from dynakrag_lite.policy import CostModel, Policy, PolicyError, train_policy
-from dynakrag_lite.state import ACTIONS, EvidenceState, RetrievedDoc, initial_state
+from dynakrag_lite.state import (ACTIONS, RETRIEVAL_ACTIONS, EvidenceState, RetrievedDoc,
+                                 initial_state)
 from dynakrag_lite.oracle import OracleChooser
 from dynakrag_lite.trajectories import collect, label
 from dynakrag_lite.validity import valid_actions
@@ -70,6 +71,23 @@ def test_uniform_controller_runs_to_fixed_horizon(library_questions, library_ret
     env = Environment(library_retriever, ScriptedGenerator(), ControlConfig())
     res = run_controller(library_questions[0].question, env, UniformChooser(1))
     assert res.state.steps == env.config.max_steps or len(res.state.docs) == 12
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_uniform_stop_after_k_stops_at_the_k_th_acquisition_with_the_same_choices(
+        library_questions, library_retriever, k):
+    """evaluate --method uniform --stop-after K: the fixed horizon's seeded choices, cut by
+    stop_answer once K acquisitions were made (budgets wide enough that no cap comes first)."""
+    env = Environment(library_retriever, ScriptedGenerator(),
+                      ControlConfig(max_steps=8, max_docs=40))
+    for q in library_questions[:4]:
+        horizon = [t.action for t in run_controller(q.question, env, UniformChooser(1)).trace]
+        cut = run_controller(q.question, env, UniformChooser(1, stop_after=k)).trace
+        acts = [t.action for t in cut if t.action != "compress_answer_evidence"]
+        assert acts[-1] == "stop_answer"
+        assert cut[len(acts) - 1].scores == {"stop_answer": {"schedule": float(k)}}
+        assert sum(a in RETRIEVAL_ACTIONS for a in acts) == k
+        assert acts[:-1] == horizon[:len(acts) - 1]
 
 
 class FixedValues:

@@ -24,7 +24,7 @@ import pytest
 from helpers import ScriptedGenerator
 
 import dynakrag_lite.pipeline as pipeline_mod
-from dynakrag_lite.config import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment, RunSettings
 from dynakrag_lite.data.corpus import Corpus
 from dynakrag_lite.experiments.fingerprint import (FingerprintError, corpus_sha256, prompts_digest,
     run_fingerprint)
@@ -35,6 +35,7 @@ from dynakrag_lite.experiments.run import SUMMARY_KEYS, evaluate
 from dynakrag_lite.experiments.selection import question_selection
 from dynakrag_lite.experiments.diagnostics import diagnostics, trace_diagnostics
 from dynakrag_lite.generators.base import GeneratorError
+from dynakrag_lite.state import RETRIEVAL_ACTIONS
 from dynakrag_lite.storage import LockedError
 
 TESTS = Path(__file__).resolve().parent
@@ -324,7 +325,7 @@ def test_fingerprint_records_the_setup(tmp_path, monkeypatch):
     # credentials in a generator spec never reach the record
     env.generator.spec = "openai:gpt-4o-mini@https://user:s3cret@host/v1"
     env.generator.model_id = "gpt-4o-mini@https://user:s3cret@host/v1"
-    assert "s3cret" not in json.dumps(run_fingerprint("fixed_k", env))
+    assert "s3cret" not in json.dumps(run_fingerprint(RunSettings(method="fixed_k"), env))
     # a prompt that reads otherwise is another setup
     import dynakrag_lite.prompts as prompts
     monkeypatch.setattr(prompts, "SYSTEM", prompts.SYSTEM + " Be brief.")
@@ -378,6 +379,35 @@ def split_cli(monkeypatch, capsys, tmp_path):
         code = cli_main([*SPLIT_RUN, *flags, "--out", str(tmp_path / "run")])
         return code, capsys.readouterr().err
     return go
+
+
+# -- uniform-valid stop-after-K schedules (evaluate --method uniform --stop-after K) ----------
+UNIFORM_RUN = ["evaluate", "--data", "library", "--method", "uniform", "--generator", "scripted",
+               "--n-eval", "10", "--limit", "3"]
+
+
+def test_uniform_stop_after_stops_at_k_and_enters_only_its_own_fingerprint(
+        monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(pipeline_mod, "make_generator",
+                        lambda spec, cache=True, **kw: ScriptedGenerator())
+    assert cli_main([*UNIFORM_RUN, "--out", str(tmp_path / "plain")]) == 0
+    assert cli_main([*UNIFORM_RUN, "--stop-after", "1", "--out", str(tmp_path / "stop1")]) == 0
+    plain = json.loads((tmp_path / "plain" / "run.json").read_text())["fingerprint"]
+    stop1 = json.loads((tmp_path / "stop1" / "run.json").read_text())["fingerprint"]
+    # without the flag, the fingerprint committed uniform folders record: no stop_after
+    assert "stop_after" not in plain and stop1 == {**plain, "stop_after": 1}
+    for row in lines_of(tmp_path / "stop1" / "predictions.jsonl"):
+        acts = [t["action"] for t in row["trace"] if t["action"] != "compress_answer_evidence"]
+        assert acts[-1] == "stop_answer" and row["trace"][len(acts) - 1]["scores"] == {
+            "stop_answer": {"schedule": 1.0}}
+        assert sum(a in RETRIEVAL_ACTIONS for a in acts) == 1
+    capsys.readouterr()
+    assert cli_main([*UNIFORM_RUN, "--out", str(tmp_path / "stop1")]) == 2  # another setup
+    assert "stop_after: 1 -> '(absent)'" in capsys.readouterr().err
+    code = cli_main(["evaluate", "--data", "library", "--method", "fixed_k", "--stop-after", "2",
+                     "--generator", "scripted", "--out", str(tmp_path / "fk")])
+    assert code == 2 and "--stop-after is for dynakrag and uniform, not fixed_k" in \
+        capsys.readouterr().err and not (tmp_path / "fk").exists()
 
 
 def folder_files(folder: Path) -> dict[str, bytes]:

@@ -58,3 +58,23 @@ def test_committed_training_snapshot_is_merged_into_the_active_cache(mx, monkeyp
     _train_command(mx, monkeypatch, tmp_path, "smollm2-135m")
     with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
         assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 1
+
+
+def test_uniform_stop_k_runs_are_uniform_s_command_with_a_stop_after_k(mx, monkeypatch):
+    """uniform-stop<k> (k = 1..4): the uniform run's command (the generator's own policy for
+    the sufficiency signal, the extractive compressor) plus --stop-after k, each into its own
+    folder, as dynakrag-cont-stop<k> are the continuation policy's."""
+    seen: list[list[str]] = []
+    monkeypatch.setattr(mx, "run", lambda args, log: seen.append(args) or 0)
+    runs = ["uniform"] + [f"uniform-stop{k}" for k in (1, 2, 3, 4)]
+    monkeypatch.setattr(sys, "argv", [
+        "main_experiment.py", "--dataset", "hotpotqa", "--generator", "qwen2.5-coder-1.5b",
+        "--n-eval", "150", "--eval-limit", "150", "--runs", ",".join(runs),
+        "--data-dir", "../shared/data"])
+    assert mx.main() == 0
+    uniform, *stops = seen
+    for k, cmd in zip((1, 2, 3, 4), stops):
+        out = cmd.index("--out")
+        assert cmd[out + 1].endswith(f"hotpotqa/qwen2.5-coder-1.5b/uniform-stop{k}")
+        assert cmd[:out] == [*uniform[:uniform.index("--policy")], "--stop-after", str(k),
+                             *uniform[uniform.index("--policy"):uniform.index("--out")]]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from dynakrag_lite.config import RunSettings
 from dynakrag_lite.experiments import run as experiments
 from dynakrag_lite.generators import CachedGenerator, CallCache, ReplayMissError
 from helpers import ScriptedGenerator, require_model
@@ -61,7 +62,8 @@ def test_a_replay_miss_stops_the_run_instead_of_writing_an_error_row(monkeypatch
 
     monkeypatch.setattr(experiments, "run_method", miss)
     with pytest.raises(ReplayMissError, match=f"question {q.id}"):
-        experiments._run_question(q, "fixed_k", None, None, 3, 0, None)
+        experiments._run_question(q, RunSettings(method="fixed_k", fixed_k=3, seed=0), None,
+                                  None, None)
 
 
 def test_evaluate_replay_only_flag_exits_with_the_question(capsys, tmp_path, monkeypatch):

@@ -46,29 +46,31 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..ann import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from ..training.concurrency import check_workers
-from ..config import Environment
+from ..config import Environment, RunSettings
 from ..data.corpus import gold_titles
 from ..data.schema import DataError, Question
 from ..data.sources import data_sha256
-from ..demonstrations import build_ircot_demos
+from ..demonstrations import Demonstrations, build_ircot_demos
 from ..generators import models
 from ..generators.base import REPLAY_ONLY_ENV, GeneratorError
 from ..generators.cache import CacheError
 from ..generators.models import ModelError
 from ..generators.spec import make_generator
 from ..metrics import support_recall
+from ..pipeline import run_setup
 from ..policy import STOP_RULES, Policy, PolicyError, check_policy
 from ..storage import LockedError, redact, relative_command
 from ..sufficiency import SIGNAL_CHOICES
-from ..training.recipe import DataOptions, TrainingRecipe, build_run_setup, train
+from ..training.recipe import train
 from .artifacts import default_policy_path, display_path, register_policy
 from .folder import output_problem
 from .maintenance import add_maintenance_commands
-from .run import METHODS, FailedQuestionsWarning, evaluate, evaluation_fingerprint
+from .fingerprint import run_fingerprint
+from .run import METHODS, FailedQuestionsWarning, evaluate
 from .selection import NON_NEGATIVE, add_split_options, selection_of
 
 
@@ -109,38 +111,22 @@ def _add_control(p: argparse.ArgumentParser) -> None:
                    "dynakrag_lab/scripts/answer_stage.py)")
 
 
-def data_options(args: argparse.Namespace) -> DataOptions:
-    """The data, index and split options of a parsed command."""
-    return DataOptions(data=args.data, data_dir=args.data_dir, corpus=args.corpus,
-                       embedder=args.embedder, index_dir=args.index_dir,
-                       index_factory=args.index_factory, index_mmap=args.index_mmap,
-                       nprobe=args.nprobe, ef_search=args.ef_search, vectors=args.vectors,
-                       split=args.split, n_eval=args.n_eval, split_seed=args.split_seed,
-                       offset=args.offset, limit=args.limit)
-
-
-def control_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``ControlConfig.for_dataset`` keyword arguments of train's and evaluate's flags."""
-    return dict(use_compression=not args.no_compression,
-                use_sufficiency=not args.no_sufficiency, retrieval_cap=args.retrieval_cap,
-                max_steps=args.max_steps, max_docs=args.max_docs, per_action=args.per_action,
-                doc_chars=args.doc_chars or None, compressor=args.compressor,
-                answer_docs_up_to=args.answer_docs_up_to)
-
-
-def _check_control_args(args: argparse.Namespace) -> None:
+def _check_settings(s: RunSettings) -> None:
     """Flag combinations that cannot run, refused before anything is indexed or loaded."""
-    if args.compressor == "extractive" and not args.selector:
+    check_workers(s.workers, s.generator)  # from the spec
+    if s.compressor == "extractive" and not s.selector:
         raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
                          "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
                          "dynakrag_lab/scripts/compression_diagnostics.py)")
-    if args.answer_docs_up_to < 0:
-        raise ValueError(f"--answer-docs-up-to {args.answer_docs_up_to}: a number of documents, "
+    if s.answer_docs_up_to < 0:
+        raise ValueError(f"--answer-docs-up-to {s.answer_docs_up_to}: a number of documents, "
                          "0 or more")
-    if args.selector and not Path(args.selector).is_file():
-        raise ValueError(f"--selector {args.selector}: no such file")
-    if args.policy and args.method not in ("dynakrag", "uniform", "oracle"):
-        raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {args.method}")
+    if s.selector and not Path(s.selector).is_file():
+        raise ValueError(f"--selector {s.selector}: no such file")
+    if s.policy and s.method not in ("dynakrag", "uniform", "oracle"):
+        raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {s.method}")
+    if s.stop_after is not None and s.method not in ("dynakrag", "uniform"):
+        raise ValueError(f"--stop-after is for dynakrag and uniform, not {s.method}")
 
 
 def _check_out(out: str | Path, folder: bool) -> None:
@@ -166,24 +152,15 @@ def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) 
                          "scripts/compression_diagnostics.py --n-eval N)")
 
 
-def _setup(args: argparse.Namespace, generator: str | None = None):
-    """(setup, the command's questions): :func:`~dynakrag_lite.training.recipe.
-    build_run_setup` of its options (train and evaluate configure the environment with their
-    control flags; index and retrieval-eval take none)."""
-    control = control_options(args) if "no_compression" in args else None
-    # the extractive compressor's selector, loaded once by build_setup into env.compressor
-    selector = args.selector if control and control["compressor"] == "extractive" else None
-    return build_run_setup(data_options(args), generator, control, selector=selector)
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in str(text).split(",") if x.strip()]
+def _floats(text: str) -> tuple[float, ...]:
+    """An argparse type: a comma-separated grid of numbers."""
+    return tuple(float(x) for x in str(text).split(",") if x.strip())
 
 
 # -- commands ----------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    setup, _ = _setup(args)
+    setup, _ = run_setup(RunSettings.from_args(args))
     r = setup.retriever
     print(json.dumps({"documents": len(setup.corpus), "index_dir": str(r.index_dir),
                       "index_factory": r.index_factory or "Flat", "mmapped": r.mmapped,
@@ -198,7 +175,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_retrieval_eval(args: argparse.Namespace) -> int:
-    setup, questions = _setup(args)
+    setup, questions = run_setup(RunSettings.from_args(args))
     ks = [int(k) for k in str(args.k).split(",")]
     hits = setup.retriever.search_many([q.question for q in questions], max(ks))
     out = {"dataset": setup.dataset, "n": len(questions), "documents": len(setup.corpus),
@@ -220,26 +197,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def training_recipe(args: argparse.Namespace) -> TrainingRecipe:
-    """The recipe of a ``train`` command (its parsed ``args``), its flags checked first: what
-    :func:`cmd_train` runs, and whose :func:`~dynakrag_lite.training.recipe.training_setup` a
-    process warming the cache for that run (data_scripts/warm_cache.py train) builds."""
-    check_workers(args.workers, args.generator)  # from the spec: before anything is loaded
-    _check_control_args(args)
-    _check_out(args.out, folder=False)  # the policy file: before hours of collection
-    return TrainingRecipe(
-        data=data_options(args), generator=args.generator, out=args.out,
-        control=control_options(args), seed=args.seed, trees=args.trees,
-        min_leaf=args.min_leaf, continuation_target=args.continuation_target,
-        continuation_questions=args.continuation_questions,
-        sufficiency_signal=args.sufficiency_signal, sufficiency_rule=args.sufficiency_rule,
-        calibration_questions=args.calibration_questions, tune_folds=args.tune_folds,
-        tune_metric=args.tune_metric, lambdas=_floats(args.lambdas),
-        veto_thresholds=_floats(args.veto_thresholds), stop_rule=args.stop_rule,
-        token_price=args.token_price,
-        lam=args.lam, veto_threshold=args.veto_threshold, save_data=args.save_data,
-        from_data=args.from_data, answer_labels=args.answer_labels, workers=args.workers,
-        argv=list(args.argv))
+def training_recipe(args: argparse.Namespace) -> RunSettings:
+    """The settings of a ``train`` command (its parsed ``args``), its flags checked first:
+    what :func:`cmd_train` runs, and whose :func:`~dynakrag_lite.training.recipe.
+    training_setup` a process warming the cache for that run (data_scripts/warm_cache.py
+    train) builds."""
+    s = RunSettings.from_args(args)
+    _check_settings(s)
+    _check_out(s.out, folder=False)  # the policy file: before hours of collection
+    return s
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -257,62 +223,79 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 @dataclass
 class EvaluationSetup:
-    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its questions in order,
-    its run folder, and every other argument it passes to :func:`experiments.run.evaluate`
-    (``options``: method, env, policy, dataset, generator, fixed_k, seed, run_info,
-    data_sha256, policy_sha256, summary_extra, demos, workers, selection)."""
+    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its settings, its
+    questions in order, its run folder and what was built from them (the environment, the
+    policy configured with the settings, IRCoT's demonstrations); ``extra`` goes into the
+    summary (the policy's and the selector's provenance, warnings, the demonstrations)."""
+    settings: RunSettings
     questions: list[Question]
     out: Path
-    options: dict
+    env: Environment
+    dataset: str
+    policy: Policy | None
+    demos: Demonstrations | None
+    extra: dict
+    data_sha256: str | None
 
     @property
-    def env(self) -> Environment:
-        return self.options["env"]
+    def policy_sha256(self) -> str | None:
+        return self.extra["policy"]["sha256"] if "policy" in self.extra else None
+
+    @property
+    def run_info(self) -> dict:
+        """The summary's ``"run"`` block: the command, the generator, the environment's
+        config."""
+        return {"command": relative_command(self.settings.argv),
+                "generator_model_id": redact(self.env.generator.model_id),
+                "config": dict(self.env.config.__dict__)}
 
     def fingerprint(self) -> dict:
         """The fingerprint the run records in ``out/run.json``."""
-        o = self.options
-        return evaluation_fingerprint(self.questions, o["method"], o["env"], policy=o["policy"],
-                                      policy_sha256=o["policy_sha256"],
-                                      data_sha256=o["data_sha256"], fixed_k=o["fixed_k"],
-                                      seed=o["seed"], demos=o["demos"])
+        return run_fingerprint(self.settings, self.env, policy=self.policy,
+                               policy_sha256=self.policy_sha256, data_sha256=self.data_sha256,
+                               demos=self.demos, questions=self.questions)
 
-    def run(self, questions=None, out: str | Path | None = None, **changes) -> dict:
-        """:func:`experiments.run.evaluate` of this setup, on ``questions`` into ``out`` when given
-        (a subset run makes the calls the whole run makes for those questions: every choice
-        is seeded per question, IRCoT's demonstrations were drawn for the whole list), with
-        ``changes`` to the other arguments."""
+    def run(self, questions=None, out: str | Path | None = None,
+            run_info: dict | None = None) -> dict:
+        """:func:`experiments.run.evaluate` of this setup, on ``questions`` into ``out`` with
+        ``run_info`` when given (a subset run makes the calls the whole run makes for those
+        questions: every choice is seeded per question, IRCoT's demonstrations were drawn
+        for the whole list)."""
         return evaluate(self.questions if questions is None else list(questions),
-                        out_dir=self.out if out is None else Path(out),
-                        **{**self.options, **changes})
+                        self.settings, self.env, self.out if out is None else Path(out),
+                        self.policy, self.dataset, run_info=run_info or self.run_info,
+                        data_sha256=self.data_sha256, policy_sha256=self.policy_sha256,
+                        summary_extra=self.extra, demos=self.demos,
+                        # which questions: compared on resume, apart from the fingerprint
+                        selection=selection_of(self.settings))
 
 
 def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
-    """The questions, folder and setup of an ``evaluate`` command (its parsed ``args``), every
-    check made: what :func:`cmd_evaluate` runs, and what a process warming the LLM cache for
-    that run (data_scripts/warm_cache.py evaluate) must build."""
-    _check_control_args(args)
-    check_workers(args.workers, args.generator)  # from the spec: before any model is loaded
-    if args.out:  # before anything is indexed or loaded (the default folder: below)
-        _check_out(args.out, folder=True)
+    """The settings, questions, folder and setup of an ``evaluate`` command (its parsed
+    ``args``), every check made: what :func:`cmd_evaluate` runs, and what a process warming
+    the LLM cache for that run (data_scripts/warm_cache.py evaluate) must build."""
+    s = RunSettings.from_args(args)
+    _check_settings(s)
+    if s.out:  # before anything is indexed or loaded (the default folder: below)
+        _check_out(s.out, folder=True)
     policy, path = None, None
-    if args.policy:  # fail fast, before indexing anything
-        path = Path(args.policy)
+    if s.policy:  # fail fast, before indexing anything
+        path = Path(s.policy)
         policy = Policy.load(path)
-    setup, eval_qs = _setup(args, args.generator)
+    setup, eval_qs = run_setup(s)
     dataset, env = setup.dataset, setup.env
-    if args.method == "dynakrag" and policy is None:
-        path = default_policy_path(dataset, args.generator)
+    if s.method == "dynakrag" and policy is None:
+        path = default_policy_path(dataset, s.generator)
         policy = Policy.load(path)
-    check_selector(env, args.selector, [q.id for q in eval_qs])
+    check_selector(env, s.selector, [q.id for q in eval_qs])
     extra = {}
     if env.compressor is not None:  # what the run's evidence lines depend on
-        extra["selector"] = {"path": display_path(args.selector),
+        extra["selector"] = {"path": display_path(s.selector),
                              "sha256": env.compressor.selector.sha256}
     if policy is not None:
         # Refuse a policy that does not fit this run (features, embedder, budgets, sklearn,
         # training questions among the evaluation questions) before any question runs.
-        check_policy(policy, embedder=args.embedder, doc_chars=env.config.doc_chars,
+        check_policy(policy, embedder=s.embedder, doc_chars=env.config.doc_chars,
                      per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
         # the path as the project knows it (results/policies/...), from any working directory
         extra["policy"] = {**policy.provenance(), "path": display_path(path)}
@@ -321,41 +304,25 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
             extra["warnings"] = [f"the policy {display_path(path)} was trained on dataset "
                                  f"{trained_on!r}; this run evaluates dataset {dataset!r}"]
             print(f"warning: {extra['warnings'][0]}", file=sys.stderr)
-        # Its calibrated sufficiency signal, before the fingerprint. uniform and oracle take
-        # only this from the policy, so that every controller sees the same sufficiency
-        # verdicts and differs only in how it chooses.
-        policy.configure(env)
-        if args.method != "dynakrag":
+        # Its calibrated sufficiency signal and the run's decision settings, before the
+        # fingerprint. uniform and oracle take only the signal from the policy, so that every
+        # controller sees the same sufficiency verdicts and differs only in how it chooses.
+        policy.configure(env, s)
+        if s.method != "dynakrag":
             extra["policy"]["used_for"] = "sufficiency signal only"
             policy = None
-        if policy is not None and args.lam is not None:
-            policy.lam = args.lam
-        if policy is not None and args.veto_threshold is not None:
-            policy.veto_threshold = args.veto_threshold
-        if policy is not None and args.stop_after is not None:
-            policy.stop_after = args.stop_after
-    out = Path(args.out or f"runs/{dataset}-{args.method}")
+    out = Path(s.out or f"runs/{dataset}-{s.method}")
     _check_out(out, folder=True)
     demos = None
-    if args.method == "ircot":  # few-shot, as the original: demonstrations from training
+    if s.method == "ircot":  # few-shot, as the original: demonstrations from training
         # Never one of the evaluated questions (a run on the training split draws its
         # demonstrations from the rest of that split).
         evaluated = {q.id for q in eval_qs}
         demos = build_ircot_demos([q for q in setup.train if q.id not in evaluated],
-                                  seed=args.split_seed,
-                                  eval_ids=[q.id for q in eval_qs])
+                                  seed=s.split_seed, eval_ids=[q.id for q in eval_qs])
         extra["ircot_demos"] = sorted(demos.ids)
-    return EvaluationSetup(list(eval_qs), out, dict(
-        method=args.method, env=env, policy=policy, dataset=dataset, generator=args.generator,
-        fixed_k=args.fixed_k, seed=args.seed,
-        run_info={"command": relative_command(args.argv),
-                  "generator_model_id": redact(env.generator.model_id),
-                  "config": dict(env.config.__dict__)},
-        data_sha256=data_sha256(args.data, args.data_dir),
-        policy_sha256=extra["policy"]["sha256"] if "policy" in extra else None,
-        summary_extra=extra, demos=demos, workers=args.workers,
-        # which questions: compared on resume, apart from the fingerprint (selection.py)
-        selection=selection_of(args)))
+    return EvaluationSetup(s, list(eval_qs), out, env, dataset, policy, demos, extra,
+                           data_sha256(s.data, s.data_dir))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -431,8 +398,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune-folds", type=int, default=5,
                    help="CV folds (by question) for lambda/veto threshold; 0 = off")
     p.add_argument("--tune-metric", choices=("f1", "sr"), default=None)
-    p.add_argument("--lambdas", default="", help="lambda grid, comma-separated")
-    p.add_argument("--veto-thresholds", default="", help="veto threshold grid")
+    p.add_argument("--lambdas", type=_floats, default=(),
+                   help="lambda grid, comma-separated")
+    p.add_argument("--veto-thresholds", type=_floats, default=(), help="veto threshold grid")
     p.add_argument("--stop-rule", choices=STOP_RULES, default="level",
                    help="what stop_answer is worth: level = the paper's v = SR(s); "
                    "gain = 0 SR gain, priced like the other actions (lambda then "
@@ -451,7 +419,6 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    "at once; > 1 only with a server generator "
                    "(openai:<model>@<base_url>); the trajectories are the "
                    "sequential run's")
-    p.set_defaults(method=None, policy=None)  # evaluate's, which the control check reads
 
 
 def _add_evaluate(p: argparse.ArgumentParser) -> None:
@@ -464,7 +431,8 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--veto-threshold", type=float, default=None)
     p.add_argument("--stop-after", type=int, default=None, metavar="K",
                    help="dynakrag: a stop-at-K schedule (the policy's choices, stop_answer "
-                   "withheld before K acquisitions and forced after)")
+                   "withheld before K acquisitions and forced after); uniform: its random "
+                   "valid choices, stop_answer forced after K acquisitions")
     p.add_argument("--workers", type=int, default=1,
                    help="questions run at once; > 1 only with a server generator "
                    "(openai:<model>@<base_url>); predictions.jsonl keeps the "

@@ -43,11 +43,12 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import prompts
-from ..config import Environment
+from ..config import Environment, RunSettings
 from ..data.corpus import Corpus, doc_id_for
+from ..data.schema import Question
 from ..generators.llamacpp import LlamaCppGenerator
 from ..state import RetrievedDoc
 from ..storage import atomic_write_json, redact, sha256_file
@@ -171,15 +172,19 @@ def policy_digest(policy: Any) -> str:
     return hashlib.sha256(meta.encode()).hexdigest()
 
 
-def run_fingerprint(method: str, env: Environment, *, policy: Any = None,
+def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = None,
                     policy_sha256: str | None = None, data_sha256: str | None = None,
-                    fixed_k: int | None = None, seed: int = 13) -> dict:
+                    demos: Any = None, questions: Sequence[Question] = ()) -> dict:
     """Everything that decides a run's rows: two runs with equal fingerprints may share a
     folder; a resume with a different one is refused (:func:`check_run_folder`).
 
+    From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's
+    ``stop_after``; the policy's decision settings from ``policy`` (configured with them).
     ``policy_sha256``: the policy file's sha256 (else :func:`policy_digest` of ``policy``);
     ``data_sha256``: the dataset file's (``data.sources.data_sha256``; None when unknown).
-    The sentence selector (``env.compressor``) enters by its file's sha256."""
+    The sentence selector (``env.compressor``) enters by its file's sha256, IRCoT's
+    demonstrations ``demos`` by their ids (refused when one is among ``questions``)."""
+    method = settings.method
     gen = env.generator
     retriever = env.retriever
     pol = None
@@ -188,7 +193,7 @@ def run_fingerprint(method: str, env: Environment, *, policy: Any = None,
                "lam": policy.lam, "veto_threshold": policy.veto_threshold}
         if policy.stop_after is not None:  # absent before schedules existed: equal to None
             pol["stop_after"] = policy.stop_after
-    return {
+    fingerprint = {
         "version": FINGERPRINT_VERSION,
         "method": method,
         # a test double may have no model id: None, as recorded by every earlier run
@@ -204,9 +209,17 @@ def run_fingerprint(method: str, env: Environment, *, policy: Any = None,
         "selector_sha256": env.compressor.selector.sha256 if env.compressor else None,
         "prompts_sha256": prompts_digest(),
         "data_sha256": data_sha256,
-        "fixed_k": fixed_k,
-        "seed": seed,
+        "fixed_k": settings.fixed_k,
+        "seed": settings.seed,
     }
+    if method == "uniform" and settings.stop_after is not None:  # absent before: None
+        fingerprint["stop_after"] = settings.stop_after
+    if demos is not None and method == "ircot":
+        # Demonstrations come from training questions: refuse any overlap with these ones, and
+        # make them part of the setup a resumed run must share.
+        demos.check_disjoint(q.id for q in questions)
+        fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
+    return fingerprint
 
 
 def budget_record(config: Any) -> dict:

@@ -23,13 +23,13 @@ import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from .. import baselines
-from ..config import Environment
+from ..config import Environment, RunSettings
 from ..training.concurrency import check_workers, locked_runner, run_in_order
 from ..controller import MethodResult, UniformChooser, run_controller
 from ..data.corpus import gold_titles, normalize_title
@@ -56,22 +56,25 @@ SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_reca
 
 
 # -- running one question ---------------------------------------------------------------
-def run_method(method: str, q: Question, env: Environment, policy=None,
-               fixed_k: int | None = None, seed: int = 13, demos=None) -> MethodResult:
-    """One question with one method, all on the same environment. ``demos``: IRCoT's
+def run_method(settings: RunSettings, q: Question, env: Environment, policy=None,
+               demos=None) -> MethodResult:
+    """One question with the settings' method (with their ``fixed_k``, ``seed`` and the
+    uniform chooser's ``stop_after``), all on the same environment. ``demos``: IRCoT's
     few-shot demonstrations (``demonstrations.build_ircot_demos`` of the training split);
     None runs IRCoT zero-shot (not the faithful baseline)."""
+    method = settings.method
     if method == "dynakrag":
         if policy is None:
             raise ValueError("method 'dynakrag' needs a policy")
         return run_controller(q.question, env, policy, q.id, method="dynakrag")
     if method == "uniform":
-        return run_controller(q.question, env, UniformChooser(seed), q.id, method="uniform")
+        chooser = UniformChooser(settings.seed, settings.stop_after)
+        return run_controller(q.question, env, chooser, q.id, method="uniform")
     if method == "oracle":
         return run_controller(q.question, env, OracleChooser(env, gold_titles(q)), q.id,
                               method="oracle")
     if method == "fixed_k":
-        return baselines.run_fixed_k(q.question, env, k=fixed_k, qid=q.id)
+        return baselines.run_fixed_k(q.question, env, k=settings.fixed_k, qid=q.id)
     if method == "ircot":
         return baselines.run_ircot(q.question, env, qid=q.id, demos=demos)
     if method == "self_ask":
@@ -109,34 +112,18 @@ def score(q: Question, result: MethodResult) -> dict:
 
 
 # -- concurrent questions (the scheme: dynakrag_lite.training.concurrency) --------------------------
-def _run_question(q: Question, method: str, env: Environment, policy, fixed_k: int | None,
-                  seed: int, demos) -> tuple[dict, bool]:
+def _run_question(q: Question, settings: RunSettings, env: Environment, policy, demos
+                  ) -> tuple[dict, bool]:
     """(row, failed): the question's result row, or its error row when the method raised."""
     t0 = time.perf_counter()
     try:
-        row = score(q, run_method(method, q, env, policy, fixed_k, seed, demos=demos))
+        row = score(q, run_method(settings, q, env, policy, demos))
         json.dumps(row, ensure_ascii=False)  # unserializable extra = an error too
         return row, False
     except ReplayMissError as e:  # replay-only: the run stops here, no error row is written
         raise ReplayMissError(f"question {q.id} ({q.question!r}): {e}") from e
     except Exception as e:  # one question's failure must not end the run
-        return error_row(q, method, e, time.perf_counter() - t0), True
-
-
-def _question_runner(method: str, env: Environment, policy, fixed_k: int | None, seed: int,
-                     demos, workers: int) -> Callable[[Question], tuple[dict, bool]]:
-    """The function that runs one question; for workers > 1 it holds the shared lock except
-    during server calls (the retriever's encoder, spaCy and the policy are not thread-safe)."""
-    def run(q: Question, e: Environment) -> tuple[dict, bool]:
-        return _run_question(q, method, e, policy, fixed_k, seed, demos)
-    return locked_runner(run, env, workers)
-
-
-def _run_in_order(todo: Sequence[Question], run: Callable[[Question], tuple[dict, bool]],
-                  workers: int, emit: Callable[[Question, dict, bool], None]) -> None:
-    """Run every question of ``todo`` and ``emit`` its result in ``todo`` order, from this
-    (the calling) thread only; with workers > 1 up to ``workers`` questions run at once."""
-    run_in_order(todo, run, workers, lambda q, result: emit(q, *result), name="evaluate")
+        return error_row(q, settings.method, e, time.perf_counter() - t0), True
 
 
 # -- summary and the evaluation loop ----------------------------------------------------
@@ -155,30 +142,19 @@ def summarize(rows: Sequence[dict], method: str, dataset: str, generator: str) -
             "errors": len(rows) - len(ok)}
 
 
-def evaluation_fingerprint(questions: Sequence[Question], method: str, env: Environment, *,
-                           policy=None, policy_sha256: str | None = None,
-                           data_sha256: str | None = None, fixed_k: int | None = None,
-                           seed: int = 13, demos=None) -> dict:
-    """The fingerprint :func:`evaluate` records for these arguments (:func:`run_fingerprint`,
-    plus IRCoT's demonstrations, refused when one of them is among ``questions``)."""
-    fingerprint = run_fingerprint(method, env, policy=policy, policy_sha256=policy_sha256,
-                                  data_sha256=data_sha256, fixed_k=fixed_k, seed=seed)
-    if demos is not None and method == "ircot":
-        # Demonstrations come from training questions: refuse any overlap with these ones, and
-        # make them part of the setup a resumed run must share.
-        demos.check_disjoint(q.id for q in questions)
-        fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
-    return fingerprint
-
-
-def evaluate(questions: Sequence[Question], method: str, env: Environment, out_dir: str | Path,
-             policy=None, dataset: str = "", generator: str = "", fixed_k: int | None = None,
-             seed: int = 13, progress: bool = True, run_info: dict | None = None, *,
+def evaluate(questions: Sequence[Question], method: str | RunSettings, env: Environment,
+             out_dir: str | Path, policy=None, dataset: str = "", generator: str = "",
+             fixed_k: int | None = None, seed: int = 13, progress: bool = True,
+             run_info: dict | None = None, *,
              data_sha256: str | None = None, policy_sha256: str | None = None,
              summary_extra: dict | None = None, demos=None, workers: int = 1,
              selection: dict | None = None) -> dict:
     """Run ``method`` on every question of ``questions`` not yet done in ``out_dir`` (see the
     module docstring for the folder's files); return the summary.
+
+    ``method``: a method's name, with ``generator``, ``fixed_k``, ``seed`` and ``workers``
+    (a chapter's call), or the run's :class:`~dynakrag_lite.config.RunSettings`, which give
+    those and ``stop_after`` (the command line's).
 
     ``run_info`` goes into the summary's ``"run"`` block (e.g. the command);
     ``summary_extra`` is merged into the summary's top level (e.g. ``"policy"`` provenance);
@@ -195,13 +171,14 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
     ``"run"`` block; a folder that records another one is refused (:class:`FingerprintError`)
     before any question runs, so rows of two question lists never mix. None (a caller without
     split options): not recorded, not checked."""
-    check_workers(workers, env.generator)
+    s = method if isinstance(method, RunSettings) else RunSettings(
+        method=method, generator=generator, fixed_k=fixed_k, seed=seed, workers=workers)
+    check_workers(s.workers, env.generator)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pred_path = out / PREDICTIONS_FILE
-    fingerprint = evaluation_fingerprint(questions, method, env, policy=policy,
-                                         policy_sha256=policy_sha256, data_sha256=data_sha256,
-                                         fixed_k=fixed_k, seed=seed, demos=demos)
+    fingerprint = run_fingerprint(s, env, policy=policy, policy_sha256=policy_sha256,
+                                  data_sha256=data_sha256, demos=demos, questions=questions)
     wanted = list(dict.fromkeys(q.id for q in questions))
     with FolderLock(out, "evaluation"):
         # Check before touching anything: a corrupt file stops us before run.json is written,
@@ -221,7 +198,7 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
 
         def write_summary() -> dict:
             kept = [latest[i] for i in wanted if i in latest]
-            summary = summarize(kept, method, dataset, generator)
+            summary = summarize(kept, s.method, dataset, s.generator)
             summary["diagnostics"] = diagnostics(kept)
             summary["fingerprint"] = fingerprint
             summary.update(summary_extra or {})
@@ -234,16 +211,18 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
                 built["llama_build_first"] = changed
             summary["run"] = {**(run_info or {}), **selected, **built,
                               "n_expected": len(wanted),
-                              "complete": n_ok == len(wanted), "workers": workers,
+                              "complete": n_ok == len(wanted), "workers": s.workers,
                               "finished_at": datetime.now(timezone.utc).isoformat(
                                   timespec="seconds")}
             atomic_write_json(out / SUMMARY_FILE, summary)
             return summary
 
         n_errors = 0
-        run = _question_runner(method, env, policy, fixed_k, seed, demos, workers)
+        # for workers > 1 it holds the shared lock except during server calls (the
+        # retriever's encoder, spaCy and the policy are not thread-safe)
+        run = locked_runner(lambda q, e: _run_question(q, s, e, policy, demos), env, s.workers)
         with open(pred_path, "a", encoding="utf-8") as fh, \
-                tqdm(total=len(todo), desc=method, disable=not progress) as bar:
+                tqdm(total=len(todo), desc=s.method, disable=not progress) as bar:
             def emit(q: Question, row: dict, failed: bool) -> None:
                 # Main thread only: the single writer of predictions.jsonl and summary.json.
                 nonlocal n_errors
@@ -254,7 +233,9 @@ def evaluate(questions: Sequence[Question], method: str, env: Environment, out_d
                 latest[q.id] = row
                 write_summary()
                 bar.update(1)
-            _run_in_order(todo, run, workers, emit)
+            # emit in ``todo`` order, from this thread only
+            run_in_order(todo, run, s.workers, lambda q, result: emit(q, *result),
+                         name="evaluate")
         summary = write_summary()
     if n_errors:
         warnings.warn(f"{n_errors} of {len(todo)} questions failed (error rows in "

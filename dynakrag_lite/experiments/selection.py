@@ -25,6 +25,8 @@ import argparse
 import shlex
 from typing import Callable, Sequence
 
+from ..config import RunSettings
+
 SELECTION_FIELD = "selection"
 # The flag behind each recorded field, for messages that say what to type.
 FLAGS = {"split": "--split", "n_eval": "--n-eval", "split_seed": "--split-seed",
@@ -77,8 +79,8 @@ def question_selection(split: str, n_eval: int | None, split_seed: int | None,
             "split_seed": split_seed if held_out else None, "offset": offset or 0}
 
 
-def selection_of(args: argparse.Namespace) -> dict:
-    """:func:`question_selection` of a parsed command's split options."""
+def selection_of(args: argparse.Namespace | RunSettings) -> dict:
+    """:func:`question_selection` of a parsed command's split options (or its settings)."""
     return question_selection(args.split, args.n_eval, args.split_seed, args.offset)
 
 
