@@ -38,7 +38,9 @@ from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, verdict
 from .headline import join_words, pair_rows, readers, short_names
 from .paper import DATASETS, paper_table
+from .plots import paired_forest_figure
 from .results import is_partial, run_names, run_status, transfer_folder
+from .transfer import VERDICT_WORDS, pair_text, reader_limit_reading
 
 __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
@@ -454,8 +456,6 @@ def transfer_figure(pairs: pd.DataFrame):
     """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
     each transferred run minus the run it is read against, labelled with short generator
     names."""
-    from .plots import paired_forest_figure
-    from .transfer import VERDICT_WORDS
     f1 = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
     if f1.empty:
         return None
@@ -500,7 +500,6 @@ def reader_limit_markdown(pairs: pd.DataFrame, small: str, big: str) -> str:
     what limits F1 (:func:`~.transfer.reader_limit_reading`), with the support-recall pairs it
     rests on; ``pairs`` holds the F1 and support-recall rows of
     :func:`~.results.transfer_paired_table`. A dataset without that folder is left out."""
-    from .transfer import pair_text, reader_limit_reading
     folder = f"{small}-policy-{big}"
     out = []
     for d, on in pairs[pairs.generator == folder].groupby("dataset", sort=False):
