@@ -1,10 +1,56 @@
 #!/usr/bin/env bash
+# What a run folder guarantees and how bad input is refused, on the embedded library with
+# smollm2-135m: part 1 kills, tears, corrupts and doubles a run; part 2 feeds it bad input.
+# Each part runs in its own subshell and temporary folder. About two minutes.
+cd "$(dirname "$0")/.."
+echo "#### Part 1: kill, torn line, corrupt line, a second process, another budget"
+(
+# What a run folder guarantees, shown on the embedded library with smollm2-135m: kill mid-run, resume, corrupt mid-file, re-run, concurrent run.
+export DYNAKRAG_CACHE_DIR=${TMPDIR:-/tmp}/dynakrag-demo/cache DYNAKRAG_N_THREADS=1 TQDM_DISABLE=1
+OUT=${TMPDIR:-/tmp}/dynakrag-demo/run; rm -rf $OUT
+CMD="python -m dynakrag_lite evaluate --data library --method fixed_k --generator smollm2-135m --limit 8 --out $OUT"
+echo "== 1. start, kill -9 once 3 questions are written"
+$CMD > /dev/null 2>&1 &
+PID=$!
+while [ "$(cat $OUT/predictions.jsonl 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.5; done
+kill -9 $PID; wait $PID 2>/dev/null; echo "killed (exit $?)"
+echo "lines: $(wc -l < $OUT/predictions.jsonl), summary n=$(python -c "import json;print(json.load(open('$OUT/summary.json'))['n'])"), complete=$(python -c "import json;print(json.load(open('$OUT/summary.json'))['run']['complete'])")"
+echo "== 2. tear the last line (as a kill in the middle of a write would), then resume"
+python - <<PY
+p="$OUT/predictions.jsonl"; b=open(p,"rb").read(); lines=b.splitlines(keepends=True)
+open(p,"wb").write(b"".join(lines[:-1]) + lines[-1][:40]); print("torn last line:", lines[-1][:40])
+PY
+$CMD 2>&1 | tail -2
+echo "lines: $(wc -l < $OUT/predictions.jsonl), ids unique: $(python -c "import json;ids=[json.loads(l)['id'] for l in open('$OUT/predictions.jsonl')];print(len(ids)==len(set(ids)), len(ids))")"
+echo "== 3. corrupt line 4 in the middle, re-run"
+python - <<PY
+p="$OUT/predictions.jsonl"; L=open(p,encoding="utf-8").read().splitlines(keepends=True)
+L[3]=L[3][:25]+"#garbage#"+L[3][25:]; open(p,"w",encoding="utf-8").writelines(L)
+PY
+before=$(sha256sum $OUT/predictions.jsonl | cut -c1-16)
+$CMD; echo "exit code $?"
+after=$(sha256sum $OUT/predictions.jsonl | cut -c1-16)
+echo "file sha before $before after $after"
+echo "== 4. a second process into the same folder while one runs"
+python - <<PY
+p="$OUT/predictions.jsonl"; L=open(p,encoding="utf-8").read().splitlines(keepends=True)
+L[3]=L[3].replace("#garbage#",""); open(p,"w",encoding="utf-8").writelines(L[:5])
+PY
+$CMD --limit 16 > /dev/null 2>&1 &
+P1=$!
+until grep -qx "$P1" $OUT/.lock 2>/dev/null; do sleep 0.2; done  # the first one holds the lock
+$CMD --limit 16; echo "second process exit code $?"
+wait $P1; echo "first process exit code $?"
+echo "== 5. resume with another budget into the same folder"
+$CMD --limit 16 --max-docs 6; echo "exit code $?"
+)
+echo "#### Part 2: bad input refused up front"
+(
 # Bad input is refused up front and nothing in a run folder is mixed (issue 23), shown on the
 # embedded library with smollm2-135m and a 40-document corpus: 1 an edited corpus, 2 a lost
 # run.json, 3 a stub row, 5 broken caches, 6 a generator that cannot answer, 7 nonsense
-# numbers. A refusal is one "error:" line and exit code 2. (demo_run_safety.sh shows kills,
-# torn lines, locks.) About a minute once smollm2-135m is assembled in the demo's cache.
-cd "$(dirname "$0")/.."
+# numbers. A refusal is one "error:" line and exit code 2. (part 1 shows kills, torn
+# lines, locks.) About a minute once smollm2-135m is assembled in the demo's cache.
 D=${TMPDIR:-/tmp}/dynakrag-demo-bad
 export DYNAKRAG_CACHE_DIR=$D/cache DYNAKRAG_N_THREADS=1 TQDM_DISABLE=1
 unset DYNAKRAG_LLM_CACHE DYNAKRAG_EMBED_CACHE DYNAKRAG_REPLAY_ONLY
@@ -97,3 +143,4 @@ show "${EVAL[@]}" --split eval --n-eval -5 --out "$W/run7"
 show "${EVAL[@]}" --fixed-k -1 --limit 2 --out "$W/run7"
 show python -m dynakrag_lite retrieval-eval --data library --corpus "$W/c1.jsonl" --split eval --n-eval 1000
 python -c "import json,sys;d=json.loads(open(sys.argv[1]).read().splitlines()[-1]);print('   retrieval-eval on',d['n'],'held-out questions')" "$W/stdout"
+)
