@@ -268,14 +268,18 @@ def apply_action(state: EvidenceState, action: str, env: Environment) -> Evidenc
     return ACQUISITION[action](_with_note(state, ""), env)
 
 
+def final_answer_prompt(question: str, docs: Sequence, snippets: Sequence[str] | None,
+                        doc_chars: int | None) -> list[dict]:
+    """The final answer's messages: from the snippets if compression kept any, else the docs."""
+    if snippets:
+        return prompts.answer_from_snippets_messages(question, "\n".join(snippets))
+    return prompts.answer_messages(question, docs, doc_chars)
+
+
 def answer(state: EvidenceState, env: Environment, snippets: Sequence[str] | None = None
            ) -> tuple[EvidenceState, str, Generation]:
     """The generator's final answer, from the snippets if compression ran, else the docs."""
-    cfg = env.config
-    if snippets:
-        msgs = prompts.answer_from_snippets_messages(state.question, "\n".join(snippets))
-    else:
-        msgs = prompts.answer_messages(state.question, state.docs, cfg.doc_chars)
+    msgs = final_answer_prompt(state.question, state.docs, snippets, env.config.doc_chars)
     gen = env.generate(msgs, prompts.ANSWER_MAX_TOKENS)
     return replace(state, ledger=state.ledger.plus_generation(gen)), \
         prompts.parse_answer(gen.text), gen

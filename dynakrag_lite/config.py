@@ -86,6 +86,7 @@ class RunSettings:
     n_eval: int = 100
     split_seed: int = 0
     offset: int = 0
+    unseen_by_selector: bool = False  # leave out the sentence selector's fit questions
     limit: int | None = None
     # the environment's budgets and switches (control_config)
     no_compression: bool = False

@@ -110,8 +110,8 @@ def _cut(qs: list, split: str, offset: int | None, limit: int | None) -> list:
 def run_setup(s: RunSettings) -> tuple[Setup, list[Question]]:
     """(setup, the run's questions): :func:`build_setup` of the settings' data, index, split
     and generator, the environment configured by ``s.control_config``, the sentence selector
-    loaded for the extractive compressor only, and the ``split`` part of the questions cut by
-    ``offset`` and ``limit``."""
+    loaded for the extractive compressor only, and the ``split`` part of the questions (without
+    the selector's fit questions when ``unseen_by_selector``) cut by ``offset`` and ``limit``."""
     setup = build_setup(s.data, generator=s.generator, data_dir=s.data_dir,
                         embedder=s.embedder, n_eval=s.n_eval, split_seed=s.split_seed,
                         corpus_file=s.corpus, index_dir=s.index_dir,
@@ -124,6 +124,11 @@ def run_setup(s: RunSettings) -> tuple[Setup, list[Question]]:
               f"questions of {s.data}; {len(setup.eval)} are held out for evaluation",
               file=sys.stderr)
     qs = {"train": setup.train, "eval": setup.eval, "all": setup.questions}[s.split]
+    if s.unseen_by_selector:
+        if setup.env.compressor is None:
+            raise ValueError("--unseen-by-selector needs the extractive compressor's --selector")
+        fit = set(map(str, setup.env.compressor.selector.meta.get("train_ids") or ()))
+        qs = [q for q in qs if q.id not in fit]
     return setup, _cut(qs, s.split, s.offset, s.limit)
 
 

@@ -52,7 +52,7 @@ from .generators.base import SCORING_MODES, OptionScores, check_messages, option
 __all__ = [
     "OPTIONS", "SIGNALS", "SIGNAL_CHOICES", "DEFAULT_THRESHOLDS", "SufficiencyError",
     "score_options", "first_token_logprobs", "probe_margin",
-    "probe_margin_scored", "answer_confidence", "LEARNED_FEATURE_NAMES", "learned_features",
+    "probe_margin_scored", "answer_confidence", "reply_confidence", "LEARNED_FEATURE_NAMES", "learned_features",
     "SufficiencyEstimator", "SignalStats", "SufficiencySignal", "configure", "Judgement",
     "judge", "write_gap",
 ]
@@ -127,7 +127,12 @@ def answer_confidence(question: str, docs: Sequence, generator: Any,
     The draft is the ordinary answer call (same prompt and limit as the final answer, so it is
     cached and shared); its reply is then scored as a continuation of the prompt. An empty
     draft scores -10 (no confidence)."""
-    msgs = prompts.answer_messages(question, docs, doc_chars)
+    return reply_confidence(prompts.answer_messages(question, docs, doc_chars), generator)
+
+
+def reply_confidence(msgs: Sequence[dict], generator: Any) -> tuple[float, str, list]:
+    """:func:`answer_confidence` of any answer prompt ``msgs`` (e.g. the final answer's, from
+    snippets: ``actions.final_answer_prompt``)."""
     gen = generator.generate(msgs, max_tokens=prompts.ANSWER_MAX_TOKENS)
     reply = gen.text.strip()
     if not reply:

@@ -160,6 +160,37 @@ def test_selector_trained_on_an_evaluated_question_is_refused(capsys, tmp_path,
     assert not (tmp_path / "o").exists()
 
 
+def test_unseen_by_selector_leaves_out_exactly_the_selectors_fit_questions(tmp_path,
+                                                                           library_retriever):
+    """--unseen-by-selector: a run on the training split takes the questions the sentence
+    selector never read, in split order, then --offset and --limit; the folder records it."""
+    from dynakrag_lab.studies.selector import train_sentence_selector
+    from dynakrag_lite.config import RunSettings
+    from dynakrag_lite.experiments.selection import selection_of
+    from dynakrag_lite.pipeline import build_setup, run_setup
+    setup = build_setup("library", generator=None, show_progress=False)
+    fit = setup.train[1:5]
+    path = train_sentence_selector(fit, library_retriever, k_docs=6, model="logreg",
+                                   use_embeddings=False).save(tmp_path / "sel.joblib")
+    s = RunSettings(data="library", split="train", compressor="extractive",
+                    selector=str(path), unseen_by_selector=True, offset=1, limit=3)
+    _, qs = run_setup(s)
+    unseen = [q.id for q in setup.train if q not in fit]
+    assert [q.id for q in qs] == unseen[1:4]
+    assert selection_of(s)["unseen_by_selector"] is True
+    assert "unseen_by_selector" not in selection_of(RunSettings())  # old folders still match
+
+
+def test_unseen_by_selector_is_refused_without_a_selector_and_by_train(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "retrieval-eval", "--data", "library",
+                           "--unseen-by-selector", "--k", "3")
+    assert code == 2 and "--unseen-by-selector needs" in err
+    code, _, err = run_cli(capsys, "train", "--data", "library", "--generator",
+                           "smollm2-135m", "--unseen-by-selector",
+                           "--out", str(tmp_path / "p.joblib"))
+    assert code == 2 and "--unseen-by-selector is for evaluate" in err
+
+
 def test_user_errors_imports_nothing_when_called(monkeypatch):
     """The user-error classes are imported once with the module, not on every call; and
     importing the module alone (a fresh interpreter) meets no import cycle."""

@@ -28,6 +28,8 @@ from .plots import pareto_front
 from .results import is_partial, load_predictions, run_names, run_status
 
 SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
+# uniform-valid stopped after k acquisitions: the same horizons with chance action choice
+UNIFORM_SCHEDULES = tuple(f"uniform-stop{k}" for k in (1, 2, 3, 4))
 OPERATING_POINT = "dynakrag-cont"
 OTHER_RUNS = ("fixed_k3", "fixed_k6", "fixed_k12", "ircot", "self_ask", "uniform", "dynakrag",
               "oracle")
@@ -51,7 +53,8 @@ def pareto_points(dataset: str, generator: str, root: str | Path = EXPERIMENTS_D
     """One row per run that answered questions: run, kind (baseline, schedule, operating
     point), k (schedules), n, status, f1 with its interval, tokens, support recall."""
     have = set(run_names(dataset, generator, root))
-    wanted = [r for r in (runs or OTHER_RUNS + SCHEDULES + (OPERATING_POINT,)) if r in have]
+    wanted = [r for r in (runs or OTHER_RUNS + SCHEDULES + UNIFORM_SCHEDULES +
+                          (OPERATING_POINT,)) if r in have]
     rows = []
     for run in wanted:
         preds = load_predictions(dataset, generator, run, root).to_dict("records")
@@ -60,9 +63,10 @@ def pareto_points(dataset: str, generator: str, root: str | Path = EXPERIMENTS_D
         f1 = np.array([r["f1"] for r in preds], dtype=float)
         mean, lo, hi = _mean_ci(f1)
         kind = ("schedule" if run in SCHEDULES else
+                "uniform schedule" if run in UNIFORM_SCHEDULES else
                 "operating point" if run == OPERATING_POINT else "baseline")
         rows.append({"run": run, "kind": kind,
-                     "k": int(run[-1]) if run in SCHEDULES else None, "n": len(preds),
+                     "k": int(run[-1]) if "schedule" in kind else None, "n": len(preds),
                      "status": run_status(dataset, generator, run, root), "f1": mean,
                      "f1_lo": lo, "f1_hi": hi,
                      "tokens": float(np.mean([r["tokens"] for r in preds])),
@@ -95,17 +99,20 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
     the Pareto front ringed."""
     if not points.empty:
         front = set(pareto_front(list(zip(points["tokens"], points["f1"]))))
-        sched = points[points["kind"] == "schedule"].sort_values("k")
-        if len(sched):
-            ax.plot(sched["tokens"], sched["f1"], "-o", color=SCHEDULE_COLOR, ms=5,
-                    label="stop after k acquisitions")
+        for kind, color, style, label in (
+                ("schedule", SCHEDULE_COLOR, "-o", "stop after k acquisitions"),
+                ("uniform schedule", STYLE["uniform"][1], "--D", "uniform, stop after k")):
+            sched = points[points["kind"] == kind].sort_values("k")
+            if not len(sched):
+                continue
+            ax.plot(sched["tokens"], sched["f1"], style, color=color, ms=5, label=label)
             for _, r in sched.iterrows():
                 ax.annotate(f"k={int(r['k'])}" + (f" ({r['status']})" if is_partial(r["status"])
                                                    else ""), (r["tokens"], r["f1"]),
                             textcoords="offset points", xytext=(4, -10), fontsize=7,
-                            color=SCHEDULE_COLOR)
+                            color=color)
         for i, r in points.reset_index(drop=True).iterrows():
-            if r["kind"] == "schedule":
+            if "schedule" in r["kind"]:
                 continue
             marker, color = STYLE.get(r["run"], ("*", "#08306b"))
             if r["kind"] == "operating point":

@@ -204,6 +204,8 @@ def training_recipe(args: argparse.Namespace) -> RunSettings:
     train) builds."""
     s = RunSettings.from_args(args)
     _check_settings(s)
+    if s.unseen_by_selector:  # training takes its questions by split_ids, not run_setup
+        raise ValueError("--unseen-by-selector is for evaluate, not train")
     _check_out(s.out, folder=False)  # the policy file: before hours of collection
     return s
 

@@ -30,7 +30,7 @@ from ..config import RunSettings
 SELECTION_FIELD = "selection"
 # The flag behind each recorded field, for messages that say what to type.
 FLAGS = {"split": "--split", "n_eval": "--n-eval", "split_seed": "--split-seed",
-         "offset": "--offset"}
+         "offset": "--offset", "unseen_by_selector": "--unseen-by-selector"}
 EVALUATE_SPLIT = "eval"  # evaluate's default --split (run folders are evaluate's only)
 
 
@@ -64,24 +64,31 @@ def add_split_options(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--offset", type=NON_NEGATIVE, default=0,
                    help="skip the first M questions of the split (before --limit), e.g. to "
                    "measure on training questions a policy was not trained on")
+    p.add_argument("--unseen-by-selector", action="store_true",
+                   help="leave out the questions the sentence selector (--selector) was fit "
+                   "on (before --offset), e.g. to run on training questions")
     p.add_argument("--limit", type=POSITIVE, default=None,
                    help="first N questions of the split")
 
 
 # -- the record ---------------------------------------------------------------------------------
 def question_selection(split: str, n_eval: int | None, split_seed: int | None,
-                       offset: int | None) -> dict:
+                       offset: int | None, unseen_by_selector: bool = False) -> dict:
     """The record of which questions a run takes: ``{"split", "n_eval", "split_seed",
-    "offset"}``. With ``--split all`` every question is taken whatever is held out, so
-    ``n_eval`` and ``split_seed`` are None there (changing them selects the same list)."""
+    "offset"}``, and ``"unseen_by_selector": True`` when set (absent otherwise, as in every
+    folder written before the flag). With ``--split all`` every question is taken whatever is
+    held out, so ``n_eval`` and ``split_seed`` are None there (changing them selects the same
+    list)."""
     held_out = split != "all"
-    return {"split": split, "n_eval": n_eval if held_out else None,
-            "split_seed": split_seed if held_out else None, "offset": offset or 0}
+    out = {"split": split, "n_eval": n_eval if held_out else None,
+           "split_seed": split_seed if held_out else None, "offset": offset or 0}
+    return {**out, "unseen_by_selector": True} if unseen_by_selector else out
 
 
 def selection_of(args: argparse.Namespace | RunSettings) -> dict:
     """:func:`question_selection` of a parsed command's split options (or its settings)."""
-    return question_selection(args.split, args.n_eval, args.split_seed, args.offset)
+    return question_selection(args.split, args.n_eval, args.split_seed, args.offset,
+                              bool(getattr(args, "unseen_by_selector", False)))
 
 
 class _RecordParser(argparse.ArgumentParser):
