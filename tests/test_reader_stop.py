@@ -105,3 +105,15 @@ def test_a_damaged_line_inside_the_file_is_an_error_naming_it(tmp_path):
     out.write_text('{"id": "q", "k": 1}\nnot json\n{"id": "q", "k": 2}\n')
     with pytest.raises(ValueError, match=r"s\.jsonl:2"):
         R.read_scores(out)
+
+
+def test_rule_report_chooses_on_training_and_reads_the_evaluation_grid_once():
+    train = _grid([[1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 1]] * 3,
+                  [[-0.1, -0.1, -0.1], [-1, -1, -1], [-0.2, -2, -2], [-0.9, -0.1, -0.1]] * 3,
+                  [["a"] * 3, ["b", "c", "d"], ["e", "f", "g"], ["h", "i", "i"]] * 3)
+    rep = R.rule_report(train, train, n_shuffles=200)
+    assert set(rep["rules"]) == set(R.RULES) and rep["eval_n"] == 12
+    assert rep["rules"]["confident"]["f1"] == 1.0  # the oracle-like toy: every stop right
+    assert rep["rules"]["confident"]["p_value"] < 0.05
+    frame = R.report_frame({"toy": rep})
+    assert list(frame["stop"])[0].startswith("learned stop") and len(frame) == 1 + len(R.RULES)

@@ -23,6 +23,7 @@ for, so that a single p below .05 among them is read for what it is.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from .results import read_run
 __all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShuffle",
            "acquisitions", "stop_grid", "stop_shuffle", "results_table", "paired_f1",
            "f1_difference", "mean_tokens", "pooled_pairs",
-           "headline_claims", "claim_sentences", "comparison_count", "fmt_diff", "fmt_p"]
+           "headline_claims", "claim_sentences", "comparison_count", "study_reads", "fmt_diff", "fmt_p"]
 
 READER = "qwen2.5-coder-1.5b"
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
@@ -256,12 +257,31 @@ def claim_sentences(c: Mapping) -> list[str]:
     return [first, second, third]
 
 
-def comparison_count(root: str | Path = EXPERIMENTS_DIR) -> int:
-    """Paired F1 comparisons made on the evaluation split: for every (dataset, reader) folder,
-    each run is compared once with each controller run there (``dynakrag*``)."""
+def comparison_count(root: str | Path = EXPERIMENTS_DIR,
+                     diagnostics: str | Path | None = None) -> int:
+    """Comparisons made on the evaluation split: for every (dataset, reader) folder, each run
+    compared once with each controller run there (``dynakrag*``), plus the tests the
+    diagnostic studies read from it (:func:`study_reads`; ``diagnostics``: default
+    ``results/diagnostics`` beside ``root``)."""
     n = 0
     for folder in sorted(p for p in Path(root).glob("*/*") if p.is_dir()):
         runs = [p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()]
         ctrl = [r for r in runs if r.startswith("dynakrag")]
         n += sum(len(runs) - 1 for _ in ctrl) - (len(ctrl) * (len(ctrl) - 1)) // 2
+    return n + study_reads(Path(root).parent / "diagnostics" if diagnostics is None
+                           else diagnostics)
+
+
+def study_reads(diagnostics: str | Path) -> int:
+    """Tests the studies made on the evaluation split: the router's F1 comparisons (each
+    dataset and pooled) and each reader-stop rule's shuffled-stop test."""
+    n = 0
+    router = Path(diagnostics) / "router.json"
+    if router.exists():
+        rep = json.loads(router.read_text())
+        parts = [*rep.get("per_dataset", {}).values(), rep.get("pooled", {})]
+        n += sum(len(p.get("evaluation", {}).get("against", {})) for p in parts)
+    for f in sorted((Path(diagnostics) / "reader-stop").glob("*.json")):
+        if not f.name.endswith(".meta.json"):
+            n += len(json.loads(f.read_text()).get("rules", {}))
     return n

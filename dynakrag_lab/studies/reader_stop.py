@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
@@ -54,7 +55,7 @@ from ..report.claims import StopGrid, stop_shuffle
 
 __all__ = ["RULES", "read_scores", "collect", "ReaderGrid", "reader_grid", "stop_depths",
            "choose_parameter", "stop_label", "stop_model_features", "fit_stop_model",
-           "cv_auc", "rule_report"]
+           "cv_auc", "rule_report", "report_frame"]
 
 RULES = ("stable", "confident", "confident_or_stable", "model")
 EMPTY_LOGPROB = -10.0  # reply_confidence's score of an empty reply
@@ -299,3 +300,19 @@ def rule_report(train: ReaderGrid, evaluation: ReaderGrid, n_shuffles: int = 10_
     out["learned_stop"] = {"f1": own.f1, "tokens": own.tokens, "depths": own.depths,
                            "shuffled_f1": own.shuffled_f1, "p_value": own.p_value}
     return out
+
+
+def report_frame(reports: Mapping[str, Mapping]) -> pd.DataFrame:
+    """One row per (dataset, stop) of :func:`rule_report` outputs (dataset -> report): the
+    learned stop first, then each rule with its parameter, the depths it chose, F1, tokens,
+    the mean F1 of its shuffles and the one-sided p."""
+    rows = []
+    for ds, rep in reports.items():
+        for name, r in [("learned stop (dynakrag-cont)", rep["learned_stop"]),
+                        *rep["rules"].items()]:
+            rows.append({"dataset": ds, "stop": name, "n": rep["eval_n"],
+                         "parameter": r.get("param"),
+                         "depths": ", ".join(f"{k}: {v}" for k, v in r["depths"].items()),
+                         "f1": r["f1"], "shuffled_f1": r["shuffled_f1"],
+                         "p": r["p_value"], "tokens": r["tokens"]})
+    return pd.DataFrame(rows)
