@@ -126,7 +126,6 @@ class RunSettings:
     token_price: float = 0.0  # tuning objective: metric - token_price * tokens
     save_data: str | None = None  # also write the trajectories here
     from_data: str | None = None  # collect nothing: read them from here
-    answer_labels: str | None = None  # with from_data: answer F1s merged in
     argv: tuple[str, ...] = ()  # the command line, for the records
 
     @classmethod

@@ -4,7 +4,7 @@
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N] [--workers N]
-                    [--save-data FILE.npz | --from-data FILE.npz [--answer-labels F.jsonl]]
+                    [--save-data FILE.npz | --from-data FILE.npz]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -371,10 +371,6 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       "saved by --save-data (no model call, no index), cut to this "
                       "split's training questions (--n-eval, --offset, --limit); "
                       "refused when the file was collected under other settings")
-    p.add_argument("--answer-labels", default=None, metavar="FILE.jsonl",
-                   help="with --from-data: merge the answer F1s of dynakrag_lab/scripts/"
-                   "answer_labels.py (made for that file) first; the policy's meta "
-                   "records the file and its sha256")
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:

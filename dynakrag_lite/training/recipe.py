@@ -12,10 +12,8 @@ all on the training split.
   (:func:`collection_run`) and the sufficiency calibration states; ``--from-data``
   (:func:`data_from_file`) rebuilds a policy from such a file without a model call, refusing a
   file collected under other settings (:func:`from_data_problems`) and keeping only this
-  split's training questions (:func:`dynakrag_lite.pipeline.split_ids`); with
-  ``--answer-labels FILE`` the answer F1s of ``dynakrag_lab/scripts/answer_labels.py`` are
-  merged in first (:mod:`.answer_label_merge`), and the policy's meta records the file and
-  its sha256.
+  split's training questions (:func:`dynakrag_lite.pipeline.split_ids`), after an optional
+  ``relabel`` step (answer F1s added later: ``dynakrag_lab.training_extras``).
 
 Chapters 7-9 build the same pieces by hand; chapter 13 describes the tuning.
 """
@@ -25,6 +23,7 @@ import hashlib
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from .. import pipeline
 from .concurrency import check_workers, collect_in_parallel
@@ -35,7 +34,6 @@ from ..policy import Policy, embedder_key, train_policy
 from ..storage import redact, relative_command, sha256_file
 from ..sufficiency import SufficiencySignal
 from ..trajectories import TrainingData, collect
-from .answer_label_merge import merge_answer_labels
 from .calibration import train_signal
 from .files import build_calibration, load_training_data_bytes, save_training_data
 from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
@@ -47,6 +45,9 @@ from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID
 COLLECTION_CONFIG_FIELDS = ("per_action", "max_docs", "max_steps", "retrieval_cap",
                             "ranking_depth", "doc_chars", "use_sufficiency", "max_bridges",
                             "use_spacy")
+# (data read by --from-data, that file's sha256) -> (data with answer F1s added, what the
+# policy's meta records under "answer_labels")
+Relabel = Callable[[TrainingData, str], tuple[TrainingData, dict]]
 
 
 def _note(message: str) -> None:
@@ -120,7 +121,7 @@ def from_data_problems(saved: dict, now: dict, answer_labels: bool = False) -> l
     return out
 
 
-def data_from_file(s: RunSettings
+def data_from_file(s: RunSettings, relabel: Relabel | None = None
                    ) -> tuple[TrainingData, SufficiencySignal | None, str, dict, dict]:
     """(training data, calibrated signal or None, dataset, policy-meta extras, question
     counts) of ``train --from-data``: the file checked against this run's settings and cut to
@@ -138,10 +139,8 @@ def data_from_file(s: RunSettings
                          "per_action, seed, ...) needed to check it against this run; "
                          "collect the trajectories again with train --save-data")
     labels = None
-    if s.answer_labels:  # before the cut: the labels are per question of the file
-        data, labels = merge_answer_labels(data, s.answer_labels,
-                                           npz_sha256=hashlib.sha256(raw).hexdigest())
-        labels["file"] = relative_command([str(s.answer_labels)], prefix="")
+    if relabel is not None:  # before the cut: the labels are per question of the file
+        data, labels = relabel(data, hashlib.sha256(raw).hexdigest())
     questions = load_dataset(s.data, data_root=s.data_dir)
     dataset = questions[0].dataset
     config = s.control_config(dataset)
@@ -222,11 +221,11 @@ def _collect(s: RunSettings
     return data, signal, setup.dataset, model_id, [q.id for q in train_qs]
 
 
-def _read(s: RunSettings
+def _read(s: RunSettings, relabel: Relabel | None = None
           ) -> tuple[TrainingData, SufficiencySignal | None, str, str | None, list[str], dict]:
     """:func:`data_from_file` with its notes on stderr: as :func:`_collect`, plus the extras
     the policy's meta records."""
-    data, signal, dataset, extra, counts = data_from_file(s)
+    data, signal, dataset, extra, counts = data_from_file(s, relabel)
     if counts["moved_to_eval"] or counts["missing"]:
         _note(f"note: {counts['moved_to_eval']} question(s) of {extra['from_data']} are "
               f"evaluation questions of this split and were dropped; {counts['missing']} "
@@ -238,17 +237,18 @@ def _read(s: RunSettings
     return data, signal, dataset, data.run.get("generator_model_id"), list(data.questions), extra
 
 
-def train(s: RunSettings) -> tuple[Policy, Path, dict]:
-    """Calibrate the sufficiency signal, collect trajectories (or read them, ``from_data``),
-    tune lambda and the veto threshold by cross-validation (all on the training split), fit
-    and save the policy to ``s.out``. Returns (policy, its path, the run's report)."""
+def train(s: RunSettings, relabel: Relabel | None = None) -> tuple[Policy, Path, dict]:
+    """Calibrate the sufficiency signal, collect trajectories (or read them, ``from_data``,
+    with ``relabel`` applied), tune lambda and the veto threshold by cross-validation (all on
+    the training split), fit and save the policy to ``s.out``. Returns (policy, its path, the
+    run's report)."""
     check_workers(s.workers, s.generator)  # from the spec: before anything loads
-    if s.answer_labels and not s.from_data:
-        raise ValueError("--answer-labels adds answer F1s to saved trajectories: it needs "
+    if relabel is not None and not s.from_data:
+        raise ValueError("relabelling adds answer F1s to saved trajectories: it needs "
                          "--from-data FILE.npz")
     extra: dict = {}
     if s.from_data:
-        data, signal, dataset, model_id, train_ids, extra = _read(s)
+        data, signal, dataset, model_id, train_ids, extra = _read(s, relabel)
     else:
         data, signal, dataset, model_id, train_ids = _collect(s)
     cfg = s.control_config(dataset)
