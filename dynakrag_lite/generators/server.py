@@ -1,17 +1,9 @@
 """The OpenAI-compatible server backend (chapter 3): ``openai:<model>@<base_url>``, any server
 speaking the chat-completions API (vLLM, the llama.cpp server, Ollama, OpenAI).
 
-Token counts come from the response's ``usage`` field (whitespace estimates, flagged, when a
-server omits it). Every request has a timeout (default 120 s) and a bounded number of retries
-on connection errors and timeouts; a server that cannot be reached, times out or answers an
-error raises :class:`~dynakrag_lite.generators.base.GeneratorError` naming the server URL
-(credentials redacted). A reply whose message content is ``null`` yields empty text (some
-servers send null for an empty completion); a reply with no ``choices`` raises.
-
-Option scoring (:meth:`OpenAIGenerator.option_logprobs`) asks for the top-20 log-probabilities
-of the first reply token (``logprobs=True, top_logprobs=20, max_tokens=1``).
-
-The openai package is imported by the constructor, so importing this module is cheap.
+A reply whose message content is ``null`` yields empty text (some servers send null for an
+empty completion); a reply with no ``choices`` raises. Option scoring asks for the top-20
+log-probabilities of the first reply token. The openai package is imported by the constructor.
 """
 from __future__ import annotations
 

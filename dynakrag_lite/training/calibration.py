@@ -2,23 +2,17 @@
 training questions with gold labels.
 
 * :func:`calibration_states`: states of training questions at different support recall
-  (SR), reached by retrieval-only actions, plus one matched incomplete *contrast* state per
-  question (gold labels give each state's SR; nothing gold is in a state).
+  (SR), reached by retrieval-only actions, plus matched incomplete *contrast* states.
 * :func:`signal_scores`: each signal's score on those states (the learned estimator's
-  out-of-fold, grouped by question: :func:`oof_estimator_scores`).
-* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a standard error
-  from a bootstrap over *questions* (:func:`grouped_auc_se`). A signal is *informative* when
-  AUC - 0.5 exceeds both ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%).
-  The most informative signal is chosen (ties: the cheaper one) and its threshold set on the
-  same training states by maximal Youden J (TPR - FPR, :func:`youden_threshold`), or, with
-  ``rule="precision:0.8"``, the lowest threshold whose "sufficient" verdicts are at least 80%
-  correct (:func:`precision_threshold`; Youden when no threshold reaches it). When no signal
-  is informative the text probe is kept with ``gates=False``.
+  out-of-fold, grouped by question).
+* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a bootstrap
+  standard error over *questions*. A signal is *informative* when AUC - 0.5 exceeds both
+  ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%). The most informative
+  signal is chosen (ties: the cheaper one), its threshold set by maximal Youden J or, with
+  ``rule="precision:0.8"``, by :func:`precision_threshold`. When none is informative the text
+  probe is kept with ``gates=False``.
 * :func:`calibrate_for` runs it end to end; :func:`train_signal` is what ``train
-  --sufficiency-signal`` calls. :func:`fit_estimator` fits the learned signal's
-  :class:`~dynakrag_lite.sufficiency.SufficiencyEstimator`.
-
-What the chosen signal does at answer time is :mod:`dynakrag_lite.sufficiency`.
+  --sufficiency-signal`` calls.
 """
 from __future__ import annotations
 
@@ -157,9 +151,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
     On a pooled HotpotQA corpus the first three documents often already hold both gold
     paragraphs, so reachable states alone are mostly complete. ``contrast`` adds, per question,
     one matched incomplete state: the first complete state with one gold document swapped for
-    the best unseen distractor of its ranking (same size; the contrast of the measurement in
-    ``shared/notes/offline-models.md``). It is built with gold labels, on training questions
-    only, for calibration; no policy ever visits it.
+    the best unseen distractor (same size). No policy ever visits it.
     """
     out: list[CalibrationState] = []
     cfg = env.config
@@ -296,8 +288,7 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
     out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
 
     ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
-    the scheme of :mod:`dynakrag_lite.training.concurrency`: only the server calls overlap, scores
-    are taken in state order, so they are the sequential run's)."""
+    :mod:`dynakrag_lite.training.concurrency`: the scores are the sequential run's)."""
     check_workers(workers, env.generator, items="calibration states")
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
@@ -381,9 +372,8 @@ def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "mar
     """Calibration end to end on TRAINING questions: states (:func:`calibration_states`), the
     learned estimator's out-of-fold AUC on all of them, the LLM signals on the states of the
     first ``llm_questions`` questions (they cost a forward pass or a generation each), then
-    :func:`calibrate`. The learned estimator is refitted on all states. ``workers``: states
-    whose LLM signals are scored at once (:func:`signal_scores`); the states themselves are
-    built sequentially (retrieval only, no LLM call)."""
+    :func:`calibrate`. The learned estimator is refitted on all reachable states.
+    ``workers``: as :func:`signal_scores`."""
     states = calibration_states(questions, env, per_question=per_question, seed=seed)
     if not states:
         raise SufficiencyError("no calibration states (no documents retrieved)")
@@ -424,9 +414,7 @@ def train_signal(questions: Sequence, env, kind: str = "auto", rule: str = "youd
     ``auto``: calibrate text, margin and learned and keep the best informative one (or the
     non-gating text probe when none is). A named signal is kept even when it measures at
     chance (its stats say so), with its calibrated threshold. ``text``: None, the original
-    probe, nothing to calibrate. ``workers``: calibration states whose LLM signals (text,
-    margin, answer_conf) are scored at once, > 1 with a server generator only
-    (:func:`signal_scores`); ``learned`` makes no LLM call."""
+    probe, nothing to calibrate. ``workers``: as :func:`signal_scores`."""
     if kind == "text":
         return None
     kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)

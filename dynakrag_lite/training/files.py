@@ -1,21 +1,12 @@
 """Training-data files (chapters 9 and 13): collected trajectories as one pickle-free
 ``.npz``, with the sufficiency calibration states they were collected under.
 
-* :func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as
-  plain arrays (no pickle, so a file from anyone is safe to load), atomically;
-  :func:`load_training_data` reads it back: the stop rule, lambda and the forests can then be
-  re-tuned without re-collecting (``python -m dynakrag_lite train --save-data FILE``,
-  ``dynakrag_lab/scripts/stop_rule.py``).
-* ``TrainingData.run``: the settings the trajectories were collected under (dataset,
-  generator, embedder, budgets, seed, sufficiency request, data hash, split, command), and
-  :class:`CalibrationTable`: the sufficiency calibration states (their learned-signal
-  features, SR and LLM-signal scores; :func:`build_calibration`). With both, ``train
-  --from-data FILE`` rebuilds a whole policy, calibrated signal included, without a model
-  call, on any subset of the questions (another split's training part).
-
-Format 2 (this library's) stores both. Files of format 1, written before they existed (the
-committed ``results/trajectories/`` files), still load, with ``run == {}`` and no table, for
-re-tuning (``dynakrag_lab/scripts/stop_rule.py``); ``--from-data`` refuses them.
+:func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as plain
+arrays (no pickle, so a file from anyone is safe to load), with the settings the trajectories
+were collected under (``TrainingData.run``) and the sufficiency calibration states
+(:class:`CalibrationTable`). With both, ``train --from-data FILE`` rebuilds a whole policy,
+calibrated signal included, without a model call, on any subset of the questions. Format-1
+files (without either) still load for re-tuning; ``--from-data`` refuses them.
 """
 from __future__ import annotations
 
@@ -45,18 +36,14 @@ _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "execute
 
 @dataclass
 class CalibrationTable:
-    """The states a sufficiency signal was calibrated on (:func:`.calibration.calibrate_for`), kept
-    as plain arrays so :meth:`signal` can redo the calibration without an environment: the
-    learned estimator needs only the states' features and SR, the LLM signals their recorded
-    scores. One row per calibration state, in calibration order.
+    """The states a sufficiency signal was calibrated on, as plain arrays (one row per state,
+    in calibration order) so :meth:`signal` can redo the calibration without an environment.
 
-    ``llm``: the row lies in the LLM-scored subset (the first ``llm_questions`` training
-    questions); the learned signal's AUC and threshold are measured there as well.
+    ``llm``: the row lies in the LLM-scored subset (where every signal's AUC is measured);
     ``scores``: per LLM signal the score of each row (NaN outside ``llm``); ``text_extra``: 1
-    where the text probe replied SUFFICIENT. ``settings``: what :func:`train_signal` was called
-    with (kind, rule, llm_questions, seed, min_gain, generator); ``signal_info``: describe()
-    of the signal the trajectories were collected under; ``reproduced``: :meth:`signal` gave
-    that same signal when the file was written (False: do not build from this table)."""
+    where the text probe replied SUFFICIENT; ``settings``: :func:`train_signal`'s arguments;
+    ``signal_info``: describe() of the signal the trajectories were collected under;
+    ``reproduced``: :meth:`signal` gave that same signal when the file was written."""
     qids: np.ndarray
     kinds: np.ndarray
     sr: np.ndarray
@@ -81,13 +68,9 @@ class CalibrationTable:
             dict(self.settings), self.signal_info, self.reproduced)
 
     def signal(self):
-        """The calibrated signal (a ``SufficiencySignal``, or None for the text probe) these
-        rows give: the arithmetic of :func:`.calibration.train_signal` / ``calibrate_for`` on
-        stored states instead of freshly retrieved ones (same seeds, same order, so on the
-        same rows it is the same signal; :func:`build_calibration` checks
-        that when the file is written). On a subset of the questions it is the signal those
-        questions alone calibrate. Raises ValueError when an LLM signal needs scores the table
-        lacks."""
+        """The calibrated signal (None for the text probe) these rows give: the arithmetic of
+        :func:`.calibration.train_signal` on stored states (same seeds, same order: on the same
+        rows the same signal). Raises ValueError when an LLM signal's scores are missing."""
         st = self.settings
         kind, seed = st["kind"], int(st["seed"])
         if kind == "text":
@@ -161,16 +144,11 @@ class CalibrationTable:
 def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       live_signal=None, check: bool = True) -> CalibrationTable | None:
-    """The :class:`CalibrationTable` of a training run: the calibration states of
-    :func:`.calibration.calibrate_for` (retrieval only) with the LLM signals' scores on the
-    scored subset (the calls ``train_signal`` just made, so they come from the call cache), for
-    ``train --save-data``. None for the text probe (nothing is calibrated). Sequential also
-    under ``train --workers N``: its calls are cache hits, there is no server time to overlap.
-
-    ``live_signal``: the signal ``train_signal`` returned with the same arguments; with
-    ``check`` the table's own :meth:`~CalibrationTable.signal` is compared with it (summary
-    and estimator predictions) and ``reproduced`` records the outcome, so a table that would
-    rebuild another signal is never used silently."""
+    """The :class:`CalibrationTable` of a training run (``train --save-data``): the states of
+    :func:`.calibration.calibrate_for` with the LLM signals' scores (cache hits of the calls
+    ``train_signal`` just made); None for the text probe. With ``check``, ``reproduced``
+    records whether the table's own :meth:`~CalibrationTable.signal` equals ``live_signal``,
+    so a table that would rebuild another signal is never used silently."""
     if kind == "text":
         return None
     kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)

@@ -1,20 +1,11 @@
 """Tuning the stop rule offline: the selection rule replayed along collected trajectories,
 and lambda and the veto threshold chosen by cross-validation on the training questions.
 
-* :func:`replay_decisions` re-decides at every state visited while collecting a
-  :class:`~dynakrag_lite.trajectories.TrainingData`, for any lambda or veto threshold, without
-  executing anything (chapter 9).
-* :func:`stop_outcomes`: where the replayed decisions stop on each question of the data, and
-  the SR, answer F1 and tokens it would have there, per (lambda, veto threshold).
-* :func:`tune_continuation` chooses ``(lam, veto_threshold)`` by cross-validation grouped by
-  question: each fold's policy re-decides offline along the held-out questions' explored paths,
-  and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
-  ``python -m dynakrag_lite train`` runs it (the diagnosis appendix reads it).
-* :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
-  :data:`CONTINUATION_GRID` (tau of the "continuation" stop rule) are the default grids.
-
-The lab's :mod:`dynakrag_lab.studies.stop_replay` replays one policy's stops and sweeps lambda
-with these.
+:func:`replay_decisions` re-decides at every state visited while collecting, for any lambda or
+veto threshold, without executing anything (chapter 9); :func:`stop_outcomes` says where those
+decisions stop on each question and what they would have there; :func:`tune_continuation`
+chooses ``(lam, veto_threshold)`` by cross-validation grouped by question (``python -m
+dynakrag_lite train`` runs it).
 """
 from __future__ import annotations
 
@@ -46,16 +37,13 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
     """Re-decide at every state visited while collecting ``data``, without executing anything.
 
     Each visited state is the group of samples with one (qid, step); their feature vectors hold
-    phi(s, a) for every valid a, so the value model, the continuation model (on the state part
-    of phi) and the selection rule a* = argmax v - lambda c (with the stop veto) can be
-    replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). Costs: the cost
-    model's c(s, a) from the state's document count; an LLM action the cost model never saw
-    falls back to the heuristic estimate stored in phi. The samples' targets (true one-step
-    support gains, computed from gold labels) ride along for analysis only; nothing here feeds
-    them to the policy.
+    phi(s, a) for every valid a, so the value model, the continuation model and the selection
+    rule can be replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). An
+    LLM action the cost model never saw is costed by the heuristic estimate in phi. The
+    samples' (gold) targets ride along for analysis only.
 
     Returns one dict per state: qid, step, n_docs, valid, values, costs, continue_gain,
-    vetoed (stop_answer was removed), chosen, chosen_without_veto, targets.
+    vetoed, chosen, chosen_without_veto, targets.
     """
     lam = policy.lam if lam is None else lam
     thr = policy.veto_threshold if veto_threshold is None else veto_threshold
@@ -145,14 +133,12 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       ) -> tuple[float, float, pd.DataFrame]:
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
-    Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
-    policy on the other folds and replays its decisions on the held-out questions for every
-    grid pair (:func:`stop_outcomes`); the pair with the highest mean ``metric`` ("f1" or
-    "sr") minus ``token_price`` times the mean tokens over all held-out questions wins (the
-    ``objective`` column; a price of 1e-5 trades .01 F1 for 1,000 tokens), ties broken by
-    fewer tokens, then by the larger threshold (vetoing less) and the smaller lambda.
-    Returns (lam, threshold, frame): one row per grid pair with the means of f1, sr, tokens,
-    early (share stopping before the cap), vetoes, the objective, and ``best``.
+    Each fold (grouped by question) trains a policy on the other folds and replays its
+    decisions on the held-out questions for every grid pair; the pair with the highest mean
+    ``metric`` ("f1" or "sr") minus ``token_price`` times the mean tokens wins, ties broken by
+    fewer tokens, the larger threshold and the smaller lambda. Returns (lam, threshold, frame):
+    one row per grid pair with the means of f1, sr, tokens, early, vetoes, the objective and
+    ``best``.
     """
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
