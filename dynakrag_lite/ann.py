@@ -56,10 +56,8 @@ def _faiss_reason(e: BaseException) -> str:
 
 def make_index(dim: int, factory: str | None = None):
     """An empty inner-product index over ``dim``-dimensional vectors: ``IndexFlatIP`` for the
-    flat default, else ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``.
-
-    Raises ValueError naming the string when faiss cannot make it for ``dim`` (a typo, or e.g.
-    ``PQ48`` on vectors whose dimension 48 does not divide)."""
+    flat default, else ``faiss.index_factory``; ValueError naming the string when faiss cannot
+    make it for ``dim`` (a typo, or e.g. ``PQ48`` on a dimension 48 does not divide)."""
     import faiss  # heavy optional dependency
     f = normalize_factory(factory)
     if f is None:
@@ -100,11 +98,9 @@ def _file_source(vectors) -> tuple[str, int, int] | None:
 
 
 def iter_chunks(vectors, rows: int = ADD_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous.
-
-    A memory map of a ``.npy`` file is read with plain file reads: pages touched through a
-    mapping count as resident memory until evicted, so streaming a file larger than RAM through
-    it would act like holding it all."""
+    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous. A
+    memory map of a ``.npy`` file is read with plain file reads: pages touched through a
+    mapping count as resident memory, as if a file larger than RAM were held whole."""
     n = len(vectors)
     src = _file_source(vectors)
     if src is None:
@@ -203,14 +199,10 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
 
 
 def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
-    """``(index, mapped)``: the index saved at ``path``, memory-mapped when ``mmap`` is set and
-    faiss can map it.
-
-    ``IO_FLAG_MMAP_IFC`` maps the stored codes (flat vectors, PQ/SQ codes, IVF lists) in place;
-    HNSW/NSG graph links and small tables are still read into memory. Where it fails,
-    ``IO_FLAG_MMAP`` is tried, then a plain read (``mapped`` False). A mapped index is
-    read-only and relies on its file staying as it is: the retriever only replaces index files
-    with ``os.replace``, never rewrites them in place."""
+    """``(index, mapped)``: the index saved at ``path``, memory-mapped (its stored codes; graph
+    links and small tables are read) when ``mmap`` is set and faiss can map it, else read. A
+    mapped index is read-only and relies on its file staying as it is: the retriever only
+    replaces index files with ``os.replace``."""
     import faiss  # heavy optional dependency
     if mmap:
         for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
@@ -267,9 +259,8 @@ def write_vectors(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
 def stored_vectors(path: Path, key: str, n: int, write: Callable[[], np.memmap],
                    info: dict) -> tuple[np.memmap, bool]:
     """``(vectors, reused)``: the float32 rows in the ``.npy`` file ``path`` when its sidecar
-    ``<name>.json`` records ``key`` and the file has its recorded size and ``n`` rows, else
-    ``write()``'s new file (the sidecar removed first, written last with ``info``, the key, the
-    shape and the size)."""
+    ``<name>.json`` records ``key``, its size and ``n`` rows, else ``write()``'s new file (the
+    sidecar removed first, written last)."""
     side = path.with_name(path.name + ".json")
     try:
         rec = json.loads(side.read_text())

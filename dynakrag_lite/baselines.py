@@ -256,11 +256,9 @@ def _key(text: str) -> str:
 def _search_follow_up(state: EvidenceState, env: Environment, follow_up: str,
                       trace: list[StepTrace]
                       ) -> tuple[EvidenceState, tuple[RetrievedDoc, ...], tuple[RetrievedDoc, ...]]:
-    """Top ``per_action`` docs for the follow-up. Unlike IRCoT, seen docs are not excluded:
-    the intermediate answer reads the follow-up's own top results, which may include a doc an
-    earlier search found. New ones join the state (within max_docs). Returns the state, the
-    docs shown to the intermediate answer (only docs that are in the state) and the added
-    ones."""
+    """Top ``per_action`` docs for the follow-up, seen ones included (the intermediate answer
+    reads the follow-up's own top results); new ones join the state (within max_docs).
+    Returns the state, the docs shown to the intermediate answer and the added ones."""
     per = env.config.per_action
     hits = env.retriever.search(follow_up, k=per + 3)  # extra hits so title dedup can fill
     top = add_hits(EvidenceState(question=follow_up), hits, "self_ask", per)
@@ -300,10 +298,8 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
 
     Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
     ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
-    ``max_iterations``; ``malformed`` (a reply with neither a follow-up nor a final answer;
-    parse fallback ``self_ask``). ``extra["answer_source"]``: ``chain``, ``forced`` or
-    ``reader``. At most ``max_iterations`` proposer calls, one intermediate answer per
-    follow-up search, and one reader call.
+    ``max_iterations``; ``malformed``. ``extra["answer_source"]``: ``chain``, ``forced`` or
+    ``reader``.
     """
     t0 = time.perf_counter()
     cfg = env.config

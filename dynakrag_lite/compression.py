@@ -100,10 +100,8 @@ class Compression:
 
     @property
     def stats(self) -> dict:
-        """The counts of :attr:`note` as plain JSON values, for the trace step (so analyses
-        need not parse the note): ``method``, ``n_parsed``, ``n_valid``, ``dropped`` (count
-        per reason of :data:`DROP_REASONS`, zeros included), ``fallback_to_docs`` and
-        ``fallback_reason``."""
+        """The counts of :attr:`note` as plain JSON values, for the trace step (``dropped``:
+        count per reason of :data:`DROP_REASONS`, zeros included)."""
         dropped = dict.fromkeys(DROP_REASONS, 0)
         for _, reason in self.dropped:
             key = reason.split(" (")[0]  # "no_match (0.42)" -> "no_match"
@@ -427,10 +425,8 @@ class SentenceSelector:
 def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
     """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
 
-    **A joblib file is code**: unpickling it runs whatever its author put in it. ``trusted``
-    as :func:`~dynakrag_lite.storage.verified_sha256` takes it: ``None`` (default) checks a
-    file in a folder that keeps a ``MANIFEST.sha256`` (``results/selectors/`` does) before
-    anything is unpickled, ``False`` always checks, ``True`` skips the check.
+    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
+    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
     """
     return SentenceSelector.load(path, trusted=trusted)
 

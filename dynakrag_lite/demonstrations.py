@@ -178,12 +178,10 @@ def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: 
     """``k`` IRCoT demonstrations from ``pool``, a list of :class:`~dynakrag_lite.data.Question`
     of the *training* split (gold labels are read here, and only here).
 
-    Each shows the question's gold paragraphs plus ``n_distractors`` of its own distractor
-    paragraphs (the dataset's distractors; shuffled in with ``seed``), clipped to
-    ``max_chars`` characters (never before the chain's sentence), and the template chain of
-    thought. ``eval_ids``: the evaluation question ids; any overlap with the pool raises
-    :class:`DemoLeakError` (pass the training split, not the whole dataset). Raises
-    ``ValueError`` if the pool holds fewer than ``k`` usable questions. Cached."""
+    Each shows the question's gold paragraphs plus ``n_distractors`` of its own, clipped to
+    ``max_chars`` (never before the chain's sentence), and the template chain of thought. An
+    overlap of the pool with ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k``
+    usable questions, ``ValueError``. Cached."""
     pool = list(pool)
     check_disjoint((q.id for q in pool), eval_ids)
     if k <= 0:

@@ -303,10 +303,8 @@ class Policy:
     def load(path: str | Path, *, trusted: bool | None = None) -> "Policy":
         """Load a policy saved by :meth:`save`.
 
-        **A joblib file is code**: unpickling it runs whatever its author put in it.
-        ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256` takes it: ``None``
-        (default) checks a file of a folder that keeps a ``MANIFEST.sha256`` before anything
-        is unpickled, ``False`` always checks, ``True`` skips the check (you vouch for it).
+        **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
+        takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
         Also checks the feature names; :meth:`provenance` then gives the file's path and sha256.
         """
         path = Path(path)

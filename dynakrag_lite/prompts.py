@@ -43,9 +43,8 @@ def _with_docs(docs: Sequence, instruction: str, max_chars: int | None) -> list[
 
 
 # -- final answer -----------------------------------------------------------------------
-# The answer format offered depends on the question's shape: offering "yes/no" to every
-# question made small readers answer Yes/No to entity questions (7 of 30 HotpotQA questions
-# with qwen2.5-coder-0.5b, where 1 gold answer was yes/no).
+# The answer format depends on the question's shape: offering "yes/no" to every question made
+# small readers answer Yes/No to entity questions (7 of 30, where 1 gold answer was yes/no).
 _AUX_START = re.compile(r"^\s*(is|are|was|were|am|do|does|did|can|could|has|have|had|will|"
                         r"would|should|shall|may|might|must|isn't|aren't|wasn't|weren't|"
                         r"doesn't|don't|didn't)\b", re.I)
@@ -141,8 +140,7 @@ def parse_sufficiency(text: str) -> SufficiencyReply:
     return SufficiencyReply(False, "", False)
 
 
-# The gap writer: a second call, made only when a score-based verdict (log-prob margin, learned
-# estimator, answer confidence) says insufficient, or always when the verdict gates nothing.
+# The gap writer: a second call when a score-based verdict says insufficient or gates nothing.
 GAP_MAX_TOKENS = 32
 
 

@@ -298,11 +298,8 @@ class DenseRetriever:
                 **self._build_params}
 
     def _try_load(self, faiss, warn: bool = True) -> bool:
-        """Load a saved index if it matches this corpus, embedder and index kind and is intact.
-
-        False (rebuild) when files are missing or belong to another corpus or kind; False with
-        a warning when the index file is damaged (size, sha256 or vector count differ from the
-        meta, or faiss cannot parse it)."""
+        """Load a saved index if it matches this corpus, embedder and index kind and is intact;
+        else False (rebuild), with a warning when the index file is damaged."""
         def bad(why: str) -> bool:
             return self._damaged(why, warn)
 
@@ -377,9 +374,8 @@ class DenseRetriever:
 
     @property
     def embed_cache(self) -> EmbeddingCache | None:
-        """The embedding cache (opened on first use), or None when it is disabled or its file
-        cannot be opened (one warning: vectors can always be computed again, so a foreign
-        file must not fail a question)."""
+        """The embedding cache (opened on first use), or None when it is disabled or cannot be
+        opened (one warning: vectors can always be computed again)."""
         if self._embed_cache is None and self.embed_cache_path is not None:
             try:
                 self._embed_cache = EmbeddingCache(self.embed_cache_path)

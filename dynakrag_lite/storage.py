@@ -222,11 +222,8 @@ class LockedError(RuntimeError):
 
 
 class FolderLock:
-    """``with FolderLock(folder): ...``: exclusive use of ``folder`` by this process.
-
-    Re-entrant within one process for the same folder object only; a second ``FolderLock`` on
-    the same folder, in this or any other process, raises :class:`LockedError`.
-    """
+    """``with FolderLock(folder): ...``: exclusive use of ``folder`` by this process (a second
+    ``FolderLock`` on it, here or elsewhere, raises :class:`LockedError`)."""
 
     def __init__(self, folder: str | Path, what: str = "run") -> None:
         self.folder = Path(folder)

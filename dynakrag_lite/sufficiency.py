@@ -55,9 +55,7 @@ class SufficiencyError(RuntimeError):
     """A signal cannot be computed (backend without log-probs, missing estimator, ...)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# log-probabilities of reply options
-# ---------------------------------------------------------------------------------------------
+# -- log-probabilities of reply options -------------------------------------------------------
 
 def score_options(generator: Any, messages: Sequence[dict], options: Sequence[str],
                   mode: str = "auto") -> OptionScores:
@@ -125,9 +123,7 @@ def reply_confidence(msgs: Sequence[dict], generator: Any) -> tuple[float, str, 
     return sc.logprobs[reply] / n, prompts.parse_answer(gen.text), [gen, charged]
 
 
-# ---------------------------------------------------------------------------------------------
-# the learned estimator (no LLM call)
-# ---------------------------------------------------------------------------------------------
+# -- the learned estimator (no LLM call) ------------------------------------------------------
 
 # The probe's own verdict is not an input of the estimator that produces it.
 LEARNED_FEATURE_NAMES: tuple[str, ...] = tuple(n for n in STATE_FEATURE_NAMES
@@ -235,9 +231,7 @@ def configure(env, signal: "SufficiencySignal | None"):
     return env
 
 
-# ---------------------------------------------------------------------------------------------
-# the probe itself (used by actions.sufficiency_check)
-# ---------------------------------------------------------------------------------------------
+# -- the probe itself (used by actions.sufficiency_check) -------------------------------------
 
 @dataclass
 class Judgement:

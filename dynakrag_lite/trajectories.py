@@ -53,9 +53,7 @@ __all__ = ["CONTINUATION_TARGETS", "Sample", "PrefixSample", "TrainingData", "la
 CONTINUATION_TARGETS = ("f1", "sr", "onestep")
 
 
-# ---------------------------------------------------------------------------------------------
-# the records
-# ---------------------------------------------------------------------------------------------
+# -- the records ------------------------------------------------------------------------------
 
 @dataclass
 class Sample:
@@ -178,9 +176,7 @@ class TrainingData:
                             columns=cols)
 
 
-# ---------------------------------------------------------------------------------------------
-# collection
-# ---------------------------------------------------------------------------------------------
+# -- collection -------------------------------------------------------------------------------
 
 
 def label(state: EvidenceState, action: str, gold: Sequence[str],
@@ -280,11 +276,8 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
 
     ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
-    dominate the cost); the value model learns from every question.
-
-    ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each item and ``emit(item,
-    result)`` in item order (default: one by one; ``training.concurrency.collect_in_parallel``
-    overlaps server calls with the same data)."""
+    dominate the cost). ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each
+    item and ``emit(item, result)`` in item order (default: one by one)."""
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 

@@ -181,11 +181,8 @@ def _from_musique(obj: dict, path, line) -> Question | None:
 
 def convert_raw_record(obj: Any, path: str | os.PathLike | None = None,
                        lineno: int | None = None) -> Question | None:
-    """Convert one HotpotQA / 2WikiMultiHopQA / MuSiQue record.
-
-    Returns ``None`` only for an unanswerable MuSiQue record; raises
-    :class:`~dynakrag_lite.data.DataError` for any defect.
-    """
+    """Convert one HotpotQA / 2WikiMultiHopQA / MuSiQue record (``None`` only for an
+    unanswerable MuSiQue record; :class:`~dynakrag_lite.data.DataError` for any defect)."""
     if not isinstance(obj, dict):
         raise DataError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
     fmt = detect_format(obj)
@@ -221,10 +218,8 @@ def _records(path: Path) -> list[tuple[int, Any]]:
 
 
 def read_raw(path: str | os.PathLike) -> RawLoadReport:
-    """Read a raw ``.json`` list or ``.jsonl`` file; report questions and skipped records.
-
-    In a ``.json`` list the DataError "line" is the 1-based record index.
-    """
+    """Read a raw ``.json`` list or ``.jsonl`` file; report questions and skipped records (in
+    a ``.json`` list the DataError "line" is the 1-based record index)."""
     path = Path(path)
     report = RawLoadReport(path=str(path), dataset=None)
     seen: dict[str, int] = {}

@@ -214,10 +214,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 @dataclass
 class EvaluationSetup:
-    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its settings, its
-    questions in order, its run folder and what was built from them (the environment, the
-    policy configured with the settings, IRCoT's demonstrations); ``extra`` goes into the
-    summary (the policy's and the selector's provenance, warnings, the demonstrations)."""
+    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its settings, questions,
+    run folder and what was built from them; ``extra`` goes into the summary."""
     settings: RunSettings
     questions: list[Question]
     out: Path
@@ -480,9 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a command line of this package reports as a user's error (a missing or
-    foreign file, a bad field or option value, a cache file that cannot be used, a path that
-    cannot be read or written) rather than as a bug."""
+    """The exceptions a command line of this package reports as a user's error (a bad file,
+    option or path) rather than as a bug."""
     # ValueError: also ResultsError, FingerprintError; OSError: also FileNotFoundError
     return (DataError, PolicyError, GeneratorError, ModelError, CacheError, LockedError,
             ValueError, OSError)
@@ -498,10 +495,8 @@ def error_message(e: BaseException) -> str:
 
 def run_reporting_errors(func: Callable[..., int], *args,
                          also: tuple[type[BaseException], ...] = ()) -> int:
-    """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``: the
-    command's own error classes) becomes one line ``error: MESSAGE`` on stderr and exit
-    code 2 instead of a traceback. Every command of ``python -m dynakrag_lite`` ends this
-    way (and data_scripts/warm_cache.py)."""
+    """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``) becomes
+    one line ``error: MESSAGE`` on stderr and exit code 2 instead of a traceback."""
     errors = (*user_errors(), *also)
     try:
         return func(*args)

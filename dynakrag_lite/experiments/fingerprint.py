@@ -164,11 +164,9 @@ def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = No
     folder; a resume with a different one is refused (:func:`check_run_folder`).
 
     From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's
-    ``stop_after``; the policy's decision settings from ``policy`` (configured with them).
-    ``policy_sha256``: the policy file's sha256 (else :func:`policy_digest` of ``policy``);
-    ``data_sha256``: the dataset file's (``data.sources.data_sha256``; None when unknown).
-    The sentence selector (``env.compressor``) enters by its file's sha256, IRCoT's
-    demonstrations ``demos`` by their ids (refused when one is among ``questions``)."""
+    ``stop_after``; from ``policy``: its file's sha256 and decision settings. The selector
+    enters by its file's sha256, IRCoT's ``demos`` by their ids (refused when one is among
+    ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever

@@ -61,10 +61,9 @@ def output_problem(path: str | Path, *, folder: bool) -> str | None:
 
 
 # -- rows ---------------------------------------------------------------------------------
-# The metrics every reader of a result row takes (tables, the explorer, the summary).
 METRIC_FIELDS = ("em", "f1", "support_recall")
-# The other numbers score() writes into every row and summarize() averages: a resumed run
-# needs them all, so a row without one cannot count as a finished question.
+# The other numbers score() writes into every row and summarize() averages: a row without one
+# cannot count as a finished question.
 RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls",
                      "seconds")
 

@@ -144,14 +144,11 @@ def evaluate(questions: Sequence[Question], method: str | RunSettings, env: Envi
     """Run ``method`` on every question of ``questions`` not yet done in ``out_dir``
     (:mod:`dynakrag_lite.experiments.folder`); return the summary.
 
-    ``method``: a method's name, with ``generator``, ``fixed_k``, ``seed`` and ``workers``
-    (a chapter's call), or the run's :class:`~dynakrag_lite.config.RunSettings` (the command
-    line's). ``run_info`` goes into the summary's ``"run"`` block, ``summary_extra`` into its
-    top level; ``data_sha256`` / ``policy_sha256`` enter the fingerprint. ``workers`` (> 1:
-    server generators only) is not part of the fingerprint: rows do not depend on it.
-    ``selection``: which questions these are (:mod:`dynakrag_lite.experiments.selection`;
-    None: not recorded, not checked). A folder that cannot be resumed safely is refused before
-    any question runs (:class:`ResultsError`, :class:`FingerprintError`, ``LockedError``)."""
+    ``method``: a method's name (with ``generator``, ``fixed_k``, ``seed``, ``workers``) or
+    the run's :class:`~dynakrag_lite.config.RunSettings`. ``run_info`` and ``summary_extra`` go
+    into the summary; ``data_sha256`` / ``policy_sha256`` into the fingerprint (``workers``
+    does not: rows do not depend on it). ``selection``: which questions these are (None: not
+    checked). A folder that cannot be resumed safely is refused before any question runs."""
     s = method if isinstance(method, RunSettings) else RunSettings(
         method=method, generator=generator, fixed_k=fixed_k, seed=seed, workers=workers)
     check_workers(s.workers, env.generator)

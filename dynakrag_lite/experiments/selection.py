@@ -114,14 +114,10 @@ def selection_from_command(command: str | None) -> dict | None:
 
 
 def recorded_selection(records: Sequence[tuple[str, dict]]) -> list[tuple[dict, str]]:
-    """The selections a folder's records allow, each with where it is recorded.
-    ``records``: (where, record) of its run.json, then of its summary.json's ``"run"`` block
-    (either may be missing).
-
-    A record's selection is its ``"selection"`` field, else the one its ``"command"`` makes.
-    The first record's field, when present, decides alone. Otherwise each record's is allowed
-    (run.json's first command, summary.json's latest: older runs could change the split on
-    resume). [] when nothing is known: not checked."""
+    """The selections a folder's records allow (``records``: (where, record) of its run.json,
+    then of summary.json's ``"run"``), each with where it is recorded: a record's
+    ``"selection"`` field (run.json's decides alone), else the one its ``"command"`` makes
+    (older runs could change the split on resume, so each is allowed). []: not checked."""
     allowed: list[tuple[dict, str]] = []
     for i, (where, record) in enumerate(records):
         if isinstance(record.get(SELECTION_FIELD), dict):

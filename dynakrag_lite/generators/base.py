@@ -44,13 +44,9 @@ class Generation:
 
 @dataclass(frozen=True)
 class OptionScores:
-    """Log-probabilities of reply options, with the cost of computing them.
-
-    ``prompt_tokens`` / ``completion_tokens`` / ``seconds`` make it usable wherever a
-    :class:`Generation` is charged to a ledger (one forward pass reads the prompt and scores
-    one position: completion_tokens = 1). ``method``: how the numbers were obtained
-    ("first_token", "sequence", "top_logprobs", "backend"). ``n_tokens``: tokens per option
-    (sequence scoring; 1 for first-token scoring)."""
+    """Log-probabilities of reply options, with the cost of computing them (charged to a ledger
+    as a :class:`Generation` is: one forward pass, completion_tokens = 1). ``method``: how the
+    numbers were obtained; ``n_tokens``: tokens per option."""
     logprobs: dict[str, float]
     prompt_tokens: int
     seconds: float = 0.0
@@ -178,9 +174,7 @@ def approx_token_count(text: str) -> int:
     return len(text.split())
 
 
-# ---------------------------------------------------------------------------------------------
-# option scoring: what the backends share
-# ---------------------------------------------------------------------------------------------
+# -- option scoring: what the backends share --------------------------------------------------
 
 SCORING_MODES = ("auto", "first_token", "sequence")
 LOGPROB_FLOOR = -1e4  # stands for a missing or infinite log-prob: JSON and margins stay finite

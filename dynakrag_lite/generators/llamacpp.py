@@ -91,13 +91,9 @@ def check_gguf(path: Path) -> None:
 
 
 class _EvalProbe:
-    """Stands in for a ``Llama``'s ``eval`` to see how much of a prompt was really evaluated.
-
-    ``Llama.generate`` keeps the KV cache of the prefix shared with the previous evaluation,
-    sets ``n_tokens`` to its length and calls ``self.eval(rest)``: reading both at that first
-    call, when armed, gives what llama.cpp kept and evaluated without re-implementing its
-    matching rule. Later calls pass straight through.
-    """
+    """Stands in for a ``Llama``'s ``eval`` to see how much of a prompt was really evaluated:
+    ``Llama.generate`` sets ``n_tokens`` to the kept prefix and calls ``self.eval(rest)``, so
+    reading both at that first call, when armed, needs no copy of llama.cpp's matching rule."""
 
     warned = False  # the fallback in LlamaCppGenerator.generate warns once per process
 
@@ -148,19 +144,14 @@ class _Deadline:
 class LlamaCppGenerator(DecodingMixin):
     """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
 
-    The chat template comes from the GGUF metadata. Token counts are llama.cpp's ``usage``.
-    ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer. ``timeout``
-    (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) caps decoding wall-clock time: past it
-    the model is made to emit end-of-generation, and the result is marked ``truncated``.
+    The chat template comes from the GGUF metadata; ``n_ctx=4096`` holds a prompt of 12
+    paragraphs plus the answer. ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) caps
+    decoding time. ``lazy=True`` (behind the call cache) loads the model on its first live use,
+    so a re-run whose calls all hit the cache never loads it.
 
-    ``lazy=True`` (what :func:`make_generator` passes behind the call cache) loads the model
-    on its first live use (:attr:`llama`): a re-run whose calls all hit the cache never loads
-    it. The file must exist either way.
-
-    Prefix reuse of its own live calls (benchmarks/bench_prefix_reuse.py):
-    ``last_reused_tokens`` / ``last_evaluated_tokens`` (prompt tokens llama.cpp kept from its
-    KV cache / evaluated; their sum is ``prompt_tokens``), and running totals since
-    :meth:`reset_counters` (:meth:`counters`). Option scoring is not counted.
+    Prefix reuse of its live calls (benchmarks/bench_prefix_reuse.py): ``last_reused_tokens``
+    / ``last_evaluated_tokens`` (summing to ``prompt_tokens``) and running totals since
+    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted.
     """
 
     backend = "llama.cpp"
@@ -289,9 +280,7 @@ class LlamaCppGenerator(DecodingMixin):
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
         """Log-probabilities of each reply option after the chat-templated prompt (see
-        :class:`~dynakrag_lite.generators.base.Generator`). The prompt is evaluated with the
-        KV cache of its longest common prefix with the last evaluation; only the last
-        position's logits are read. "sequence" evaluates each option's tokens after it."""
+        :class:`~dynakrag_lite.generators.base.Generator`), reusing the KV cache's prefix."""
         msgs = check_messages(list(messages))
         t0 = time.perf_counter()
         llm = self.llama

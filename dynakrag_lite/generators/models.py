@@ -234,11 +234,8 @@ def _write_sidecar(sidecar: Path, path: Path, digest: str) -> None:
 
 
 def file_sha256(path: str | Path, sidecar_dir: str | Path | None = None) -> str:
-    """sha256 of ``path``, remembered in a sidecar while the file's size and mtime hold.
-
-    The sidecar sits next to the file, or in ``sidecar_dir`` when given (use that for files in
-    read-only places such as ``site-packages``).
-    """
+    """sha256 of ``path``, remembered in a sidecar (next to the file, or in ``sidecar_dir`` for
+    read-only places) while the file's size and mtime hold."""
     path = Path(path)
     sidecar = _sidecar_for(path, Path(sidecar_dir) if sidecar_dir is not None else None)
     digest = _read_sidecar(sidecar, path)
@@ -280,11 +277,8 @@ def _assemble(m: BundledModel, parts: list[Path], target: Path) -> None:
 
 
 def gguf_path(name: str, cache_dir: str | Path | None = None) -> Path:
-    """Path of the verified GGUF for bundled model ``name``, assembling it on first use.
-
-    Raises :class:`ModelNotInstalledError` (with the pip command) when a package is missing and
-    :class:`ModelIntegrityError` when the bytes do not hash to the registry's sha256.
-    """
+    """Path of the verified GGUF for bundled model ``name``, assembling it on first use
+    (:class:`ModelNotInstalledError` with the pip command, or :class:`ModelIntegrityError`)."""
     m = _entry(name)
     cdir = Path(cache_dir).expanduser() if cache_dir is not None else models_dir()
     if m.single_file:

@@ -24,15 +24,11 @@ __all__ = ["OpenAIGenerator"]
 class OpenAIGenerator(DecodingMixin):
     """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
 
-    The API key is ``OPENAI_API_KEY`` or ``"none"`` (local servers ignore it). Token counts come
-    from the response's ``usage``. A server that omits ``usage`` gets whitespace-token estimates
-    (:func:`approx_token_count`); every such call increments :attr:`approximate_usage_calls`,
-    sets :attr:`last_usage_approximate` and warns once, so reports can flag the figures.
-
-    ``timeout`` (seconds per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120) and
-    ``max_retries`` (connection errors, timeouts, 408/429/5xx; default 2) bound a call to about
-    ``(max_retries + 1) * timeout`` plus the client's short back-off. Failures raise
-    :class:`GeneratorError` naming the server URL with any credentials redacted.
+    The API key is ``OPENAI_API_KEY`` or ``"none"``. A server that omits ``usage`` gets
+    whitespace-token estimates, counted in :attr:`approximate_usage_calls` (one warning).
+    ``timeout`` (per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120 s) and ``max_retries``
+    (default 2) bound a call; failures raise :class:`GeneratorError` naming the server URL,
+    credentials redacted.
     """
 
     backend = "openai"

@@ -95,10 +95,8 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
 
 
 def unload_models() -> int:
-    """Drop every loaded llama.cpp and transformers model (frees RAM); returns how many.
-
-    Generators created earlier keep working on their own reference until they are dropped too.
-    """
+    """Drop every loaded llama.cpp and transformers model (frees RAM once generators made
+    earlier are dropped too); returns how many."""
     n = unload_llamas() + unload_hf_models()
     gc.collect()
     return n

@@ -2,20 +2,15 @@
 collect trajectories, tune lambda and the veto threshold by cross-validation, fit the policy;
 all on the training split.
 
-* The run's :class:`~dynakrag_lite.config.RunSettings` (the ``train`` command's flags) are
-  its recipe: :func:`train` runs them and saves the policy. The questions are cut by
-  :func:`dynakrag_lite.pipeline.run_setup`, as for ``evaluate``, so a policy is never
-  evaluated on its training questions. :func:`training_setup` is its first part (environment
-  and calibrated signal), which a process warming the LLM cache for a training run
-  (``data_scripts/warm_cache.py train``) must build exactly so.
-* ``--save-data`` keeps the trajectories with the settings they were collected under
-  (:func:`collection_run`) and the sufficiency calibration states; ``--from-data``
-  (:func:`data_from_file`) rebuilds a policy from such a file without a model call, refusing a
-  file collected under other settings (:func:`from_data_problems`) and keeping only this
-  split's training questions (:func:`dynakrag_lite.pipeline.split_ids`), after an optional
-  ``relabel`` step (answer F1s added later: ``dynakrag_lab.training_extras``).
-
-Chapters 7-9 build the same pieces by hand; chapter 13 describes the tuning.
+The run's :class:`~dynakrag_lite.config.RunSettings` are its recipe: :func:`train` runs them
+(questions cut by :func:`dynakrag_lite.pipeline.run_setup`, as for ``evaluate``);
+:func:`training_setup` is its first part, which ``data_scripts/warm_cache.py train`` must
+build exactly so. ``--save-data`` keeps the trajectories with their settings
+(:func:`collection_run`) and the calibration states; ``--from-data`` (:func:`data_from_file`)
+rebuilds a policy from such a file without a model call, refusing one collected under other
+settings and keeping only this split's training questions, after an optional ``relabel``
+step (answer F1s added later: ``dynakrag_lab.training_extras``). Chapters 7-9 build the same
+pieces by hand.
 """
 from __future__ import annotations
 
@@ -39,9 +34,8 @@ from .files import build_calibration, load_training_data_bytes, save_training_da
 from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
                      tune_continuation)
 
-# ControlConfig fields that shape collected trajectories (a --from-data run must match them).
-# The compression settings are not among them: compress_answer_evidence runs only after
-# stop_answer, which collection never executes.
+# ControlConfig fields that shape collected trajectories (a --from-data run must match them;
+# compression is not among them: collection never executes stop_answer).
 COLLECTION_CONFIG_FIELDS = ("per_action", "max_docs", "max_steps", "retrieval_cap",
                             "ranking_depth", "doc_chars", "use_sufficiency", "max_bridges",
                             "use_spacy")
@@ -95,10 +89,8 @@ def collection_run(s: RunSettings, dataset: str, config: ControlConfig,
 
 def from_data_problems(saved: dict, now: dict, answer_labels: bool = False) -> list[str]:
     """Every setting of ``now`` (this run) that differs from ``saved`` (the file's run), as
-    "field: file X, this run Y". The split is not compared (serving another split is the
-    point), nor the continuation target (recomputed from stored components) or the command;
-    with ``answer_labels`` merged in, nor ``continuation_questions`` (the labels, not the
-    collection's answer calls, say which questions carry F1)."""
+    "field: file X, this run Y". Not compared: the split, the continuation target (recomputed)
+    and the command; with ``answer_labels`` merged in, ``continuation_questions``."""
     keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
             "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
     if now["index_factory"]:  # search parameters matter for an approximate index only

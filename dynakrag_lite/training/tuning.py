@@ -36,14 +36,10 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
                      veto_threshold: float | None = None) -> list[dict]:
     """Re-decide at every state visited while collecting ``data``, without executing anything.
 
-    Each visited state is the group of samples with one (qid, step); their feature vectors hold
-    phi(s, a) for every valid a, so the value model, the continuation model and the selection
-    rule can be replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). An
-    LLM action the cost model never saw is costed by the heuristic estimate in phi. The
-    samples' (gold) targets ride along for analysis only.
-
-    Returns one dict per state: qid, step, n_docs, valid, values, costs, continue_gain,
-    vetoed, chosen, chosen_without_veto, targets.
+    The samples of one (qid, step) hold phi(s, a) for every valid a, so the models and the
+    selection rule replay for any ``lam`` / ``veto_threshold`` (default: the policy's own).
+    Returns one dict per state (qid, step, n_docs, valid, values, costs, continue_gain, vetoed,
+    chosen, chosen_without_veto, and the gold targets, for analysis only).
     """
     lam = policy.lam if lam is None else lam
     thr = policy.veto_threshold if veto_threshold is None else veto_threshold
@@ -134,11 +130,9 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
     Each fold (grouped by question) trains a policy on the other folds and replays its
-    decisions on the held-out questions for every grid pair; the pair with the highest mean
-    ``metric`` ("f1" or "sr") minus ``token_price`` times the mean tokens wins, ties broken by
-    fewer tokens, the larger threshold and the smaller lambda. Returns (lam, threshold, frame):
-    one row per grid pair with the means of f1, sr, tokens, early, vetoes, the objective and
-    ``best``.
+    decisions on the held-out questions for every grid pair; the highest mean ``metric`` minus
+    ``token_price`` times the mean tokens wins (ties: fewer tokens, larger threshold, smaller
+    lambda). Returns (lam, threshold, the per-pair frame).
     """
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
