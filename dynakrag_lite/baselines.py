@@ -29,8 +29,7 @@ from .generators.base import Generation
 from .state import EvidenceState, RetrievedDoc, initial_state
 from .validity import retrieval_budget_spent
 
-# History/trace names of the baselines' steps (distinct from DynaKRAG's seven actions, so a
-# baseline state never counts as having taken one of them).
+# The baselines' step names: distinct from DynaKRAG's seven actions.
 RETRIEVE = "retrieve"
 COT_STEP = "cot_step"
 FOLLOW_UP = "follow_up"
@@ -299,8 +298,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
     ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
     ``max_iterations``; ``malformed``. ``extra["answer_source"]``: ``chain``, ``forced`` or
-    ``reader``.
-    """
+    ``reader``."""
     t0 = time.perf_counter()
     cfg = env.config
     budget = max(0, cfg.max_steps - 1) if max_followups is None else max_followups
@@ -376,8 +374,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
         ans = prompts.parse_answer(gen.text)
         note = ans
         if not ans:
-            # An empty answer still goes into the chain, as an explicit unknown, so the
-            # proposer sees that this follow-up failed.
+            # an explicit unknown: the proposer sees that this follow-up failed
             fallbacks["intermediate_answer"] += 1
             ans, note = "unknown", "unknown (empty reply)"
         trace.append(_step(before, state, INTERMEDIATE, query=follow_up, note=note))

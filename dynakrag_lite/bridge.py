@@ -41,8 +41,7 @@ from .storage import installed_versions
 # Entity types that can be the subject of a document of their own.
 KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
                          "LAW"})
-# GPE is kept only when multi-word or a corpus title (a single country/city word rarely is the
-# missing hop, and "United States"-style documents are everywhere).
+# Only when multi-word or a corpus title: a lone country/city word rarely is the missing hop.
 CONDITIONAL_LABELS = frozenset({"GPE"})
 # Never candidates (and never matched as titles either): groups, times, quantities.
 DROP_LABELS = frozenset({"NORP", "DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "MONEY",
@@ -56,8 +55,7 @@ _STOP = {"The", "A", "An", "In", "On", "It", "He", "She", "They", "His", "Her", 
          "While", "Its", "Their", "These", "Those", "But", "And", "Or", "If", "Since", "Although",
          "January", "February", "March", "April", "May", "June", "July", "August", "September",
          "October", "November", "December"}
-# Single words that name a kind of thing, not a thing (NER tags them ORG/FAC/LOC alone at
-# times). Lowercased.
+# Single words that name a kind of thing, not a thing (NER tags them ORG/FAC/LOC at times).
 _GENERIC = {"university", "college", "school", "church", "army", "navy", "company", "group",
             "club", "team", "band", "album", "film", "series", "station", "river", "city",
             "state", "county", "province", "district", "island", "kingdom", "empire", "party",

@@ -184,9 +184,8 @@ def quote_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, 
             per_sent[doc.sent_of[j]] = per_sent.get(doc.sent_of[j], 0) + 1
     if not per_sent:
         return 0.0, ()
-    # Sentences a run of >= 3 tokens touches (a quote may cross a sentence boundary:
-    # "Born in St. | Louis, Missouri"), plus the one holding most of the match; a stray
-    # 2-token run elsewhere adds nothing.
+    # The sentence holding most of the match, plus those a run of >= 3 tokens touches (a quote
+    # may cross a boundary: "Born in St. | Louis"); a stray 2-token run adds nothing.
     sents = {max(per_sent, key=lambda i: (per_sent[i], -i))}
     for b in blocks:
         if b.size >= 3:
@@ -426,8 +425,7 @@ def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceS
     """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
 
     **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
-    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
-    """
+    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there)."""
     return SentenceSelector.load(path, trusted=trusted)
 
 

@@ -251,8 +251,7 @@ class SelfAskDemo:
         return tuple(s[0] for s in self.steps)
 
 
-# Our own text about well-known facts. Each dialogue is shaped like a test dialogue: the
-# question's documents hold the first hop only, a follow-up's search adds the second.
+# Shaped like test dialogues: the question's documents hold one hop, a follow-up's the next.
 SELF_ASK_DEMOS: tuple[SelfAskDemo, ...] = (
     SelfAskDemo(
         "In which country was the composer of the opera Carmen born?",

@@ -58,8 +58,7 @@ class FlatForest:
     ``t * M + i``: ``children`` (T, M, 2), ``feature``, ``threshold``, ``missing_left`` and
     ``value`` (T, M). A leaf (and every padding slot) is its own child on both sides, so
     ``predict`` walks every (row, tree) pair ``depth`` steps with no mask. Input is checked as
-    sklearn checks it, except for column names.
-    """
+    sklearn checks it, except for column names."""
 
     #: (row, tree) pairs walked at once: bounds the temporaries (rows are independent).
     BLOCK_PAIRS = 1 << 16

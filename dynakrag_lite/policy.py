@@ -150,9 +150,8 @@ def make_forest(n_estimators: int, min_samples_leaf: int, seed: int, n_jobs: int
                                  random_state=seed, n_jobs=n_jobs)
 
 
-# True: predict through a cached FlatForest (dynakrag_lite.forest; bit-identical, a fraction of
-# a millisecond where sklearn's per-tree dispatch took tens of ms); False: the estimator's own
-# predict (tests compare the two).
+# True: predict through a cached, bit-identical FlatForest (dynakrag_lite.forest: a fraction of
+# a millisecond where sklearn took tens of ms); False: the estimator's own (tests compare).
 USE_FLAT_FOREST = True
 
 
@@ -231,8 +230,7 @@ class Policy:
     meta: dict = field(default_factory=dict)
     name: str = "dynakrag"
     stop_rule: str = "level"  # see select()
-    # A stop-at-k schedule (evaluate --stop-after K): stop_answer is withheld until k
-    # acquisitions were made and forced then; the choices among acquisitions are unchanged.
+    # evaluate --stop-after K: stop_answer withheld before K acquisitions and forced then
     stop_after: int | None = None
     # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
     sufficiency: object | None = None
@@ -305,8 +303,7 @@ class Policy:
 
         **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
         takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
-        Also checks the feature names; :meth:`provenance` then gives the file's path and sha256.
-        """
+        Also checks the feature names; :meth:`provenance` then gives the file's path and sha256."""
         path = Path(path)
         if not path.exists():
             raise PolicyError(f"{path}: policy file not found")
@@ -382,8 +379,7 @@ def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_ac
     features), ``doc_chars`` and ``per_action`` (both enter the cost features), the
     scikit-learn version (forests may not predict the same across versions), and that no
     evaluation question was a training question. Another generator is allowed (the paper's
-    generator transfer).
-    """
+    generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"

@@ -192,8 +192,7 @@ class DenseRetriever:
     vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``, ``mmap`` (map
     the saved index instead of reading it) and ``vectors_path`` (stream the corpus embeddings
     to this ``.npy`` file, reused by later builds). The factory and its training settings are
-    part of the index key and of meta.json: an index of another kind is never loaded.
-    """
+    part of the index key and of meta.json: an index of another kind is never loaded."""
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,
@@ -207,8 +206,7 @@ class DenseRetriever:
         self._model = None  # loaded on first use (:attr:`model`): a warm re-run may never
         self.embed_cache_path = default_embed_cache_path()  # None: disabled
         self._embed_cache: EmbeddingCache | None = None
-        # What decides the vectors besides the texts (the model's files, library versions,
-        # loader): a changed embedder never reuses an index built with the old one.
+        # a changed embedder (files, library versions, loader) never reuses an old index
         self._identity = embedder_identity(embedder, load_embedder)
         self.index_factory = normalize_factory(index_factory)
         self.nprobe, self.ef_search = nprobe, ef_search
@@ -246,8 +244,7 @@ class DenseRetriever:
         try:
             lock.acquire()
         except LockedError as e:
-            # Another process is building this index right now: build our own copy in memory
-            # and leave the folder to it, rather than fail or write over its files.
+            # another process is building it: build ours in memory, leave the folder to it
             warnings.warn(f"{e}; building the index in memory without saving it",
                           RuntimeWarning, stacklevel=2)
             lock = None

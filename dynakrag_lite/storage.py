@@ -141,8 +141,7 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
     else; without, the manifest is rebuilt from every ``pattern`` file in the folder. Entries of
     deleted files are dropped (they would vouch for whatever later takes their name).
     ``check``: called with each file first; it refuses a file by raising, and may return the
-    sha256 of the bytes it accepted, which is then what is recorded.
-    """
+    sha256 of the bytes it accepted, which is then what is recorded."""
     folder = Path(folder)
     if files is None:
         entries: dict[str, str] = {}

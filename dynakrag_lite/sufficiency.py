@@ -62,8 +62,7 @@ def score_options(generator: Any, messages: Sequence[dict], options: Sequence[st
     """Log-probabilities of each reply option right after the chat-templated prompt.
 
     ``mode``: "first_token" (each option's first token), "sequence" (sum over the option's
-    tokens) or "auto" (first tokens when they differ between options, else sequences).
-    """
+    tokens) or "auto" (first tokens when they differ between options, else sequences)."""
     if mode not in SCORING_MODES:
         raise ValueError(f"unknown scoring mode {mode!r}")
     options = list(dict.fromkeys(options))

@@ -65,8 +65,7 @@ class Sample:
     cost_tokens: float  # tokens the action actually cost (for the cost model)
     n_docs: int
     chosen: bool = False  # the rollout continued with this action (the path tau)
-    # False for a counterfactual branch that was labelled without being executed
-    # (sufficiency_check: its target 1[SR(s) = 1] needs no call); cost_tokens is then 0.
+    # False: a counterfactual sufficiency_check labelled without a call (cost_tokens 0)
     executed: bool = True
 
 

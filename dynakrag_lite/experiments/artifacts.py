@@ -45,8 +45,7 @@ def policy_file_name(dataset: str, generator: str) -> str:
     return f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
 
 
-# Policies trained with other settings than the main one, saved beside it as
-# <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
+# Variant policies beside the main one: <dataset>-<generator><suffix>.joblib (main_experiment.py).
 POLICY_VARIANT_SUFFIXES = ("-gain_stop", "-continuation")
 
 

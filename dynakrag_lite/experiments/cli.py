@@ -17,20 +17,11 @@ names are looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR. Train and evaluate 
 deterministic split of FILE (``--n-eval`` questions held out, seed ``--split-seed``), so a
 policy is never evaluated on its training questions. Errors go to stderr, exit code 2.
 
-``train`` runs the recipe of :mod:`dynakrag_lite.training.recipe` and registers a policy saved
-into ``results/policies`` in its manifest. ``evaluate --method dynakrag`` without ``--policy``
-uses ``results/policies/<dataset>-<generator>.joblib``; a policy of another generator must be
-named with ``--policy`` (generator transfer), and is checked against the run first.
-``--policy`` with ``uniform`` or ``oracle`` takes only its calibrated sufficiency signal, so the
-three controllers see the same verdicts. ``evaluate`` resumes into ``--out``
-(:mod:`dynakrag_lite.experiments.run`), refusing a folder of another setup or other questions
-(only ``--limit`` may change), one another process is evaluating into, and a damaged
-predictions file; failed questions are retried. Recorded commands have relative paths and no
-credentials.
-
-``cache merge`` adds the calls of one LLM call cache file that another lacks (``make
-llm-cache``). ``policy-manifest --check`` verifies that ``results/policies/MANIFEST.sha256``
-lists exactly the folder's policies; ``--update FILE`` records a policy trained into it.
+``evaluate --method dynakrag`` without ``--policy`` uses ``results/policies/<dataset>-
+<generator>.joblib``; a policy of another generator must be named (generator transfer).
+``--policy`` with ``uniform`` or ``oracle`` takes only its calibrated sufficiency signal.
+``evaluate`` resumes into ``--out``, refusing a folder of another setup or other questions
+(only ``--limit`` may change); failed questions are retried.
 """
 from __future__ import annotations
 

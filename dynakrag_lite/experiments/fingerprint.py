@@ -198,8 +198,7 @@ def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = No
     if method == "uniform" and settings.stop_after is not None:  # absent before: None
         fingerprint["stop_after"] = settings.stop_after
     if demos is not None and method == "ircot":
-        # Demonstrations come from training questions: refuse any overlap with these ones, and
-        # make them part of the setup a resumed run must share.
+        # never an evaluated question; part of the setup a resumed run must share
         demos.check_disjoint(q.id for q in questions)
         fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
     return fingerprint

@@ -75,8 +75,7 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
         if not _has_calls_table(probe, "main", src):
             raise CacheError(f"{src} has no 'calls' table: not an LLM call cache")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    # isolation_level=None: the transaction below is spelled out, so the check, the create
-    # and the insert commit (or roll back) together.
+    # isolation_level=None: the check, create and insert below commit (or roll back) together
     conn = sqlite3.connect(_uri(dst, "rwc"), uri=True, timeout=timeout, isolation_level=None)
     try:
         conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")

@@ -75,8 +75,7 @@ def open_sqlite(path: Path, schema: str, timeout: float, *, what: str,
         conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
         conn.execute(schema)
     except sqlite3.DatabaseError as e:
-        # sqlite3 opens lazily: a foreign file fails on the first statement. Never
-        # overwrite it: it may be someone's.
+        # sqlite3 opens lazily: a foreign file fails here. Never overwrite it: it may be someone's.
         if conn is not None:
             conn.close()
         raise CacheError(
@@ -295,8 +294,7 @@ class CachedGenerator:
     The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
     inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
     with ``cached=True``; a miss under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A
-    generation cut by the time limit is returned but not stored: it reflects machine speed.
-    """
+    generation cut by the time limit is returned but not stored: it reflects machine speed."""
 
     def __init__(self, inner: Generator, cache: CallCache) -> None:
         self.inner = inner

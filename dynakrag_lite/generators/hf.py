@@ -55,8 +55,7 @@ class TransformersGenerator(DecodingMixin):
     files). Greedy unless ``temperature > 0``; token counts come from the tokenizer (completion
     up to and excluding EOS). ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) is
     ``generate(max_time=...)``: past it the result is marked ``truncated``. Option scoring is
-    one forward pass over the chat-templated prompt.
-    """
+    one forward pass over the chat-templated prompt."""
 
     backend = "transformers"
 

@@ -151,8 +151,7 @@ class LlamaCppGenerator(DecodingMixin):
 
     Prefix reuse of its live calls (benchmarks/bench_prefix_reuse.py): ``last_reused_tokens``
     / ``last_evaluated_tokens`` (summing to ``prompt_tokens``) and running totals since
-    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted.
-    """
+    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted."""
 
     backend = "llama.cpp"
 

@@ -28,8 +28,7 @@ class OpenAIGenerator(DecodingMixin):
     whitespace-token estimates, counted in :attr:`approximate_usage_calls` (one warning).
     ``timeout`` (per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120 s) and ``max_retries``
     (default 2) bound a call; failures raise :class:`GeneratorError` naming the server URL,
-    credentials redacted.
-    """
+    credentials redacted."""
 
     backend = "openai"
 

@@ -31,8 +31,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
     ``smollm2-135m`` -> ("bundled", {"name"}); ``gguf:<path>`` -> ("gguf", {"path"});
     ``hf:<id-or-folder>[#file.gguf]`` -> ("hf", {"model", "gguf_file"});
-    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"}).
-    """
+    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"})."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty generator spec")
     spec = spec.strip()
@@ -63,13 +62,11 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
     """Build the generator named by ``spec`` (see :func:`parse_spec`), wrapped in the call cache.
 
     ``cache``: True = the default cache file, a path = that file, an existing ``CallCache``,
-    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...).
-    """
+    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...)."""
     kind, args = parse_spec(spec)
     gen: Generator
     if kind in ("bundled", "gguf") and cache is not False and cache is not None:
-        # Behind the call cache the model is loaded on the first miss, not here: a re-run
-        # whose calls are all cached never loads it.
+        # behind the call cache the model loads on the first miss (a cached re-run never does)
         kwargs.setdefault("lazy", True)
     if kind == "bundled":
         try:

@@ -26,8 +26,7 @@ __all__ = ["WINDOW_PER_WORKER", "is_server_generator", "check_workers", "Releasi
 T = TypeVar("T")
 R = TypeVar("R")
 
-# With N workers, at most this x N items are started from the first unfinished one on: bounds
-# the results held in memory.
+# Items started ahead of the first unfinished one, per worker: bounds the results in memory.
 WINDOW_PER_WORKER = 4
 
 

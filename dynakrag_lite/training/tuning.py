@@ -24,11 +24,9 @@ from ..trajectories import TrainingData
 # -- offline tuning of the stop rule: veto threshold and lambda -------------------------
 VETO_GRID = (-1.0, 0.0, 0.02, 0.05, 0.1, 0.2, 1.0)  # F1/SR targets lie in [-1, 1]
 LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 tokens
-# Under the "gain" stop rule lambda trades a predicted SR gain (~0.05-0.25 per action) against
-# ~100-500 tokens, so the interesting range reaches higher.
+# "gain" rule: lambda trades an SR gain (~0.05-0.25 per action) against ~100-500 tokens.
 GAIN_LAMBDA_GRID = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3)
-# Under the "continuation" rule the threshold tau is on the continuation model's estimate of
-# the support still to come (an SR gain in [-1, 1]); -1 never stops early, 1 stops at once.
+# "continuation" rule: tau on the estimated SR still to come; -1 never stops early, 1 at once.
 CONTINUATION_GRID = (-1.0, 0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 1.0)
 
 
@@ -39,8 +37,7 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
     The samples of one (qid, step) hold phi(s, a) for every valid a, so the models and the
     selection rule replay for any ``lam`` / ``veto_threshold`` (default: the policy's own).
     Returns one dict per state (qid, step, n_docs, valid, values, costs, continue_gain, vetoed,
-    chosen, chosen_without_veto, and the gold targets, for analysis only).
-    """
+    chosen, chosen_without_veto, and the gold targets, for analysis only)."""
     lam = policy.lam if lam is None else lam
     thr = policy.veto_threshold if veto_threshold is None else veto_threshold
     n_state = len(STATE_FEATURE_NAMES)
@@ -132,8 +129,7 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
     Each fold (grouped by question) trains a policy on the other folds and replays its
     decisions on the held-out questions for every grid pair; the highest mean ``metric`` minus
     ``token_price`` times the mean tokens wins (ties: fewer tokens, larger threshold, smaller
-    lambda). Returns (lam, threshold, the per-pair frame).
-    """
+    lambda). Returns (lam, threshold, the per-pair frame)."""
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
     all_qids = list(dict.fromkeys(data.questions))
