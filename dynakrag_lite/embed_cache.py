@@ -1,15 +1,12 @@
 """Persistent SQLite cache of embedder calls (query and sentence encodes); no chapter
 teaches it, chapter 2's retriever goes through it.
 
-A warm re-run replays its LLM calls but would still encode every query and every sentence the
-extractive compressor scores; this cache stores what the embedder returned, so a re-run reads
-the vectors instead of loading the model.
-
-The key is one whole encode CALL (the embedder's identity, the encode settings and the texts
-in order), not single texts: sentence-transformers pads each batch to its longest text, which
-changes the last bits of the other vectors (up to 1.3e-7), so re-batched misses could return
-vectors a fresh run would not compute. A hit returns exactly the float32 array that call
-returned before; a re-run repeats the same calls, so it hits every one of them.
+A warm re-run reads the vectors instead of loading the model. The key is one whole encode CALL
+(the embedder's identity, the encode settings and the texts in order), not single texts:
+sentence-transformers pads each batch to its longest text, which changes the last bits of the
+other vectors (up to 1.3e-7), so re-batched misses could return vectors a fresh run would not
+compute. A hit returns exactly the float32 array that call returned before; a re-run repeats
+the same calls, so it hits every one of them.
 
 Rows carry a sha256 over key, shape and bytes (a row that fails it is a miss), and the file is
 handled like the LLM call cache (:class:`~dynakrag_lite.generators.cache.SQLiteCache`). File:

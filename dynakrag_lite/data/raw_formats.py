@@ -11,13 +11,11 @@ Supported shapes (detected from the keys of each record):
 * **MuSiQue** (``.jsonl``): ``id, question, answer, answer_aliases, paragraphs [{idx, title,
   paragraph_text, is_supporting}], question_decomposition, answerable``.
 
-A paragraph is supporting when its title is named in ``supporting_facts`` (HotpotQA, 2Wiki)
-or its ``is_supporting`` flag is true (MuSiQue). Answers are the gold answer first, then any
-``answer_aliases`` (deduplicated, order kept).
-
-Unanswerable MuSiQue records (``answerable == false``) have no gold answer to score against:
-they are the one thing skipped, counted in :attr:`RawLoadReport.n_unanswerable` with a warning.
-Every other defect raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
+A paragraph is supporting when ``supporting_facts`` names its title or its ``is_supporting``
+flag is set. Answers: the gold answer, then any ``answer_aliases``. Unanswerable MuSiQue
+records (``answerable == false``) have no gold answer to score against: they are the one thing
+skipped, counted in :attr:`RawLoadReport.n_unanswerable` with a warning. Every other defect
+raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
 """
 from __future__ import annotations
 

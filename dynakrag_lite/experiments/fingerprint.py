@@ -12,11 +12,9 @@ path; :func:`upgrade` reads them in version 2 terms where the old record proves 
 (:data:`LEGACY_PROMPTS`; an ids-only corpus hash stands for the texts when every id is derived
 from its title and text; the selector path becomes that file's sha256).
 
-Kept out of the fingerprint, so that committed folders stay resumable: which questions a
-folder is for (checked beside it: :mod:`dynakrag_lite.experiments.selection`) and the
-llama.cpp build (:func:`llama_build`; the portable and AVX-512 builds give the same greedy
-replies, ``benchmarks/bench_llama_builds.py --agreement``), recorded in run.json, with
-:func:`build_change` saying when a folder was resumed with another build.
+Kept out of it: which questions a folder is for (checked beside it:
+:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`;
+its builds give the same greedy replies), recorded in run.json (:func:`build_change`).
 """
 from __future__ import annotations
 

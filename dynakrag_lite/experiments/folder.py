@@ -1,8 +1,5 @@
-"""A run folder: the files an evaluation writes, how they are read and repaired, and the
-fingerprint that keeps two setups from mixing in one folder (chapter 12 runs into them;
-:func:`dynakrag_lite.experiments.run.evaluate` is the only writer).
-
-A run folder ``DIR`` holds:
+"""A run folder: the files an evaluation writes (:func:`dynakrag_lite.experiments.run.evaluate`
+is the only writer) and how they are read and repaired. ``DIR`` holds:
 
 * ``DIR/predictions.jsonl``: one line per finished question, appended and fsynced as soon as
   the question is done, so a killed run loses at most the question in flight. A question whose

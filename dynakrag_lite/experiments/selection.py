@@ -1,8 +1,6 @@
-"""Which questions a run folder is for: the split options of an ``evaluate`` command
-(``--split``, ``--n-eval``, ``--split-seed``, ``--offset``), recorded in ``DIR/run.json`` under
-``"selection"`` and compared when a run resumes into the folder
-(:func:`dynakrag_lite.experiments.fingerprint.check_recorded_run`), so that rows of two
-question lists never mix in one predictions file.
+"""Which questions a run folder is for: the split options of an ``evaluate`` command, recorded
+in ``DIR/run.json`` under ``"selection"`` and compared when a run resumes into the folder, so
+that rows of two question lists never mix in one predictions file.
 
 Not part of the fingerprint, which decides each question's row (and older folders record no
 selection). ``--limit`` is not part of it either: a larger limit evaluates more of the same

@@ -1,8 +1,7 @@
 """Persistent SQLite cache of LLM calls.
 
-Experiments call the same model with the same prompt many times (re-runs, ablations sharing a
-first hop). With greedy decoding the answer is a function of (backend, model, messages,
-decoding parameters), so the cache key is the sha256 of a canonical JSON of exactly those.
+With greedy decoding a reply is a function of (backend, model, messages, decoding parameters):
+the cache key is the sha256 of a canonical JSON of exactly those.
 
 Each row also stores a checksum over key and value: a row that fails to parse or to match (a
 torn write, a manual edit) is deleted, counted as ``corrupt`` and treated as a miss. The
