@@ -127,9 +127,8 @@ def check_rewrite(query: str, question: str, docs: Sequence) -> str:
 
 def rewrite_fallback(state: EvidenceState) -> tuple[str, str]:
     """(query, how) when the model's rewrite is rejected: the question plus the best
-    unexpanded bridge entity (the entity the evidence names and the question does not); else
-    the question plus the title of the best document of the latest retrieval step whose title
-    the question does not already name; else the question alone (the old fallback)."""
+    unexpanded bridge entity; else plus the title of the best document of the latest retrieval
+    step that the question does not already name; else the question alone."""
     q = state.question
     if state.unexpanded_bridges:
         b = state.unexpanded_bridges[0]
@@ -218,15 +217,10 @@ def stop_answer(state: EvidenceState, env: Environment | None = None,
 
 def compress_answer_evidence(state: EvidenceState, env: Environment
                              ) -> tuple[EvidenceState, Compression]:
-    """After termination: compress the documents into evidence lines (compression module).
-
-    ``config.compressor``: ``"llm"`` (the paper's: the generator copies snippets, answer-focused
-    or a MuSiQue fact table; each is validated against the documents) or ``"extractive"``
-    (``env.compressor``: the learned sentence selector, no LLM call). When too few valid
-    snippets remain (``min_valid_snippets``, ``min_snippet_docs``) the record says
-    ``fallback_to_docs`` and its ``snippets`` are empty, so answer() reads the documents.
-    Returns the state (history and ledger updated) and the
-    :class:`~dynakrag_lite.compression.Compression` record."""
+    """After termination: compress the documents into evidence lines with
+    ``config.compressor`` (``"llm"``, the paper's, validated; or ``"extractive"``, no LLM
+    call). Returns the state and the :class:`~dynakrag_lite.compression.Compression` record,
+    whose snippets are empty (``fallback_to_docs``) when too few valid ones remain."""
     cfg = env.config
     history = state.history + ("compress_answer_evidence",)
     if cfg.compressor == "extractive":

@@ -2,23 +2,11 @@
 index-factory strings (``"IVF4096,PQ48"``, ``"HNSW32"``, ...), their training sample, search
 knobs, memory-mapped reading, and corpus vectors streamed to and from a ``.npy`` file.
 
-The paper searches an exact flat index, and so does every run of this project:
-:class:`~dynakrag_lite.retriever.DenseRetriever` with ``index_factory=None`` (or ``"Flat"``)
-gets ``IndexFlatIP`` from :func:`make_index` / :func:`build_index`, exactly as before the
-approximate kinds existed. The rest of this module is used only when a factory string, a
-memory map or a vectors file is asked for (``python -m dynakrag_lite index --index-factory``,
-``benchmarks/bench_index.py``). No chapter teaches it; chapter 2 uses the exact index.
-
-* :func:`build_index`: an inner-product index of any factory over normalized vectors; a kind
-  that needs training (IVF, PQ, SQ) is trained on a seeded :func:`training_sample` of at most
-  :func:`train_rows` vectors, then filled :data:`ADD_CHUNK` rows at a time
-  (:func:`iter_chunks`), so memory holds one chunk.
-* :func:`set_search_params`: ``nprobe`` (IVF) and ``efSearch`` (HNSW), applied after building
-  and after loading (they are not part of a saved index's identity).
-* :func:`read_index`: a saved index, memory-mapped when asked (page cache, not process memory);
-  :func:`write_index_atomic`: an index written in one step.
-* :func:`write_vectors`: embeddings written to a float32 ``.npy`` file chunk by chunk, for a
-  corpus whose vectors do not fit in memory; :func:`stored_vectors` reuses such a file.
+The paper searches an exact flat index, and so does every run of this project
+(``index_factory=None`` or ``"Flat"``: ``IndexFlatIP``). The rest is used only when a factory
+string, a memory map or a vectors file is asked for (``python -m dynakrag_lite index
+--index-factory``, ``benchmarks/bench_index.py``); chapter 2 uses the exact index. Search knobs
+are set after building and after loading: they are not part of a saved index's identity.
 """
 from __future__ import annotations
 
@@ -40,10 +28,8 @@ __all__ = ["TRAIN_SAMPLE", "ADD_CHUNK", "ENCODE_CHUNK", "DEFAULT_NPROBE", "DEFAU
            "stored_vectors"]
 
 TRAIN_SAMPLE = 100_000  # default cap of the training sample of trained (IVF/PQ/SQ) indexes
-# Vectors read and added per step: bounds build memory to one chunk, and faiss's PQ encoder
-# allocates distance tables of n x 256 x M floats per call when sub-vectors have 16+ dims
-# (measured peak for IVF64,PQ16 over 384 dims: 561 MB adding 65,536 vectors, 140 MB adding
-# 8,192).
+# Vectors read and added per step: bounds build memory to one chunk (faiss's PQ encoder
+# allocates n x 256 x M floats per call: 561 MB for 65,536 vectors of IVF64,PQ16, 140 MB here).
 ADD_CHUNK = 8_192
 ENCODE_CHUNK = 16_384  # texts encoded per write in write_vectors
 DEFAULT_NPROBE = 16  # IVF lists probed per query
@@ -70,10 +56,8 @@ def _faiss_reason(e: BaseException) -> str:
 
 def make_index(dim: int, factory: str | None = None):
     """An empty inner-product index over ``dim``-dimensional vectors: ``IndexFlatIP`` for the
-    flat default, else ``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``.
-
-    Raises ValueError naming the string when faiss cannot make it for ``dim`` (a typo, or e.g.
-    ``PQ48`` on vectors whose dimension 48 does not divide)."""
+    flat default, else ``faiss.index_factory``; ValueError naming the string when faiss cannot
+    make it for ``dim`` (a typo, or e.g. ``PQ48`` on a dimension 48 does not divide)."""
     import faiss  # heavy optional dependency
     f = normalize_factory(factory)
     if f is None:
@@ -114,12 +98,9 @@ def _file_source(vectors) -> tuple[str, int, int] | None:
 
 
 def iter_chunks(vectors, rows: int = ADD_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous.
-
-    A memory map of a ``.npy`` file is read with plain file reads rather than through the
-    mapping: pages touched through a mapping count as this process's resident memory until
-    the kernel evicts them, so streaming a file larger than RAM that way would look (and, to
-    the other processes on the machine, act) like holding it all."""
+    """``(start, block)`` over the rows of ``vectors``, each block float32 and C-contiguous. A
+    memory map of a ``.npy`` file is read with plain file reads: pages touched through a
+    mapping count as resident memory, as if a file larger than RAM were held whole."""
     n = len(vectors)
     src = _file_source(vectors)
     if src is None:
@@ -172,11 +153,9 @@ def set_search_params(index, nprobe: int | None = DEFAULT_NPROBE,
 
 
 def _skip_polysemous_training(index) -> None:
-    """Turn off the polysemous training that index_factory enables for IVF-PQ (``PQ<M>``
-    without ``np``): it only renumbers each sub-quantizer's centroids so that Hamming distance
-    between codes tracks true distance, which search uses only with a polysemous threshold
-    (never set here). Ranking by the PQ distance tables is unchanged, and it costs over a
-    second per sub-quantizer (a minute for PQ48) whatever the corpus size."""
+    """Turn off the polysemous training index_factory enables for IVF-PQ: it only matters
+    with a polysemous search threshold (never set here), leaves ranking unchanged, and costs
+    over a second per sub-quantizer (a minute for PQ48)."""
     import faiss  # heavy optional dependency
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
@@ -193,13 +172,11 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
     or a memory map of a ``.npy`` file, see :func:`write_vectors`).
 
     ``factory`` None/"Flat": exact ``IndexFlatIP``. Otherwise a FAISS index-factory string:
-    an index that needs training (IVF, PQ, SQ) is trained on :func:`training_sample` of
-    :func:`train_rows` vectors (seeded, so a rebuild gives the same index); then every vector
-    is added in order, ``chunk_rows`` at a time, so index position i is row i. The search knobs
-    are set (:func:`set_search_params`). Raises ValueError naming the string when faiss cannot
-    make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096 vectors). Training and adding
-    are deterministic for IVF/PQ/SQ; HNSW inserted by several OpenMP threads is not bit-for-bit
-    reproducible (a rebuild may differ in a few links), which the saved file makes moot."""
+    an index that needs training (IVF, PQ, SQ) is trained on a seeded :func:`training_sample`
+    of :func:`train_rows` vectors; then every vector is added in order, ``chunk_rows`` at a
+    time, so index position i is row i, and the search knobs are set. Raises ValueError naming
+    the string when faiss cannot make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096
+    vectors). HNSW built by several threads may differ in a few links between rebuilds."""
     n, dim = vectors.shape
     f = normalize_factory(factory)
     index = make_index(dim, f)
@@ -222,18 +199,10 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
 
 
 def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
-    """``(index, mapped)``: the index saved at ``path``, memory-mapped when ``mmap`` is set and
-    faiss can map it.
-
-    With faiss-cpu 1.15 (checked on Flat, IVF-Flat/PQ/SQ/PQ-fastscan, OPQ/PCA pre-transforms,
-    PQ, SQ, HNSW-Flat/SQ/PQ, NSG, IndexRefine), ``IO_FLAG_MMAP_IFC`` maps the stored codes
-    (flat vectors, PQ/SQ codes, IVF inverted lists) in place; graph links of HNSW/NSG
-    (about 8*M bytes a vector for HNSW-M) and small tables (centroids, codebooks) are still read
-    into memory. Where that flag fails, the older ``IO_FLAG_MMAP`` (IVF inverted lists as
-    on-disk lists) is tried, then a plain read (``mapped`` False). A mapped index is read-only
-    (never ``add`` to it) and relies on its file staying as it is: the retriever only replaces
-    index files with ``os.replace`` (a new file; the mapping keeps the old one alive), never
-    truncates or rewrites them in place."""
+    """``(index, mapped)``: the index saved at ``path``, memory-mapped (its stored codes; graph
+    links and small tables are read) when ``mmap`` is set and faiss can map it, else read. A
+    mapped index is read-only and relies on its file staying as it is: the retriever only
+    replaces index files with ``os.replace``."""
     import faiss  # heavy optional dependency
     if mmap:
         for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
@@ -245,10 +214,9 @@ def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
 
 
 def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
-    """Write ``index`` to ``path`` in one step (:func:`~dynakrag_lite.storage.atomic_writer`:
-    a reader sees the old file or the new one); returns (bytes, sha256) of the file. The bytes
-    are those of ``faiss.serialize_index``, streamed through a callback, so a large index is
-    never held twice in memory."""
+    """Write ``index`` to ``path`` in one step (a reader sees the old file or the new one),
+    streamed through a callback so a large index is never held twice in memory; returns
+    (bytes, sha256) of the file."""
     import faiss  # heavy optional dependency
     digest = hashlib.sha256()
     size = 0
@@ -266,11 +234,8 @@ def write_vectors(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
                   path: str | Path, dim: int, chunk_size: int = ENCODE_CHUNK,
                   show_progress: bool = False) -> np.memmap:
     """``encode`` (normalized float32 rows of ``dim`` columns) of ``texts`` into the ``.npy``
-    file ``path``, ``chunk_size`` texts at a time: each chunk is written and dropped before the
-    next is encoded, so memory holds one chunk whatever the corpus size. The file is written
-    under a unique temp name and moved into place when complete (a crash never leaves a short
-    file at ``path``). Returns it opened read-only as a memory map (for :func:`build_index`,
-    which streams it back in chunks)."""
+    file ``path``, ``chunk_size`` texts at a time, so memory holds one chunk whatever the
+    corpus size; written atomically. Returns it opened read-only as a memory map."""
     n = len(texts)
     bar = tqdm(total=n, unit="text", desc="encode") if show_progress else None
     try:
@@ -294,9 +259,8 @@ def write_vectors(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
 def stored_vectors(path: Path, key: str, n: int, write: Callable[[], np.memmap],
                    info: dict) -> tuple[np.memmap, bool]:
     """``(vectors, reused)``: the float32 rows in the ``.npy`` file ``path`` when its sidecar
-    ``<name>.json`` records ``key`` and the file has its recorded size and ``n`` rows, else
-    ``write()``'s new file (the sidecar removed first, written last with ``info``, the key, the
-    shape and the size)."""
+    ``<name>.json`` records ``key``, its size and ``n`` rows, else ``write()``'s new file (the
+    sidecar removed first, written last)."""
     side = path.with_name(path.name + ".json")
     try:
         rec = json.loads(side.read_text())

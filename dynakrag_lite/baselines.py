@@ -1,28 +1,13 @@
 """The paper's baselines (chapter 11), on the same :class:`~dynakrag_lite.config.Environment`
 as DynaKRAG.
 
-Same retriever, corpus, generator and budgets (``per_action`` docs per search, at most
-``max_docs`` documents, ``max_steps`` retrieval rounds, the optional ``retrieval_cap``, the
-same ``doc_chars`` truncation and the same final-answer prompt), so differences in EM/F1 and
-in the ledger come from the control strategy alone. Every method returns a
-:class:`~dynakrag_lite.controller.MethodResult`: the final :class:`EvidenceState` (documents
-used; ledger with tokens, LLM calls and retrieval calls) and a trace of :class:`StepTrace`
-records, one per search or generator call except the final answer call (as in DynaKRAG's
-trace).
-
-* :func:`run_fixed_k`: one top-K search for the question, one answer call; the token-matched
-  pair K = 3 and K = 6 is registered as ``fixed_k3`` / ``fixed_k6`` (:data:`FIXED_K_VARIANTS`).
-* :func:`run_ircot`: IRCoT (Trivedi et al. 2023): few-shot CoT from training demonstrations;
-  the first sentence of each step is kept and retrieves the next paragraphs; a separate
-  reader call answers.
-* :func:`run_self_ask`: Self-Ask + Search (Press et al. 2023) with four demonstrations, stop
-  sequences and the retrieved context shown to the proposer (as in FlashRAG's version).
-
-Each baseline's docstring names the behaviour it reproduces and every deviation our budgets
-force. Diagnostics go to ``MethodResult.extra`` (stop reason, iterations, searches, parse
-fallbacks per prompt kind in ``extra["parse_fallbacks"] = {kind: n}``). No baseline
-compresses evidence (compression is DynaKRAG's terminal action). Malformed model replies
-never raise: every parser has a fallback, and a reply that gives nothing to act on ends
+Same retriever, corpus, generator, budgets, ``doc_chars`` truncation and final-answer prompt,
+so differences in EM/F1 and in the ledger come from the control strategy alone. Every method
+returns a :class:`~dynakrag_lite.controller.MethodResult` whose trace has one step per search
+or generator call except the final answer call, as DynaKRAG's. Each baseline's docstring names
+the behaviour it reproduces and every deviation our budgets force; diagnostics (stop reason,
+iterations, searches, ``parse_fallbacks``) go to ``MethodResult.extra``. No baseline
+compresses evidence. Malformed replies never raise: a reply that gives nothing to act on ends
 acquisition and the reader answers from the documents.
 """
 from __future__ import annotations
@@ -44,8 +29,7 @@ from .generators.base import Generation
 from .state import EvidenceState, RetrievedDoc, initial_state
 from .validity import retrieval_budget_spent
 
-# History/trace names of the baselines' steps (distinct from DynaKRAG's seven actions, so a
-# baseline state never counts as having taken one of them).
+# The baselines' step names: distinct from DynaKRAG's seven actions.
 RETRIEVE = "retrieve"
 COT_STEP = "cot_step"
 FOLLOW_UP = "follow_up"
@@ -271,11 +255,9 @@ def _key(text: str) -> str:
 def _search_follow_up(state: EvidenceState, env: Environment, follow_up: str,
                       trace: list[StepTrace]
                       ) -> tuple[EvidenceState, tuple[RetrievedDoc, ...], tuple[RetrievedDoc, ...]]:
-    """Top ``per_action`` docs for the follow-up. Unlike IRCoT, seen docs are not excluded:
-    the intermediate answer reads the follow-up's own top results, which may include a doc an
-    earlier search found. New ones join the state (within max_docs). Returns the state, the
-    docs shown to the intermediate answer (only docs that are in the state) and the added
-    ones."""
+    """Top ``per_action`` docs for the follow-up, seen ones included (the intermediate answer
+    reads the follow-up's own top results); new ones join the state (within max_docs).
+    Returns the state, the docs shown to the intermediate answer and the added ones."""
     per = env.config.per_action
     hits = env.retriever.search(follow_up, k=per + 3)  # extra hits so title dedup can fill
     top = add_hits(EvidenceState(question=follow_up), hits, "self_ask", per)
@@ -294,42 +276,29 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     """Self-Ask + Search (Press et al. 2023, "Measuring and Narrowing the Compositionality
     Gap"), with the retrieved context shown to the proposer as in FlashRAG's version.
 
-    Reproduced: few-shot demonstrations in Self-Ask's format ('Are follow up questions
-    needed here: Yes.' / 'Follow up: ...' / 'Intermediate answer: ...' / 'So the final answer
-    is: ...'); generation stops at 'Intermediate answer:' (stop sequence, and the parser
-    cuts there too), so the model never writes an intermediate answer: the search engine
-    answers each follow-up (here: the reader, :func:`prompts.intermediate_answer_messages`,
-    on the follow-up's top ``per_action`` documents). The chain's 'So the final answer is'
-    is the prediction. Up to ``max_iterations`` = 5 proposer calls (FlashRAG's max_iter).
+    Reproduced: few-shot demonstrations in Self-Ask's format; generation stops at
+    'Intermediate answer:', so the search engine answers each follow-up (here: the reader on
+    the follow-up's top ``per_action`` documents). The chain's 'So the final answer is' is
+    the prediction. Up to ``max_iterations`` = 5 proposer calls (FlashRAG's max_iter).
 
     Our choices and deviations:
 
-    * four demonstrations of our own about well-known real-world facts
-      (:data:`~dynakrag_lite.demonstrations.SELF_ASK_DEMOS`), not the paper's and not drawn
-      from the training split (no gold decompositions for HotpotQA); follow-ups and final
-      answers that copy a demonstration are counted in ``extra["demo_copies"]``;
-    * the question is searched first and its top ``per_action`` docs are shown to the
-      proposer, and every intermediate answer comes with the documents its follow-up added
-      (FlashRAG shows retrieved context; Press et al.'s proposer sees none). A final answer
-      before any follow-up is therefore read from documents and is accepted (closed-book
-      only when no search was allowed);
-    * chat format: the dialogue alternates at Self-Ask's hand-over points (the model writes
-      the 'Follow up:' lines, the user turn brings 'Intermediate answer:');
-    * searches: at most ``config.max_steps`` (the question's included, the budget IRCoT and
-      DynaKRAG get), i.e. ``max_followups`` = ``max_steps - 1`` follow-up searches by
-      default, within ``max_docs`` and the retrieval cap;
-    * a repeated follow-up (same words as an earlier one, or the question itself) is not
-      searched again: the proposer is asked once for its final answer (``force_final``); so
-      is a new follow-up when no search is left. If that reply gives no final answer, or no
-      proposer call is left, the reader answers from all collected documents.
+    * four demonstrations of our own (:data:`~dynakrag_lite.demonstrations.SELF_ASK_DEMOS`);
+      copies of them are counted in ``extra["demo_copies"]``;
+    * the question is searched first and its documents shown to the proposer, and every
+      intermediate answer comes with the documents its follow-up added (as FlashRAG; Press et
+      al.'s proposer sees none), so a final answer before any follow-up is accepted;
+    * chat turns alternate at Self-Ask's hand-over points;
+    * at most ``config.max_steps`` searches, the question's included (IRCoT's and DynaKRAG's
+      budget), within ``max_docs`` and the retrieval cap;
+    * a repeated follow-up is not searched again: the proposer is asked once for its final
+      answer (``force_final``), as when no search is left; failing that, the reader answers
+      from all collected documents.
 
     Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
     ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
-    ``max_iterations``; ``malformed`` (a reply with neither a follow-up nor a final answer;
-    parse fallback ``self_ask``). ``extra["answer_source"]``: ``chain``, ``forced`` or
-    ``reader``. At most ``max_iterations`` proposer calls, one intermediate answer per
-    follow-up search, and one reader call.
-    """
+    ``max_iterations``; ``malformed``. ``extra["answer_source"]``: ``chain``, ``forced`` or
+    ``reader``."""
     t0 = time.perf_counter()
     cfg = env.config
     budget = max(0, cfg.max_steps - 1) if max_followups is None else max_followups
@@ -405,8 +374,7 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
         ans = prompts.parse_answer(gen.text)
         note = ans
         if not ans:
-            # An empty answer still goes into the chain, as an explicit unknown, so the
-            # proposer sees that this follow-up failed.
+            # an explicit unknown: the proposer sees that this follow-up failed
             fallbacks["intermediate_answer"] += 1
             ans, note = "unknown", "unknown (empty reply)"
         trace.append(_step(before, state, INTERMEDIATE, query=follow_up, note=note))

@@ -7,32 +7,21 @@ question. bridge_entity_expand searches for Y.
 
 How candidates are found (the paper does not say; this is our choice):
 
-1. Named entities in the retrieved documents: spaCy ``en_core_web_sm`` when installed, else
-   capitalized word runs. Only types that can name a document of their own are kept:
-   PERSON, ORG, WORK_OF_ART, EVENT, FAC, LOC, PRODUCT, LAW, and GPE only when multi-word
-   ("New South Wales") or a corpus title. Nationalities/groups (NORP: "American", "German"),
-   dates, numbers, ordinals, money, percentages etc. are never candidates: on 30 HotpotQA
-   questions, bridge expansion around such words added 69 documents of which 1 was gold.
-2. Corpus titles. When the corpus' normalized title set is given (``titles``), capitalized
-   spans of the document text that *are* a corpus title ("Stockholm", "Kat DeLuna") are
-   candidates too, whatever NER made of them; a parenthetical disambiguation of a title
-   ("Battle of Manila (1945)") is ignored for this match when two words or more remain.
-3. Dropped: strings that do not start with a capital or a digit (NER tags "viola" ORG at
-   times), single generic words ("University", "Army"), strings of two characters or less,
-   entities covered by the question, titles already in the state, strings that are only a
-   part of a retrieved document's title (its subject: "Jähn" in "Sigmund Jähn"), the subject's
-   own long form ("Sigmund Werner Paul Jähn" in the document "Sigmund Jähn"), and anything
-   already expanded.
-4. Ranked: candidates that are corpus titles first (a search for them can land on a document
-   about exactly that entity), then multi-word entities, then single words (NER's single-word
-   ORG/PERSON guesses are the noisiest); within each group by the retrieval score of the
-   document they come from, then by position in it. At most ``max_candidates``.
+1. Named entities in the retrieved documents (spaCy ``en_core_web_sm`` when installed, else
+   capitalized word runs), of types that can name a document of their own (:data:`KEEP_LABELS`;
+   GPE only when multi-word or a corpus title). Nationalities, dates, numbers etc. never are:
+   on 30 HotpotQA questions, expansion around such words added 69 documents, 1 of them gold.
+2. Capitalized spans that *are* a corpus title (``titles``), whatever NER made of them.
+3. Dropped: strings not starting with a capital or a digit, single generic words
+   ("University"), entities covered by the question, titles already in the state, parts or
+   long forms of a retrieved document's title (its own subject), anything already expanded.
+4. Ranked: corpus titles first, then multi-word entities, then single words (NER's noisiest
+   guesses); within each group by the retrieval score of the document, then position in it.
 
 spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM
 call cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the
-installed spaCy and model versions and the text: spaCy tags each text on its own, so a cached
-list is exactly what it would return, and a re-run whose texts are all cached never imports
-spaCy (seconds of imports and model load, and ~0.1 s per text).
+spaCy and model versions and the text, so a re-run whose texts are all cached never imports
+spaCy.
 """
 from __future__ import annotations
 
@@ -52,8 +41,7 @@ from .storage import installed_versions
 # Entity types that can be the subject of a document of their own.
 KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
                          "LAW"})
-# GPE is kept only when multi-word or a corpus title (a single country/city word rarely is the
-# missing hop, and "United States"-style documents are everywhere).
+# Only when multi-word or a corpus title: a lone country/city word rarely is the missing hop.
 CONDITIONAL_LABELS = frozenset({"GPE"})
 # Never candidates (and never matched as titles either): groups, times, quantities.
 DROP_LABELS = frozenset({"NORP", "DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "MONEY",
@@ -67,8 +55,7 @@ _STOP = {"The", "A", "An", "In", "On", "It", "He", "She", "They", "His", "Her", 
          "While", "Its", "Their", "These", "Those", "But", "And", "Or", "If", "Since", "Although",
          "January", "February", "March", "April", "May", "June", "July", "August", "September",
          "October", "November", "December"}
-# Single words that name a kind of thing, not a thing (NER tags them ORG/FAC/LOC alone at
-# times). Lowercased.
+# Single words that name a kind of thing, not a thing (NER tags them ORG/FAC/LOC at times).
 _GENERIC = {"university", "college", "school", "church", "army", "navy", "company", "group",
             "club", "team", "band", "album", "film", "series", "station", "river", "city",
             "state", "county", "province", "district", "island", "kingdom", "empire", "party",
@@ -131,9 +118,8 @@ def entity_cache_path() -> Path | None:
 
 
 def _entity_cache():
-    """The entity cache file's store (one per path and process), or None when disabled. It
-    is a :class:`~dynakrag_lite.generators.cache.CallCache` (same WAL file handling and checksums)
-    holding the entity list as JSON text."""
+    """The entity cache (a CallCache holding entity lists as JSON text; one per path and
+    process), or None when disabled."""
     path = entity_cache_path()
     if path is None:
         return None

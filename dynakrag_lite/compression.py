@@ -1,56 +1,29 @@
 """Terminal compression that keeps the evidence (chapter 10).
 
 The paper's compressor asks the generator for "mutually supporting snippets" and answers from
-them. With a small generator that step lost evidence (30 HotpotQA questions,
-qwen2.5-coder-0.5b): 22 of 90 snippets matched no document, 4 were the template word
-"snippet", the gold answer string survived into the snippets for 18 of the 24 questions whose
-documents held it, 61 of 68 matched snippets came from documents 1-3, and on 10 questions with
-exactly Fixed-K's documents compression cost 8 F1 points. This module makes both halves of
-that step checkable:
+them. With a small generator that step lost evidence (qwen2.5-coder-0.5b, 30 HotpotQA
+questions: 22 of 90 snippets matched no document, 4 were the template word "snippet", the
+answer string was lost for 6 of 24 questions), so this module makes it checkable:
 
 **LLM compressor, validated** (:func:`validate_snippets`). Each parsed snippet is matched to
-the documents as a fuzzy quote: its word tokens are aligned to each document's tokens
-(``difflib.SequenceMatcher`` on token lists, matching runs of at least
-:data:`MIN_RUN` tokens count) and the *quote ratio* is the share of the snippet's tokens inside
-such runs. The best document wins (ties: the document number the model wrote, then the
-earlier document). A snippet is valid when its ratio is at least :data:`QUOTE_THRESHOLD`
-(0.6: a copy with a few words changed or cut passes, a paraphrase or an invention does not;
-see the docstring of the constant) and it has at least :data:`MIN_SNIPPET_TOKENS` tokens.
-Dropped, with a reason: template text ("snippet", "<...>", "[doc number]"), too short, no
-match, duplicates (same source sentences as an earlier snippet). What the answerer then reads
-is not the model's wording but the *source sentences* the match covers, prefixed with the
-document title, one line per document in document order: a snippet cut before the answer
-string gets its whole sentence back, and the title names the entity.
+the documents as a fuzzy quote: the *quote ratio* is the share of its word tokens inside runs
+of at least :data:`MIN_RUN` tokens copied from one document. The best document wins (ties: the
+document number the model wrote, then the earlier document). A snippet is valid when its ratio
+is at least :data:`QUOTE_THRESHOLD` and it has at least :data:`MIN_SNIPPET_TOKENS` tokens;
+template text, too short, unmatched and duplicate snippets are dropped with a reason. The
+answerer then reads the *source sentences* the match covers, prefixed with the document title,
+one line per document: a snippet cut before the answer string gets its whole sentence back.
 
-**Fallback to the documents.** When fewer than ``min_valid_snippets`` snippets survive, or the
-survivors come from fewer than ``min_snippet_docs`` documents while the state holds at least
-that many (a multi-hop answer needs its hops: one document's snippets usually are one hop), the
-compression is marked ``fallback_to_docs`` and its ``snippets`` are empty, so the controller's
+**Fallback to the documents.** When fewer than ``min_valid_snippets`` snippets survive, or they
+come from fewer than ``min_snippet_docs`` documents while the state holds that many (a
+multi-hop answer needs its hops), the compression is ``fallback_to_docs`` with no snippets, so
 answer() reads the documents themselves.
 
-**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector
-(:class:`SentenceSelector`), zero LLM calls. Features use no gold: lexical and entity overlap
-with the question, mentions of the document's own title and of other documents' titles (bridge
-cue), position in the paragraph, the paragraph's retrieval rank and score, sentence length,
-number/year cues against the question's wh-word, and the embedding cosine to the question
-(the retriever's own embedder). The selector is trained on the training split by the lab's
-:mod:`dynakrag_lab.studies.selector` (labels, model choice, the measurements below). A
-selector file is a joblib pickle: :func:`load_selector` checks its bytes against the
-``MANIFEST.sha256`` of its folder when the folder keeps one, before unpickling.
-
-**Measured** (``dynakrag_lab/scripts/compression_diagnostics.py --n-eval 150``, HotpotQA *training*
-split, each question's top-6 retrieved documents; results/diagnostics/compression.json).
-Extractive selector (gradient boosting, chosen over logistic regression on a dev part: average
-precision .685 vs .590), 174 held-out training questions: the answer string survives into the
-evidence for 102 of the 114 questions whose documents hold it (89%), 264 of the 268 gold
-paragraphs in the states contribute a sentence, 36% of the sentences are kept. LLM compressor
-(qwen2.5-coder-0.5b, 15 questions): 31 of 37 parsed snippets valid (4 duplicates, 2 quoting no
-document), but the model copies whole leading documents, so the answer string reaches the
-snippets for only 5 of the 8 questions whose documents hold it; the fallback sends 7 of 15
-questions to the documents, after which the reader sees the answer string for 7 of 8. Answer
-F1 on those 15: documents .150, raw LLM snippets .283, validated LLM .217, extractive .277; on
-25 more: documents .332, extractive .339 (small samples: indicative, not decisive; the paper's
-LLM compressor stays the library default).
+**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, zero
+LLM calls, on features that read no gold (:func:`sentence_features`). It is trained by the
+lab's :mod:`dynakrag_lab.studies.selector`; a selector file is a joblib pickle, checked against
+its folder's ``MANIFEST.sha256`` before unpickling (:func:`load_selector`). Measurements:
+``results/diagnostics/compression.json``; the LLM compressor stays the library default.
 """
 from __future__ import annotations
 
@@ -127,10 +100,8 @@ class Compression:
 
     @property
     def stats(self) -> dict:
-        """The counts of :attr:`note` as plain JSON values, for the trace step (so analyses
-        need not parse the note): ``method``, ``n_parsed``, ``n_valid``, ``dropped`` (count
-        per reason of :data:`DROP_REASONS`, zeros included), ``fallback_to_docs`` and
-        ``fallback_reason``."""
+        """The counts of :attr:`note` as plain JSON values, for the trace step (``dropped``:
+        count per reason of :data:`DROP_REASONS`, zeros included)."""
         dropped = dict.fromkeys(DROP_REASONS, 0)
         for _, reason in self.dropped:
             key = reason.split(" (")[0]  # "no_match (0.42)" -> "no_match"
@@ -145,14 +116,10 @@ class Compression:
 # Why validate_snippets drops a snippet (its reasons start with one of these).
 DROP_REASONS = ("template", "too_short", "no_match", "duplicate")
 QUOTE_THRESHOLD = 0.6
-"""Minimum share of a snippet's tokens that must sit in runs of >= MIN_RUN tokens copied from
-one document. On the Mark Bowden paragraph (HotpotQA): an exact copy scores 1.0, one word
-changed 0.92, a fact restated in the paragraph's words ("Bowden was born July 17, 1951 and is
-an American writer") 0.73, a paraphrase in other words 0.38, an invention 0.29. So 0.6 keeps
-copies and close restatements and drops what the paragraph does not say in its own words. On
-37 real qwen2.5-coder-0.5b snippets (15 HotpotQA training questions,
-results/diagnostics/compression.json) 31 scored >= 0.9, 4 in [0.6, 0.7), and the other 2 (in
-[0.3, 0.4)) quoted no document: that model copies whole documents rather than paraphrasing."""
+"""Minimum share of a snippet's tokens in runs of >= MIN_RUN tokens copied from one document.
+On a HotpotQA paragraph an exact copy scores 1.0, one word changed 0.92, a restatement in the
+paragraph's words 0.73, a paraphrase 0.38, an invention 0.29: 0.6 keeps copies and close
+restatements and drops what the paragraph does not say in its own words."""
 MIN_RUN = 2
 MIN_SNIPPET_TOKENS = 3
 
@@ -217,9 +184,8 @@ def quote_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, 
             per_sent[doc.sent_of[j]] = per_sent.get(doc.sent_of[j], 0) + 1
     if not per_sent:
         return 0.0, ()
-    # Sentences a run of >= 3 tokens touches (a quote may cross a sentence boundary:
-    # "Born in St. | Louis, Missouri"), plus the one holding most of the match; a stray
-    # 2-token run elsewhere adds nothing.
+    # The sentence holding most of the match, plus those a run of >= 3 tokens touches (a quote
+    # may cross a boundary: "Born in St. | Louis"); a stray 2-token run adds nothing.
     sents = {max(per_sent, key=lambda i: (per_sent[i], -i))}
     for b in blocks:
         if b.size >= 3:
@@ -329,7 +295,6 @@ def build_compression(parsed: Sequence[str], raw: str, generation, docs: Sequenc
                        tuple(kept), tuple(dropped), bool(why), why, len(parsed))
 
 
-
 # -- the extractive sentence selector -----------------------------------------------------
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"\b\d[\d,.]*\b")
@@ -357,7 +322,10 @@ def sentence_features(question: str, docs: Sequence,
                       encode: Callable[[Sequence[str]], np.ndarray] | None = None
                       ) -> SentenceRows:
     """Feature rows of every sentence of ``docs`` (their order is the rank order used for
-    ``doc_rank``; ``doc.score`` is the retrieval score). No gold label is read."""
+    ``doc_rank``; ``doc.score`` is the retrieval score). No gold label is read: overlap with
+    the question's words and capitalised entities, title mentions (own and other documents':
+    a bridge cue), position, retrieval rank and score, length, year/number cues against the
+    question's wh-word, and the embedding cosine to the question."""
     q_cw = content_words(question)
     q_caps = {w.lower() for w in _CAPS.findall(question)} - STOPWORDS
     ql = question.lower()
@@ -456,16 +424,8 @@ class SentenceSelector:
 def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
     """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
 
-    **A joblib file is code**: unpickling it runs whatever its author put in it. ``trusted``:
-
-    * ``None`` (default): a file in a folder that keeps a ``MANIFEST.sha256`` (the project's
-      ``results/selectors/`` does) must be listed there with its sha256, else
-      :class:`~dynakrag_lite.storage.ManifestError` (naming the file and how to register it)
-      before anything is unpickled; a file in a folder without a manifest is your own and is
-      trusted.
-    * ``False``: always verify against the manifest of the file's folder.
-    * ``True``: skip the manifest (you vouch for the file).
-    """
+    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
+    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there)."""
     return SentenceSelector.load(path, trusted=trusted)
 
 

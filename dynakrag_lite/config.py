@@ -37,11 +37,9 @@ class ControlConfig:
     max_snippets: int = 8
     max_bridges: int = 5
     use_spacy: bool = True
-    # Terminal compression (see dynakrag_lite.compression): "llm" (the paper's: the generator
-    # copies snippets, each validated against the documents) or "extractive" (a learned sentence
-    # selector, Environment.compressor, no LLM call). Fewer than min_valid_snippets valid
-    # snippets, or snippets from fewer than min_snippet_docs documents on a state holding that
-    # many: the answer reads the documents instead.
+    # Terminal compression (dynakrag_lite.compression): "llm" (the paper's, validated) or
+    # "extractive" (Environment.compressor, no LLM call); below min_valid_snippets or
+    # min_snippet_docs, the answer reads the documents instead.
     compressor: str = "llm"
     min_valid_snippets: int = 1
     min_snippet_docs: int = 2
@@ -49,11 +47,9 @@ class ControlConfig:
     # documents, uncompressed (0: always compress, the paper's; dynakrag_lab/scripts/answer_stage.py
     # chooses it on training questions).
     answer_docs_up_to: int = 0
-    # The sufficiency probe's signal (see dynakrag_lite.sufficiency): "text" (the parsed reply,
-    # the original probe), "margin" (log P(SUFFICIENT) - log P(INSUFFICIENT)), "learned" (a
-    # state-feature classifier, Environment.sufficiency_estimator) or "answer_conf"; verdict
-    # "sufficient" iff score >= threshold (None: the signal's default). gates=False: the verdict
-    # gates nothing (a gap is always written), for a signal measured to be at chance.
+    # The sufficiency probe's signal (dynakrag_lite.sufficiency): "text", "margin", "learned"
+    # or "answer_conf"; "sufficient" iff score >= threshold (None: the signal's default).
+    # gates=False: the verdict gates nothing (a gap is always written), for a signal at chance.
     sufficiency_signal: str = "text"
     sufficiency_threshold: float | None = None
     sufficiency_gates: bool = True
@@ -126,7 +122,6 @@ class RunSettings:
     token_price: float = 0.0  # tuning objective: metric - token_price * tokens
     save_data: str | None = None  # also write the trajectories here
     from_data: str | None = None  # collect nothing: read them from here
-    answer_labels: str | None = None  # with from_data: answer F1s merged in
     argv: tuple[str, ...] = ()  # the command line, for the records
 
     @classmethod

@@ -8,29 +8,18 @@ the same dataset (never from evaluation questions: :class:`DemoLeakError`).
 Our choices (the originals' hand-written CoTs are not in our data):
 
 * **The chain of thought is a deterministic template** (:func:`template_chain`): one sentence
-  from each gold paragraph, then 'So the answer is: <gold answer>.'. From a paragraph that
-  contains the answer we take its first sentence containing it; from any other gold paragraph
-  the sentence sharing most words with the other gold titles (the bridge, weight 2) and the
-  question (weight 1), ties to the earliest; the paragraph holding the answer comes last.
-  Sentences are copied verbatim, so every step of the chain is readable in a shown paragraph.
-* **k = 2 demonstrations with 1 distractor each** by default (the original used up to 15
-  demonstrations sampled to fit its context budget). With n_ctx 4096 and 0.5B/1.5B readers
-  the test turn alone holds up to 12 paragraphs (~1,700 tokens); two demonstrations of three
-  paragraphs clipped to 400 characters add ~600-700 tokens. The demonstrations are picked by
-  a seeded hash order, one per question type when the pool has types (HotpotQA: a bridge and
-  a comparison question), among questions whose answer occurs in a gold paragraph (or is
-  yes/no) and whose chain sentences are short. Gold and distractor paragraphs are shuffled
-  with the same seed, as distractors are in the original.
-* Results are cached per (dataset, seed, k, n_distractors, max_chars, pool).
+  copied verbatim from each gold paragraph, then 'So the answer is: <gold answer>.'.
+* **k = 2 demonstrations with 1 distractor each** by default (the original used up to 15):
+  with n_ctx 4096 the test turn alone holds up to 12 paragraphs (~1,700 tokens); two
+  demonstrations of three clipped paragraphs add ~600-700. They are picked in a seeded hash
+  order, one per question type when the pool has types, among questions whose answer occurs
+  in a gold paragraph (or is yes/no); paragraphs are shuffled with the same seed.
 
-Self-Ask (Press et al. 2023) used four hand-written demonstrations. We wrote four of our own
-(:data:`SELF_ASK_DEMOS`) about well-known real-world facts rather than fictional names: a
-fictional name ('Anna Velk') was copied verbatim into real follow-up questions by the 0.5B
-model. Two are bridge questions, one a comparison, one a yes/no comparison, mirroring
-HotpotQA's question types. As our proposer sees retrieved documents, each demonstration
-carries short documents of its own (our wording) in the places a test dialogue has them.
-Self-Ask's demonstrations are not drawn from the training split: our datasets carry no
-follow-up decompositions for HotpotQA to build them from.
+Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours
+(:data:`SELF_ASK_DEMOS`) are about well-known real-world facts (a fictional name was copied
+verbatim into real follow-up questions by the 0.5B model), mirror HotpotQA's question types,
+and carry short documents of their own where a test dialogue has them. Our datasets carry no
+follow-up decompositions to draw them from the training split.
 """
 from __future__ import annotations
 
@@ -123,9 +112,10 @@ def _is_yes_no(answer: str) -> bool:
 
 def template_chain(question: str, gold: Sequence[tuple[str, str]], answer: str,
                    max_sentence_chars: int = 300) -> tuple[str, ...] | None:
-    """The deterministic CoT of one training question (see the module docstring), or None
-    when no usable chain exists (a gold paragraph without sentences, or a sentence over
-    ``max_sentence_chars``)."""
+    """The deterministic CoT of one training question, or None when no usable chain exists (a
+    gold paragraph without sentences, or a sentence over ``max_sentence_chars``). From a gold
+    paragraph holding the answer: its first sentence with it (placed last); from another: the
+    sentence sharing most words with the other gold titles (weight 2) and the question."""
     if not gold:
         return None
     ans = _norm(answer)
@@ -188,12 +178,10 @@ def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: 
     """``k`` IRCoT demonstrations from ``pool``, a list of :class:`~dynakrag_lite.data.Question`
     of the *training* split (gold labels are read here, and only here).
 
-    Each shows the question's gold paragraphs plus ``n_distractors`` of its own distractor
-    paragraphs (the dataset's distractors; shuffled in with ``seed``), clipped to
-    ``max_chars`` characters (never before the chain's sentence), and the template chain of
-    thought. ``eval_ids``: the evaluation question ids; any overlap with the pool raises
-    :class:`DemoLeakError` (pass the training split, not the whole dataset). Raises
-    ``ValueError`` if the pool holds fewer than ``k`` usable questions. Cached."""
+    Each shows the question's gold paragraphs plus ``n_distractors`` of its own, clipped to
+    ``max_chars`` (never before the chain's sentence), and the template chain of thought. An
+    overlap of the pool with ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k``
+    usable questions, ``ValueError``. Cached."""
     pool = list(pool)
     check_disjoint((q.id for q in pool), eval_ids)
     if k <= 0:
@@ -263,8 +251,7 @@ class SelfAskDemo:
         return tuple(s[0] for s in self.steps)
 
 
-# Our own text about well-known facts. Each dialogue is shaped like a test dialogue: the
-# question's documents hold the first hop only, a follow-up's search adds the second.
+# Shaped like test dialogues: the question's documents hold one hop, a follow-up's the next.
 SELF_ASK_DEMOS: tuple[SelfAskDemo, ...] = (
     SelfAskDemo(
         "In which country was the composer of the opera Carmen born?",

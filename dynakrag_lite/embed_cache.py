@@ -1,31 +1,17 @@
 """Persistent SQLite cache of embedder calls (query and sentence encodes); no chapter
 teaches it, chapter 2's retriever goes through it.
 
-A warm re-run of an experiment replays its LLM calls from
-:mod:`dynakrag_lite.generators.cache`, but it would still encode every query and every sentence
-the extractive compressor scores. This cache stores what the embedder returned, so a re-run
-reads the vectors instead of loading the model.
+A warm re-run reads the vectors instead of loading the model. The key is one whole encode CALL
+(the embedder's identity, the encode settings and the texts in order), not single texts:
+sentence-transformers pads each batch to its longest text, which changes the last bits of the
+other vectors (up to 1.3e-7), so re-batched misses could return vectors a fresh run would not
+compute. A hit returns exactly the float32 array that call returned before; a re-run repeats
+the same calls, so it hits every one of them.
 
-Exactness. Sentence-transformers pads each batch to its longest text, and the padded length
-changes the last bits of the other texts' vectors (measured: up to 1.3e-7 between a text
-encoded alone and the same text encoded with longer ones). A cache keyed by single texts, with
-the misses encoded as a new batch, could therefore return vectors a fresh run would not have
-computed, and a selector or a retrieval tie could turn on those bits. So the key is one whole
-encode CALL: the embedder's identity, the encode settings and the texts in order. A hit
-returns exactly the float32 array that call returned before (the bytes the encoder produced,
-with their shape); a miss runs the call unchanged and stores its result. A re-run repeats the
-same calls in the same order, so it hits every one of them. (The thread count does not change
-the vectors: measured bit-identical with 1 and 2 torch threads.)
-
-Each row stores a sha256 over key, shape and bytes; a row that fails it is deleted, counted as
-``corrupt`` and treated as a miss. The file is opened like the LLM call cache
-(:func:`dynakrag_lite.generators.cache.open_sqlite`: WAL, busy timeout, one short transaction per
-statement), so several processes can share it, and fails as it does (a read-only or damaged
-file: one warning, values still computed; :class:`~dynakrag_lite.generators.cache.SQLiteCache`).
-
-File: ``$DYNAKRAG_EMBED_CACHE`` when it names a file (``off``, ``0``, ``false``, ``no`` or
-``none`` disable the cache), else ``embeddings.sqlite`` in ``$DYNAKRAG_CACHE_DIR`` or
-``~/.cache/dynakrag_lite`` (beside ``llm_calls.sqlite``).
+Rows carry a sha256 over key, shape and bytes (a row that fails it is a miss), and the file is
+handled like the LLM call cache (:class:`~dynakrag_lite.generators.cache.SQLiteCache`). File:
+``$DYNAKRAG_EMBED_CACHE`` (``off`` disables it), else ``embeddings.sqlite`` beside
+``llm_calls.sqlite``.
 """
 from __future__ import annotations
 

@@ -91,8 +91,7 @@ STATE_FEATURE_NAMES: tuple[str, ...] = tuple(state_features(EvidenceState(questi
 ACTION_FEATURE_NAMES: tuple[str, ...] = tuple(f"act_{a}" for a in ACTIONS) + ("est_cost",)
 FEATURE_NAMES: tuple[str, ...] = STATE_FEATURE_NAMES + ACTION_FEATURE_NAMES
 
-# What each feature of phi(s, a) measures, in FEATURE_NAMES order (tests check that every name
-# has a description and that no description names a feature that does not exist).
+# What each feature of phi(s, a) measures, in FEATURE_NAMES order (tests check both ways).
 _WH_DESCRIPTIONS = {
     "yesno": "1 if the question starts with an auxiliary verb (is, was, did, can, has, ...): "
              "a yes/no question",

@@ -1,32 +1,21 @@
 """A fitted random forest as flat numpy arrays: the controller's fast predict path.
 
-A learned decision (:meth:`dynakrag_lite.policy.Policy.choose`) asks two 300-tree forests about
-a handful of rows. scikit-learn's ``RandomForestRegressor.predict`` dispatches every tree
-through joblib and a Python-level ``tree.predict`` call (tens of microseconds per tree), so a
-decision cost tens of milliseconds. :class:`FlatForest` copies the fitted trees once into padded
-2-D arrays (one row per tree) and walks all trees and all rows together, one tree level per
-numpy step, which makes the same prediction in a fraction of a millisecond.
+A learned decision asks two 300-tree forests about a handful of rows; scikit-learn dispatches
+every tree through joblib and a Python-level call, so a decision cost tens of milliseconds.
+:class:`FlatForest` copies the fitted trees once into padded 2-D arrays and walks all trees
+and rows together, one tree level per numpy step: a fraction of a millisecond.
 
-The result is bit-identical to ``forest.predict(X)`` with ``forest.n_jobs = 1`` (scikit-learn
-1.9, ``sklearn/ensemble/_forest.py`` ``ForestRegressor.predict`` and
-``sklearn/tree/_tree.pyx`` ``Tree._apply_dense``):
+The result is bit-identical to ``forest.predict(X)`` with ``n_jobs = 1`` (scikit-learn 1.9):
 
-* X is cast to float32 (``_validate_X_predict``), and a node sends a row left when
-  ``X[row, feature] <= threshold`` with the float32 value widened to float64 (C promotion in
-  the Cython loop; here the float32 array is widened to float64 once, which is exact). A NaN
-  follows the node's ``missing_go_to_left`` when the trees accept missing values, as there.
-* The forest sums the trees' leaf values into a float64 zero vector one tree at a time, in
-  ``estimators_`` order (``_accumulate_prediction``; with one job nothing reorders the
-  additions), then divides by ``len(estimators_)``. Here ``np.add.accumulate`` over the tree
-  axis performs exactly those additions in that order (unlike ``sum``, which adds pairwise);
-  the first column gets ``+ 0.0`` first, as the zero vector does there (it turns a -0.0 leaf
-  into +0.0). With ``n_jobs != 1`` scikit-learn's threads add in whatever order they finish,
-  so its own result can differ from run to run in the last bit; this class matches the
-  one-job order.
+* X is cast to float32 and compared as float64 (``X <= threshold``, exact widening); a NaN
+  follows the node's ``missing_go_to_left`` when the trees accept missing values.
+* Leaf values are added to a float64 zero vector one tree at a time in ``estimators_`` order,
+  then divided by the tree count: ``np.add.accumulate`` makes exactly those additions (``sum``
+  adds pairwise), after ``+ 0.0`` on the first column (a -0.0 leaf becomes +0.0).
 
-Only single-output :class:`sklearn.ensemble.RandomForestRegressor` forests are supported
-(other estimators raise :class:`UnsupportedEstimator`). The arrays are a snapshot of the
-fitted trees: refitting the forest needs a new FlatForest (:func:`flat_forest_for` notices).
+Only fitted single-output ``RandomForestRegressor`` forests are supported
+(:class:`UnsupportedEstimator` otherwise); a refit needs a new FlatForest
+(:func:`flat_forest_for` notices).
 """
 from __future__ import annotations
 
@@ -66,24 +55,12 @@ class FlatForest:
     calling scikit-learn.
 
     Arrays (``T`` trees, ``M`` = the largest node count), indexed by a node's *flat* id
-    ``t * M + i`` (node ``i`` of tree ``t``):
+    ``t * M + i``: ``children`` (T, M, 2), ``feature``, ``threshold``, ``missing_left`` and
+    ``value`` (T, M). A leaf (and every padding slot) is its own child on both sides, so
+    ``predict`` walks every (row, tree) pair ``depth`` steps with no mask. Input is checked as
+    sklearn checks it, except for column names."""
 
-    * ``children``: shape (T, M, 2), the flat ids of the left and right child. A leaf (and
-      every padding slot) points to itself on both sides, so a walk that has reached a leaf
-      stays there and needs no mask;
-    * ``feature``, ``threshold``, ``missing_left`` (T, M): the split of each node (leaves and
-      padding: feature 0, threshold 0, never used since both children are the node itself);
-    * ``value`` (T, M): each node's prediction (a leaf's mean target).
-
-    ``predict`` starts every (row, tree) pair at its tree's root and takes ``depth`` steps (the
-    deepest tree's depth), after which every pair is at a leaf. Input is checked as sklearn
-    checks it (2-D, the fitted number of features, no infinity, NaN only where the trees accept
-    it), except for column names, which are not compared.
-    """
-
-    #: (row, tree) pairs walked at once: larger inputs go in blocks of rows, which bounds the
-    #: temporaries (a few MB) and keeps them in cache. Rows are independent, so blocks change
-    #: nothing in the result.
+    #: (row, tree) pairs walked at once: bounds the temporaries (rows are independent).
     BLOCK_PAIRS = 1 << 16
 
     def __init__(self, forest):
@@ -195,10 +172,8 @@ class FlatForest:
 
 
 # -- a cache keyed by the fitted forest --------------------------------------------------
-# Kept outside the estimator and outside whatever holds it, so pickling either is unchanged.
-# Entry: (the forest's estimators_ list when built, FlatForest or None if unsupported). A
-# refit replaces estimators_, so a stale entry is noticed and rebuilt. The lock: experiment
-# runs decide in worker threads that share one policy.
+# Outside the estimator, so pickling is unchanged. Entry: (estimators_ when built, FlatForest
+# or None): a refit replaces estimators_ and is noticed. Locked: worker threads share a policy.
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 

@@ -44,10 +44,8 @@ class Setup:
 
 def extractive_compressor(selector: SentenceSelector, retriever: DenseRetriever
                           ) -> ExtractiveCompressor:
-    """The extractive compressor of ``selector`` with the retriever's embedder for its
-    embedding features, through the persistent embedding cache (a re-run reads the vectors
-    its first run computed, bit for bit, instead of re-encoding every sentence). ValueError
-    when the selector was trained with another embedder."""
+    """The extractive compressor of ``selector`` with the retriever's (cached) encoder for its
+    embedding features; ValueError when the selector was trained with another embedder."""
     want, have = selector.meta.get("embedder"), retriever.embedder_name
     if selector.meta.get("use_embeddings") and want and have and want != have:
         raise ValueError(f"the sentence selector was trained with embedder {want!r}, the "
@@ -68,13 +66,10 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
     only), pool its corpus (or read ``corpus_file``), index it (loaded from disk when built
     before) and split the questions into disjoint train/eval parts exactly as the CLI does.
 
-    ``selector``: a sentence selector file (:func:`~dynakrag_lite.compression.load_selector`,
-    checked against its folder's manifest), loaded once into ``env.compressor``
-    (:func:`extractive_compressor`); the config must then say ``compressor="extractive"`` for
-    the actions to use it. ``index_factory``, ``index_mmap`` (:class:`DenseRetriever`'s
-    ``mmap``), ``nprobe``, ``ef_search`` and ``vectors_path`` are the retriever's large-corpus
-    options (:mod:`dynakrag_lite.ann`); their defaults give the exact flat index every earlier
-    run used."""
+    ``selector``: a sentence selector file, loaded once into ``env.compressor`` (used when the
+    config says ``compressor="extractive"``). ``index_factory``, ``index_mmap``, ``nprobe``,
+    ``ef_search`` and ``vectors_path`` are the retriever's large-corpus options; their
+    defaults give the exact flat index."""
     questions = load_dataset(dataset, data_root=data_dir)
     name = questions[0].dataset
     # First and checked: a wrong spec is one error before indexing, not an error per question

@@ -8,35 +8,24 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
   costs no tokens now but ``per_action`` more documents in every later prompt; we charge it the
   mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
 * Continuation model: a random forest on trajectory prefixes (state features only) estimating
-  the answer utility of continuing against stopping now (the paper's wording). Its target is
-  chosen at collection time (:mod:`dynakrag_lite.trajectories`): ``f1`` = F1(answer at the end
-  of the continued rollout) - F1(answer if stopping at this prefix) (default), ``sr`` = the same
-  with SR (cheap: no answer calls), ``onestep`` = the best one-step SR gain (the earlier target).
-  When its estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is
-  removed from A(s) at that step (the paper's "can suppress stop_answer"). It matters because
-  with the paper's targets v(s, stop) = SR(s) is a level while acquisition values are deltas:
-  without a veto the value model stops as soon as some support is in hand.
-* Stop rule (:func:`select`): ``level`` compares the paper's v(s, stop) = SR(s) with the
-  acquisition gains as they are; ``gain`` (ours) prices stopping at 0 support gained, so the
-  controller continues while a predicted gain exceeds lambda times its cost.
-  ``dynakrag_lab/scripts/stop_rule.py`` cross-validates both from saved trajectories.
+  the answer utility of continuing against stopping now (its target, ``f1``, ``sr`` or
+  ``onestep``, is chosen at collection time: :mod:`dynakrag_lite.trajectories`). When its
+  estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is removed from
+  A(s) (the paper's "can suppress stop_answer"): with the paper's targets v(s, stop) = SR(s)
+  is a level while acquisition values are deltas, so without a veto the value model stops as
+  soon as some support is in hand.
+* Stop rule (:func:`select`): ``level``, ``gain`` or ``continuation``.
 * ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
-  (:mod:`dynakrag_lite.training.tuning`: each fold's policy re-decides offline along the
-  held-out questions' explored paths).
-* ``sufficiency``: the calibrated sufficiency signal trained with the policy
-  (:class:`dynakrag_lite.sufficiency.SufficiencySignal`); :meth:`Policy.configure` applies it
-  to an environment before a run.
+  (:mod:`dynakrag_lite.training.tuning`).
+* ``sufficiency``: the calibrated sufficiency signal trained with the policy;
+  :meth:`Policy.configure` applies it to an environment before a run.
 
 Policies are saved with joblib together with metadata (feature names, training data hash,
-generator, dataset, embedder, document truncation, retrieval budget, training question ids,
-library versions). Loading checks the feature names; :func:`check_policy` checks the rest
-against the run that is about to use the policy.
-
-A joblib file is pickled Python: loading one runs code chosen by whoever wrote it. A folder of
-policies that keeps a ``MANIFEST.sha256`` (the project's ``results/policies`` does) lists each
-file with its sha256, and :meth:`Policy.load` refuses to unpickle a file of that folder whose
-bytes are not listed there (:func:`dynakrag_lite.storage.verified_sha256`). Register a newly
-trained file with ``python -m dynakrag_lite policy-manifest --update FILE``.
+generator, dataset, embedder, budgets, training question ids, library versions); loading
+checks the feature names, :func:`check_policy` the rest against the run about to use it. A
+joblib file is code: a file of a folder that keeps a ``MANIFEST.sha256`` (``results/policies``
+does) is unpickled only when listed there (``python -m dynakrag_lite policy-manifest --update
+FILE`` registers one).
 
 Chapter 8 fits the value, cost and continuation models; chapter 9 chooses with them.
 """
@@ -91,13 +80,10 @@ def _container_problem(raw: bytes) -> str | None:
 
 
 def check_policy_file(path: Path) -> str:
-    """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes:
-    one complete zlib stream (joblib's ``compress=3``) holding one whole pickle (protocol
-    opcode first, STOP last). Checked without unpickling: a joblib file is code, and a
-    manifest is where a file is vouched for, not where it runs; so a pickle of something
-    other than a policy passes here and is refused by :meth:`Policy.load`. Returns the
-    sha256 of the bytes checked, for the manifest entry (the ``check`` of
-    :func:`dynakrag_lite.storage.update_manifest`)."""
+    """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes
+    (one complete zlib stream holding one whole pickle), checked without unpickling: a
+    manifest is where a file is vouched for, not where it runs. Returns the sha256 of the
+    bytes checked, for the manifest entry."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -164,12 +150,8 @@ def make_forest(n_estimators: int, min_samples_leaf: int, seed: int, n_jobs: int
                                  random_state=seed, n_jobs=n_jobs)
 
 
-# The forests' predict path. True: a FlatForest (dynakrag_lite.forest) built on first use and
-# cached by forest, outside the policy (nothing is added to what a policy pickles); it is
-# bit-identical to the forest's own predict with n_jobs=1 and takes a fraction of a millisecond
-# on a decision's few rows, where sklearn's per-tree dispatch took tens of ms. False: the
-# estimator's own predict (tests compare the two). Anything FlatForest does not support (not a
-# single-output RandomForestRegressor) always uses its own predict.
+# True: predict through a cached, bit-identical FlatForest (dynakrag_lite.forest: a fraction of
+# a millisecond where sklearn took tens of ms); False: the estimator's own (tests compare).
 USE_FLAT_FOREST = True
 
 
@@ -247,19 +229,16 @@ class Policy:
     veto_threshold: float = 0.05
     meta: dict = field(default_factory=dict)
     name: str = "dynakrag"
-    stop_rule: str = "level"  # see select(); policies saved before it existed are "level"
-    # A stop-at-k schedule (evaluate --stop-after K): stop_answer is withheld until k
-    # acquisitions were made and forced then; the choices among acquisitions are unchanged.
+    stop_rule: str = "level"  # see select()
+    # evaluate --stop-after K: stop_answer withheld before K acquisitions and forced then
     stop_after: int | None = None
     # The calibrated sufficiency signal (sufficiency.SufficiencySignal) or None (text probe).
     sufficiency: object | None = None
 
     def configure(self, env, settings: RunSettings | None = None):
-        """Make ``env``'s sufficiency_check use this policy's calibrated signal (no-op for a
-        policy without one) and take the run's decision settings (``lam``,
-        ``veto_threshold``, ``stop_after`` of ``settings`` that are given; the others stay
-        the trained ones); returns ``env``. Call it before a run (and before its fingerprint:
-        the signal enters ``env.config``, the decision settings the policy's record)."""
+        """Make ``env``'s sufficiency_check use this policy's calibrated signal (if any) and
+        take the decision settings ``settings`` gives (``lam``, ``veto_threshold``,
+        ``stop_after``); returns ``env``. Call it before a run and before its fingerprint."""
         if self.sufficiency is not None:
             self.sufficiency.configure(env)
         for name in ("lam", "veto_threshold", "stop_after"):
@@ -306,14 +285,9 @@ class Policy:
 
     # -- persistence -------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """joblib-dump the policy (atomically: a unique temp file, then ``os.replace``).
-
-        The meta records the scikit-learn, numpy and joblib versions doing the pickling, which
-        :func:`check_policy` compares with the installed ones. A policy saved into a folder
-        that keeps a ``MANIFEST.sha256`` must then be listed there
-        (:func:`dynakrag_lite.storage.update_manifest` with ``files=[path]``, or ``python -m
-        dynakrag_lite policy-manifest --update PATH``) before :meth:`load` accepts it.
-        """
+        """joblib-dump the policy atomically, its meta recording the scikit-learn, numpy and
+        joblib versions (:func:`check_policy` compares them). In a folder that keeps a
+        ``MANIFEST.sha256`` it must then be registered before :meth:`load` accepts it."""
         meta = {**self.meta, "sklearn": sklearn.__version__, "numpy": np.__version__,
                 "joblib": joblib.__version__}
         # replace() builds a clean copy: the load-time provenance of ``self`` is not pickled.
@@ -327,21 +301,9 @@ class Policy:
     def load(path: str | Path, *, trusted: bool | None = None) -> "Policy":
         """Load a policy saved by :meth:`save`.
 
-        **A joblib file is code**: unpickling it runs whatever its author put in it, so load
-        only files you trust. ``trusted`` says whether this one is:
-
-        * ``None`` (default): a file in a folder that keeps a ``MANIFEST.sha256`` (such as the
-          project's ``results/policies/``) must be listed there with its sha256 (a missing
-          entry or a different hash raises :class:`PolicyError` naming the manifest, before
-          anything is unpickled); a file in a folder without one is your own and is trusted.
-        * ``False``: verify against ``MANIFEST.sha256`` in the file's own folder, whether or not
-          the folder has one.
-        * ``True``: skip the manifest (you vouch for the file).
-
-        Also checks the policy's feature names against this version of the features (see
-        :func:`check_policy` for the checks against a run's settings). After loading,
-        :meth:`provenance` returns the file's relative path and sha256.
-        """
+        **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
+        takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
+        Also checks the feature names; :meth:`provenance` then gives the file's path and sha256."""
         path = Path(path)
         if not path.exists():
             raise PolicyError(f"{path}: policy file not found")
@@ -413,13 +375,11 @@ def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_ac
     """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
     listing every problem).
 
-    Checked against the policy's meta: feature names (this library version's phi), the
-    embedder (retrieval scores are features), document truncation ``doc_chars`` and the
-    per-action retrieval budget (both enter the cost features), the scikit-learn version it was
-    pickled with (forests are not guaranteed to unpickle or predict the same across versions),
-    and that no evaluation question was a training question. A policy trained with another
-    generator is allowed: that is the paper's generator-transfer setting.
-    """
+    Checked against the policy's meta: feature names, the embedder (retrieval scores are
+    features), ``doc_chars`` and ``per_action`` (both enter the cost features), the
+    scikit-learn version (forests may not predict the same across versions), and that no
+    evaluation question was a training question. Another generator is allowed (the paper's
+    generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"

@@ -43,9 +43,8 @@ def _with_docs(docs: Sequence, instruction: str, max_chars: int | None) -> list[
 
 
 # -- final answer -----------------------------------------------------------------------
-# The answer format offered depends on the question's shape: offering "yes/no" to every
-# question made small readers answer Yes/No to entity questions (7 of 30 HotpotQA questions
-# with qwen2.5-coder-0.5b, where 1 gold answer was yes/no).
+# The answer format depends on the question's shape: offering "yes/no" to every question made
+# small readers answer Yes/No to entity questions (7 of 30, where 1 gold answer was yes/no).
 _AUX_START = re.compile(r"^\s*(is|are|was|were|am|do|does|did|can|could|has|have|had|will|"
                         r"would|should|shall|may|might|must|isn't|aren't|wasn't|weren't|"
                         r"doesn't|don't|didn't)\b", re.I)
@@ -66,8 +65,7 @@ def is_yes_no_question(question: str) -> bool:
       ("Both X and Y are a genus of flowering plants?"; but "X and Y are both in this
       country?" asks for the country).
 
-    On the HotpotQA/2Wiki/MuSiQue dev files every question with a yes/no gold answer passes
-    this test, and of the others only two (whose gold answers are malformed) do."""
+    On the dev files every question with a yes/no gold answer passes, and only two others."""
     q = " ".join(question.split())
     if not q:
         return False
@@ -142,8 +140,7 @@ def parse_sufficiency(text: str) -> SufficiencyReply:
     return SufficiencyReply(False, "", False)
 
 
-# The gap writer: a second call, made only when a score-based verdict (log-prob margin, learned
-# estimator, answer confidence) says insufficient, or always when the verdict gates nothing.
+# The gap writer: a second call when a score-based verdict says insufficient or gates nothing.
 GAP_MAX_TOKENS = 32
 
 
@@ -198,13 +195,10 @@ def _norm_key(s: str) -> str:
 def parse_query(text: str, fallback: str, titles: Sequence[str] = ()) -> str:
     """First usable line of a rewrite reply, without labels, quotes or copied document text.
 
-    Small models often copy a document instead of writing a query ("[1] Sigmund Jähn:
-    Sigmund Werner Paul Jähn (born ...) is a ..."). Stripped: leading document markers
-    ("[1]", "(2)", "Document 3:"), labels ("Query:"), "Search for ... in the documents".
-    Skipped as a copy: a line of the form "Title: text" whose title is one of ``titles`` (the
-    state's document titles), or, without titles, any marker-led "X: text" line. Fallback
-    when nothing usable remains: ``fallback``. Skipped as an echo of the prompt: lines
-    labelled "Question:" or "Answer:", and a bare label ("Query")."""
+    Small models often copy a document instead of writing a query. Stripped: document markers
+    ("[1]", "Document 3:"), labels ("Query:"), "Search for ... in the documents". Skipped: a
+    "Title: text" copy of one of ``titles`` (without titles, any marker-led "X: text" line) and
+    echoed prompt lines ("Question:", "Answer:", a bare "Query"). Fallback: ``fallback``."""
     title_keys = {_norm_key(t) for t in titles if t}
     for raw_line in text.strip().splitlines():
         line = raw_line.strip()
@@ -251,12 +245,9 @@ def parse_snippets(text: str, max_snippets: int) -> list[str]:
 
 
 # -- baselines: IRCoT and Self-Ask ------------------------------------------------------
-# IRCoT (Trivedi et al. 2023) interleaves one chain-of-thought sentence with one retrieval;
-# Self-Ask (Press et al. 2023) decomposes into follow-up questions answered by search. Both
-# originals are few-shot completion prompts with stop sequences. Our generators are chat
-# models, so the same text is laid out as chat turns (see each builder); the baselines pass
-# the stop sequences below to the generator, and the parsers still cut a reply where the
-# original would have stopped (a backend may ignore ``stop``).
+# Both originals are few-shot completion prompts with stop sequences; for chat models the
+# same text is laid out as chat turns, and the parsers still cut a reply where the original
+# would have stopped (a backend may ignore ``stop``).
 IRCOT_MAX_TOKENS = CHAIN_MAX_TOKENS  # one sentence fits: FlashRAG's 32 cut 46 of 52 thoughts
 SELF_ASK_MAX_TOKENS = CHAIN_MAX_TOKENS
 IRCOT_STOP = ["\n"]  # IRCoT keeps one sentence of the first line
@@ -301,16 +292,11 @@ def _chain_turns(chain: Sequence[str]) -> list[Message]:
 
 def ircot_messages(question: str, docs: Sequence, thoughts: Sequence[str],
                    max_chars: int | None = None, demos: Sequence = ()) -> list[Message]:
-    """IRCoT's reasoning step. The original is one completion prompt: demonstrations, then
-    the collected paragraphs ('Wikipedia Title: ...'), 'Q: <question>' and 'A: <thoughts so
-    far>', which the model continues. In chat form: each demonstration
-    (``demonstrations.Demonstration``) is a user turn with its paragraphs, 'Q:' and 'A:',
-    then its chain one sentence per assistant turn ('Continue.' user turns between); the test
-    dialogue has the same shape, the thoughts so far as the model's own earlier turns, so the
-    reply is the next sentence (a chat model asked to continue a chain pasted into a user
-    turn restates it instead). All collected paragraphs stay in the first user turn, before
-    the question, as in the original; demonstrations come first so that llama.cpp reuses
-    their KV cache across steps and questions."""
+    """IRCoT's reasoning step in chat form. Each demonstration is a user turn with its
+    paragraphs ('Wikipedia Title: ...'), 'Q:' and 'A:', then its chain one sentence per
+    assistant turn ('Continue.' between); the test dialogue has the same shape, the thoughts
+    so far as the model's own turns, so the reply is the next sentence (a chain pasted into a
+    user turn gets restated instead). Demonstrations come first so their KV cache is reused."""
     msgs: list[Message] = [{"role": "system", "content": IRCOT_SYSTEM}]
     for demo in demos:
         msgs.append({"role": "user", "content": wiki_paragraphs(demo.paragraphs)
@@ -347,13 +333,10 @@ def _norm_sentence(s: str) -> str:
 
 def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     """IRCoT's rule: keep the FIRST sentence of the generation, and stop iff that sentence
-    contains 'answer is' (a later sentence saying it does not count). Only the first
-    non-empty line is read (generation stops at a newline); echoed labels ('A:', 'Thought:')
-    are removed, and leading sentences equal to an earlier thought (a chat model restating
-    the chain so far) are skipped, and so are leading questions (a thought states a fact; a
-    small model echoes the question before its conclusion). Fallback for an empty or all-echo
-    reply:
-    ``IrcotThought('', False, '')``."""
+    contains 'answer is'. Only the first non-empty line is read; echoed labels ('A:',
+    'Thought:') are removed, and leading sentences that restate an earlier thought or ask a
+    question are skipped. Fallback for an empty or all-echo reply: ``IrcotThought('', False,
+    '')``."""
     line = ""
     for raw in text.strip().splitlines():
         raw = raw.strip().strip("*`# ")
@@ -411,18 +394,13 @@ def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
                       force_final: bool = False) -> list[Message]:
     """Self-Ask's proposer as a dialogue in which the search engine is the other speaker.
 
-    Press et al.'s text ('Question: ... / Are follow up questions needed here: Yes. / Follow
-    up: ... / Intermediate answer: ... / So the final answer is: ...') is split into chat
-    turns where Self-Ask hands over to search: the model writes the 'Follow up:' and 'So the
-    final answer is:' lines, the user turns bring the question (with 'Are follow up
-    questions needed here: Yes.' stated, as FlashRAG does for multi-hop datasets) and each
-    'Intermediate answer:'. The test dialogue opens with the documents retrieved for the
-    question (``docs``) and each intermediate answer comes with the documents its follow-up
-    added (``step_docs[i]``), so the proposer sees all retrieved context (FlashRAG's
-    variant; the original proposer sees none). ``demos``
-    (``demonstrations.SelfAskDemo``) come first, in exactly the same shape, with their own
-    short documents. ``force_final`` asks for the final answer now (after a repeated
-    follow-up or when no search is left)."""
+    Press et al.'s text is split into chat turns where Self-Ask hands over to search: the
+    model writes the 'Follow up:' and 'So the final answer is:' lines, the user turns bring
+    the question (with 'Are follow up questions needed here: Yes.', as FlashRAG states it) and
+    each 'Intermediate answer:'. The documents retrieved for the question (``docs``) open the
+    dialogue and each intermediate answer comes with the documents its follow-up added
+    (``step_docs[i]``): FlashRAG's variant. ``demos`` come first in the same shape;
+    ``force_final`` asks for the final answer now."""
     msgs: list[Message] = [{"role": "system", "content": SELF_ASK_SYSTEM}]
     for demo in demos:
         msgs += _self_ask_dialogue(demo.question, demo.docs, demo.steps, None)

@@ -7,34 +7,15 @@ product is cosine similarity (FAISS ``IndexFlatIP``: exact search, as in the pap
 The index and its document ids are saved next to a meta file holding a key of (embedder
 name and identity, corpus ids, titles and texts) and the index file's size, sha256 and vector
 count; a second run with the same corpus and embedder loads instead of re-encoding. A damaged
-index file (truncated by a full disk, cut by a crash in an older version, edited), or one whose
-meta.json records no sha256 (an older version's), fails those checks and is rebuilt with a
-warning, never half-loaded or vouched for. Writes go through :mod:`dynakrag_lite.storage`
-(unique temp names, ``os.replace``) under a :class:`~dynakrag_lite.storage.FolderLock` on the
-index folder, so two processes never write one index at once.
+or unverifiable index file is rebuilt with a warning, never half-loaded. Writes are atomic and
+under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder.
 
-Corpora past the pooled dev paragraphs (Wikipedia-sized) use the options of
-:mod:`dynakrag_lite.ann`, which builds every kind of index:
+Wikipedia-sized corpora use the options of :mod:`dynakrag_lite.ann` (see
+:class:`DenseRetriever`): an ``index_factory`` string, ``mmap`` and ``vectors_path``.
 
-* ``index_factory``: any FAISS index-factory string (``"IVF4096,PQ48"``, ``"HNSW32"``, ...)
-  instead of the exact flat index, on the same normalized vectors. Search-time knobs ``nprobe``
-  (IVF) and ``ef_search`` (HNSW) are applied after building and after loading. The factory
-  enters the index key and meta.json, so an index of another kind is never loaded in its place.
-  ``None``/``"Flat"`` is the original exact index: same key, same files, same meta, so existing
-  cached indexes stay valid.
-* ``mmap=True``: the saved index is memory-mapped (:func:`~dynakrag_lite.ann.read_index`)
-  instead of read into memory, so it costs page cache, not process memory.
-* ``vectors_path``: the corpus embeddings are streamed batch by batch to a float32 ``.npy``
-  file (:meth:`DenseRetriever.encode_to_disk`) and the index is filled from that file in
-  chunks, so a corpus whose vectors do not fit in memory can be indexed (with a compressed
-  factory such as IVF-PQ). The file is reused by a later build with another factory.
-
-Re-runs. The embedder is loaded on first use, not when the retriever is made; query encodes
-(and the extractive compressor's sentence encodes, :meth:`DenseRetriever.encode_cached`) go
-through the persistent embedding cache (:mod:`dynakrag_lite.embed_cache`, beside the LLM call
-cache; ``DYNAKRAG_EMBED_CACHE=off`` disables it), so a re-run whose index is on disk neither
-encodes nor loads the model. ``$DYNAKRAG_N_THREADS``, when set, limits torch's threads as it
-does llama.cpp's (:func:`limit_torch_threads`).
+The embedder is loaded on first use; query and sentence encodes go through the persistent
+embedding cache (:mod:`dynakrag_lite.embed_cache`; ``DYNAKRAG_EMBED_CACHE=off`` disables it),
+so a re-run whose index is on disk neither encodes nor loads the model.
 """
 from __future__ import annotations
 
@@ -144,12 +125,9 @@ _MODELS: dict[str, object] = {}
 
 
 def limit_torch_threads(torch=None) -> int | None:
-    """Set torch's intra-op thread count from $DYNAKRAG_N_THREADS (the variable that sets
-    llama.cpp's threads) when it is set; unset, torch keeps its default (one per core).
-    torch's default spins one thread per core: with another process on the cores a query
-    encode took 0.5-0.8 s with 2 threads and 0.07 s with 1 (measured on 2 busy cores). The
-    vectors do not depend on it (bit-identical with 1 and 2 threads). Process-wide, as torch's
-    setting is. Returns the count set, or None."""
+    """Set torch's intra-op thread count from $DYNAKRAG_N_THREADS when it is set (one thread
+    per core spins against other processes on busy cores: a query encode took 0.5-0.8 s with
+    2 threads, 0.07 s with 1; the vectors are bit-identical). Returns the count set, or None."""
     n = env_threads()
     if n is None:
         return None
@@ -162,8 +140,7 @@ def limit_torch_threads(torch=None) -> int | None:
 
 def load_embedder(name: str = DEFAULT_EMBEDDER):
     """Load (once per process) a SentenceTransformer on CPU unless CUDA is present, with
-    torch's threads limited by $DYNAKRAG_N_THREADS when it is set
-    (:func:`limit_torch_threads`)."""
+    torch's threads limited (:func:`limit_torch_threads`)."""
     path = resolve_embedder(name)
     if path not in _MODELS:
         import torch  # heavy optional dependency
@@ -178,10 +155,9 @@ def load_embedder(name: str = DEFAULT_EMBEDDER):
 
 def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
     """What decides an embedder's vectors, found without loading it (the embedding cache's
-    key, :mod:`dynakrag_lite.embed_cache`): the name, the folder it resolves to with its
-    files' sizes and modification times (a reinstalled or changed model is another model),
-    the versions of torch / transformers / sentence-transformers, the device kind, and the
-    function that loads it (a test's stand-in embedder never shares the real one's rows)."""
+    key): the name, its folder's files with sizes and mtimes, the versions of torch /
+    transformers / sentence-transformers, the device kind, and the loader function (a test's
+    stand-in embedder never shares the real one's rows)."""
     path = resolve_embedder(name)
     files: list = []
     folder = Path(path)
@@ -200,7 +176,6 @@ def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
                       f"{getattr(loader, '__qualname__', type(loader).__name__)}"}
 
 
-
 def _file_id(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
@@ -213,15 +188,11 @@ class DenseRetriever:
     """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
 
     Defaults give exact search (``IndexFlatIP``). For large corpora (:mod:`dynakrag_lite.ann`):
-    ``index_factory`` (a FAISS factory string; trained kinds use a seeded sample of
-    ``train_size`` vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``
-    (set after every build and load), ``mmap`` (map the saved index; a freshly built one is
-    saved, then re-opened mapped) and ``vectors_path`` (stream the corpus embeddings to this
-    ``.npy`` file, reused by a later build for the same embedder and corpus). The factory (and,
-    for trained kinds, ``train_size`` and ``seed``) is part of the index key (so of the
-    default folder) and of meta.json: an index folder holding another kind is rebuilt, never
-    loaded in its place.
-    """
+    ``index_factory`` (a FAISS factory string; trained kinds use a sample of ``train_size``
+    vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``, ``mmap`` (map
+    the saved index instead of reading it) and ``vectors_path`` (stream the corpus embeddings
+    to this ``.npy`` file, reused by later builds). The factory and its training settings are
+    part of the index key and of meta.json: an index of another kind is never loaded."""
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,
@@ -235,8 +206,7 @@ class DenseRetriever:
         self._model = None  # loaded on first use (:attr:`model`): a warm re-run may never
         self.embed_cache_path = default_embed_cache_path()  # None: disabled
         self._embed_cache: EmbeddingCache | None = None
-        # What decides the vectors besides the texts (the model's files, library versions,
-        # loader): a changed embedder never reuses an index built with the old one.
+        # a changed embedder (files, library versions, loader) never reuses an old index
         self._identity = embedder_identity(embedder, load_embedder)
         self.index_factory = normalize_factory(index_factory)
         self.nprobe, self.ef_search = nprobe, ef_search
@@ -274,8 +244,7 @@ class DenseRetriever:
         try:
             lock.acquire()
         except LockedError as e:
-            # Another process is building this index right now: build our own copy in memory
-            # and leave the folder to it, rather than fail or write over its files.
+            # another process is building it: build ours in memory, leave the folder to it
             warnings.warn(f"{e}; building the index in memory without saving it",
                           RuntimeWarning, stacklevel=2)
             lock = None
@@ -318,22 +287,16 @@ class DenseRetriever:
             set_search_params(self.index, self.nprobe, self.ef_search)
 
     # -- persistence -------------------------------------------------------------------
-    # Files: index.faiss (faiss.serialize_index bytes), ids.json, meta.json. meta.json is
-    # written last and records the index file's size and sha256 and the vector count, so a
-    # torn, truncated or swapped index file is detected on load and rebuilt. A non-flat
-    # index also records its factory (and training sample size and seed) in meta.json.
+    # index.faiss, ids.json, then meta.json (last: the index file's size, sha256 and vector
+    # count, so a torn or swapped index file is detected on load and rebuilt).
     def _meta(self) -> dict:
         return {"key": self.key, "embedder": self.embedder_name, "n": len(self.corpus),
                 "corpus_hash": self.corpus.content_hash(), "corpus_name": self.corpus.name,
                 **self._build_params}
 
     def _try_load(self, faiss, warn: bool = True) -> bool:
-        """Load a saved index if it matches this corpus, embedder and index kind and is intact.
-
-        False (rebuild) when files are missing or belong to another corpus or kind; False with
-        a warning when the index file is damaged (size, sha256 or vector count differ from the
-        meta, or faiss cannot parse it). The file is hashed in blocks and read by faiss from
-        disk (mapped when ``mmap``), never held as one more copy in memory."""
+        """Load a saved index if it matches this corpus, embedder and index kind and is intact;
+        else False (rebuild), with a warning when the index file is damaged."""
         def bad(why: str) -> bool:
             return self._damaged(why, warn)
 
@@ -350,9 +313,8 @@ class DenseRetriever:
                 or ids != [d.id for d in self.corpus.documents]:
             return False  # another corpus or embedder: not damage, just not ours
         if meta.get("index_factory") != self.index_factory:
-            return False  # another kind of index (the key differs too; said twice on purpose)
-        # An index written before checksums were recorded cannot be verified: rebuilt, never
-        # loaded and vouched for (faiss parses altered vectors of the right count happily).
+            return False  # another kind of index
+        # Unverifiable: faiss parses altered vectors of the right count happily.
         if "index_sha256" not in meta:
             return bad("meta.json records no sha256 of index.faiss (saved by an older "
                        "version), so it cannot be verified")
@@ -372,9 +334,7 @@ class DenseRetriever:
         except Exception as e:  # faiss raises RuntimeError with a C++ message on bad bytes
             return bad(f"faiss cannot read index.faiss ({e})")
         if _file_id(idx_p) != before:
-            # Replaced by a writer between the hash and the read: what was read is unverified.
-            # Not loaded; the caller retries under the folder lock.
-            return False
+            return False  # replaced between hash and read: retried under the folder lock
         if index.ntotal != len(self.corpus) or index.ntotal != meta.get("ntotal"):
             return bad(f"index.faiss holds {index.ntotal} vectors, expected {len(self.corpus)}")
         self.index, self.mmapped = index, mapped
@@ -411,9 +371,8 @@ class DenseRetriever:
 
     @property
     def embed_cache(self) -> EmbeddingCache | None:
-        """The embedding cache (opened on first use), or None when it is disabled or its file
-        cannot be opened (one warning: vectors can always be computed again, so a foreign
-        file must not fail a question)."""
+        """The embedding cache (opened on first use), or None when it is disabled or cannot be
+        opened (one warning: vectors can always be computed again)."""
         if self._embed_cache is None and self.embed_cache_path is not None:
             try:
                 self._embed_cache = EmbeddingCache(self.embed_cache_path)
@@ -430,11 +389,9 @@ class DenseRetriever:
         return np.ascontiguousarray(vecs, dtype="float32")
 
     def encode_cached(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """:meth:`encode` of ``texts`` through the persistent embedding cache
-        (:mod:`dynakrag_lite.embed_cache`): the same call made before returns the array it
-        returned then, bit for bit, without loading the model; a new call is encoded as one
-        :meth:`encode` call and stored. Query and sentence encodes go through here; the corpus
-        (index build) does not."""
+        """:meth:`encode` of ``texts`` through the persistent embedding cache: a call made
+        before returns its array bit for bit without loading the model. Query and sentence
+        encodes go through here; the corpus (index build) does not."""
         texts = list(texts)
         cache = self.embed_cache
         if cache is None or not texts:
@@ -450,10 +407,8 @@ class DenseRetriever:
 
     def encode_to_disk(self, texts: Sequence[str], path: str | Path, batch_size: int = 64,
                        chunk_size: int = ENCODE_CHUNK, show_progress: bool = False) -> np.memmap:
-        """Encode ``texts`` as :meth:`encode` does (normalized float32) into the ``.npy`` file
-        ``path``, ``chunk_size`` texts at a time (:func:`~dynakrag_lite.ann.write_vectors`:
-        memory holds one chunk, a crash never leaves a short file). Returns it opened
-        read-only as a memory map."""
+        """Encode ``texts`` as :meth:`encode` does into the ``.npy`` file ``path``, one chunk
+        at a time (:func:`~dynakrag_lite.ann.write_vectors`); returns it as a memory map."""
         return write_vectors(lambda chunk: self.encode(chunk, batch_size=batch_size), texts,
                              path, self._embedding_dim(), chunk_size, show_progress)
 

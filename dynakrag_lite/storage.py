@@ -1,29 +1,16 @@
 """Writing files so that nothing is lost or half-written, and one writer per folder.
 
-* :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json` write to a
-  temporary file with a unique name in the target's folder, fsync it, then ``os.replace`` it
-  over the target. A reader sees the old file or the new one, never a torn one, and two writers
-  never share a temporary name (a fixed ``.tmp`` suffix lets one writer rename the other's
-  half-written file). The file gets the permissions ``open()`` gives a new file (``0666``
-  minus the umask, typically ``0644``), not ``mkstemp``'s private ``0600``.
-* :class:`FolderLock` is an exclusive, non-blocking lock on ``<folder>/.lock`` (``fcntl.flock``
-  on POSIX). The kernel drops it when the process dies, so a killed run never leaves a stale
-  lock behind. A second process that tries the same folder gets :class:`LockedError` naming
-  the folder and the holder's pid.
-* :func:`relative_command` turns ``sys.argv`` into a command worth committing: paths relative to
-  the working directory where they lie under it, and credentials in ``openai:`` specs and URLs
-  redacted.
+* :func:`atomic_writer` and the ``atomic_write_*`` functions: a reader sees the old file or the
+  new one, never a torn one, and two writers never share a temporary name.
+* :class:`FolderLock`: an exclusive, non-blocking ``flock`` on ``<folder>/.lock``; the kernel
+  drops it when the process dies, so a killed run never leaves a stale lock.
+* :func:`relative_command`: ``sys.argv`` as a command worth committing (relative paths, no
+  credentials).
 * Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files of that
-  folder that may be unpickled (:func:`read_manifest`, :func:`update_manifest`,
-  :func:`register_in_manifest`, :func:`verify_manifest`, :func:`verified_sha256`). A
-  joblib/pickle file is code; the loaders of policies (:mod:`dynakrag_lite.policy`) and
-  sentence selectors (:mod:`dynakrag_lite.compression`) hash the bytes and, in a folder that
-  keeps a manifest, refuse a file it does not list with that hash, before anything is
-  unpickled. This is the only manifest code; which folders of the checkout keep one is
-  :mod:`dynakrag_lite.experiments.artifacts`' business.
-
-No chapter is about it: it sits behind every policy, run folder and cache file the book
-writes (chapters 8-14); ``results/policies/README.md`` explains the manifests.
+  folder that may be unpickled; the loaders of policies and sentence selectors refuse a file
+  of such a folder it does not list with that hash, before anything is unpickled. Which
+  folders keep one is :mod:`dynakrag_lite.experiments.artifacts`' business
+  (``results/policies/README.md`` explains them).
 """
 from __future__ import annotations
 
@@ -69,11 +56,8 @@ def _umask() -> int:
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file whose bytes replace ``path`` in one step when the block ends without an
     exception (unique temp file in the target's folder + fsync + os.replace); on an exception
-    the temp file is removed and ``path`` is untouched. For writers that stream (a FAISS index,
-    embeddings chunk by chunk) as much as for :func:`atomic_write_bytes`.
-
-    The new file's mode is what ``open(path, "wb")`` gives a new file: ``0666`` minus the
-    umask (``mkstemp`` alone would leave it ``0600``, readable by its owner only)."""
+    the temp file is removed and ``path`` is untouched. The new file's mode is what ``open()``
+    gives a new file (``0666`` minus the umask), not ``mkstemp``'s private ``0600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -153,15 +137,11 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
                     check: Callable[[Path], str | None] | None = None) -> Path:
     """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
 
-    With ``files``, only those entries are (re)written and the others kept, so refreshing the
-    manifest after saving one file does not vouch for anything else in the folder. Without
-    ``files``, the manifest is rebuilt from every ``pattern`` file in the folder: run that only
-    after checking what the folder holds. Entries of deleted files are dropped (they would
-    vouch for whatever later takes their name). ``check``: called with each file before it is
-    hashed; an exception it raises refuses the file and nothing is written. A check that
-    reads the file may return the sha256 of the bytes it accepted: that is what is recorded,
-    and the file is not read again.
-    """
+    With ``files``, only those entries are (re)written, so saving one file vouches for nothing
+    else; without, the manifest is rebuilt from every ``pattern`` file in the folder. Entries of
+    deleted files are dropped (they would vouch for whatever later takes their name).
+    ``check``: called with each file first; it refuses a file by raising, and may return the
+    sha256 of the bytes it accepted, which is then what is recorded."""
     folder = Path(folder)
     if files is None:
         entries: dict[str, str] = {}
@@ -192,9 +172,7 @@ def in_folder(path: str | Path, folder: str | Path) -> bool:
 def register_in_manifest(path: str | Path, project_folder: str | Path | None = None
                          ) -> Path | None:
     """After saving ``path``: record it (only it) in its folder's manifest when that folder is
-    ``project_folder`` (where loading always verifies) or already keeps a manifest. Returns the
-    manifest path, or None for a folder without one (the user's own files, loaded unverified
-    by default)."""
+    ``project_folder`` or already keeps a manifest. Returns the manifest path, or None."""
     path = Path(path)
     if (project_folder is not None and in_folder(path, project_folder)) or \
             (path.parent / MANIFEST_NAME).exists():
@@ -226,15 +204,10 @@ def verify_manifest(path: str | Path, data: bytes, what: str = "file", fix: str 
 
 def verified_sha256(path: str | Path, data: bytes, trusted: bool | None = None,
                     what: str = "file", fix: str = "") -> str:
-    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled), checked
-    against the manifest of ``path``'s folder as ``trusted`` says:
-
-    * ``None``: checked when the folder keeps a ``MANIFEST.sha256`` (a committed folder);
-      a folder without one holds the user's own files, which are not checked;
-    * ``False``: always checked (a folder without a manifest lists nothing);
-    * ``True``: not checked (the caller vouches for the file).
-
-    :class:`ManifestError` from :func:`verify_manifest` when the check fails."""
+    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled), checked by
+    :func:`verify_manifest` as ``trusted`` says: ``None``, when the folder keeps a
+    ``MANIFEST.sha256`` (one without holds the user's own files); ``False``, always; ``True``,
+    never (the caller vouches for the file)."""
     path = Path(path)
     if trusted is None:
         trusted = not (path.parent / MANIFEST_NAME).exists()
@@ -248,11 +221,8 @@ class LockedError(RuntimeError):
 
 
 class FolderLock:
-    """``with FolderLock(folder): ...``: exclusive use of ``folder`` by this process.
-
-    Re-entrant within one process for the same folder object only; a second ``FolderLock`` on
-    the same folder, in this or any other process, raises :class:`LockedError`.
-    """
+    """``with FolderLock(folder): ...``: exclusive use of ``folder`` by this process (a second
+    ``FolderLock`` on it, here or elsewhere, raises :class:`LockedError`)."""
 
     def __init__(self, folder: str | Path, what: str = "run") -> None:
         self.folder = Path(folder)
@@ -322,9 +292,8 @@ def _relative(path: str, base: Path) -> str:
 def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite",
                      cwd: str | Path | None = None) -> str:
     """A shell command for the record: paths relative to ``cwd`` (default: the working
-    directory; ``/work/shared/data`` seen from ``/work/main`` becomes ``../shared/data``),
-    including paths inside ``--flag=PATH`` and ``gguf:PATH``; no credentials. Arguments with
-    spaces or shell metacharacters are quoted, so the command can be pasted back."""
+    directory), including those inside ``--flag=PATH`` and ``gguf:PATH``; no credentials;
+    quoted so that it can be pasted back."""
     base = Path(cwd or os.getcwd()).resolve()
     out: list[str] = [prefix] if prefix else []
     hide_next = False

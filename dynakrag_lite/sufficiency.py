@@ -3,38 +3,24 @@ evidence is enough".
 
 The paper's ``sufficiency_check`` lets the generator judge answerability and, when the
 evidence is insufficient, write the missing information (the gap). Small readers are poor
-judges *in text*: measured on real HotpotQA pairs, qwen2.5-coder-0.5b and -1.5b both greedily
-answer SUFFICIENT to every context, yet the 1.5B model's log-probabilities still separate
-complete from incomplete evidence (AUC .75; see ``shared/notes/offline-models.md``). So the
-verdict is taken from a *signal* with a calibrated threshold, chosen per generator on training
-states, and the text verdict gates nothing where it is at chance. Signals
-(score oriented so that higher means "more likely sufficient"):
+judges *in text*: on real HotpotQA pairs qwen2.5-coder-0.5b and -1.5b both greedily answer
+SUFFICIENT to every context, yet the 1.5B model's log-probabilities still separate complete
+from incomplete evidence (AUC .75). So the verdict is taken from a *signal* with a threshold
+calibrated per generator on training states (:mod:`dynakrag_lite.training.calibration`).
+Signals (higher means "more likely sufficient"):
 
-* ``text``: the greedy reply parsed as before (score 1 = SUFFICIENT, 0 otherwise). One call;
-  an INSUFFICIENT reply carries its own gap.
-* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) at the first reply position of the
-  same prompt (:func:`probe_margin`). One forward pass, no decoding. The two options' first
-  tokens must differ (Qwen: "S" vs "INS"); otherwise the full option sequences are scored.
-* ``learned``: a classifier on observable state features (:mod:`dynakrag_lite.features`, the
-  ``suff_*`` features excluded) predicting 1[SR(s) = 1] (:class:`SufficiencyEstimator`). No
-  LLM call.
-* ``answer_conf``: the reader's own confidence, the mean token log-probability of its greedy
-  draft answer from the documents (:func:`answer_confidence`). One answer call (cached and
-  shared with a final answer on the same documents) plus a scoring pass over its tokens.
+* ``text``: the greedy reply parsed (1 = SUFFICIENT); an INSUFFICIENT reply carries its gap.
+* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt (one forward pass).
+* ``learned``: a classifier on observable state features predicting 1[SR(s) = 1]
+  (:class:`SufficiencyEstimator`); no LLM call.
+* ``answer_conf``: the mean token log-probability of the reader's greedy draft answer (one
+  cached answer call plus a scoring pass).
 
-With ``margin``, ``learned`` and ``answer_conf`` the gap is written by a second call
-(``prompts.gap_messages``) only when the verdict is insufficient.
-
-Which signal, with which threshold, is a :class:`SufficiencySignal`; :func:`configure` applies
-it to an environment and :func:`judge` gives the verdict. Choosing it needs gold labels
-(training states, AUCs, thresholds, fitting the estimator): that is
-:mod:`dynakrag_lite.training.calibration`. When no signal is informative the text probe is
-kept with ``gates=False``: it still runs and always writes a gap, but its verdict neither
-clears the gap nor reaches the value model's features.
-
-Log-probabilities come from the generator's own ``option_logprobs`` (each backend scores with
-its own machinery, see :mod:`dynakrag_lite.generators`); behind the call cache they are stored
-with the generations, under their own key kind, so re-runs are free.
+With the score-based signals a second call writes the gap (``prompts.gap_messages``) only
+when the verdict is insufficient. When no signal is informative the text probe is kept with
+``gates=False``: it always writes a gap and its verdict reaches neither the gap nor the
+value model's features. Log-probabilities come from the generator's ``option_logprobs``,
+stored by the call cache like the generations.
 """
 from __future__ import annotations
 
@@ -69,20 +55,14 @@ class SufficiencyError(RuntimeError):
     """A signal cannot be computed (backend without log-probs, missing estimator, ...)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# log-probabilities of reply options
-# ---------------------------------------------------------------------------------------------
+# -- log-probabilities of reply options -------------------------------------------------------
 
 def score_options(generator: Any, messages: Sequence[dict], options: Sequence[str],
                   mode: str = "auto") -> OptionScores:
     """Log-probabilities of each reply option right after the chat-templated prompt.
 
-    ``mode``: "first_token" (log-prob of each option's first token), "sequence" (sum over the
-    option's tokens) or "auto" (first tokens when they differ between options, else
-    sequences). The generator's ``option_logprobs`` computes them; behind the call cache
-    (:class:`~dynakrag_lite.generators.cache.CachedGenerator`) a repeated call returns
-    ``cached=True`` without touching the model.
-    """
+    ``mode``: "first_token" (each option's first token), "sequence" (sum over the option's
+    tokens) or "auto" (first tokens when they differ between options, else sequences)."""
     if mode not in SCORING_MODES:
         raise ValueError(f"unknown scoring mode {mode!r}")
     options = list(dict.fromkeys(options))
@@ -123,9 +103,7 @@ def probe_margin(question: str, docs: Sequence, generator: Any,
 def answer_confidence(question: str, docs: Sequence, generator: Any,
                       doc_chars: int | None = 600) -> tuple[float, str, list]:
     """(mean token log-prob of the reader's greedy draft answer, the draft, the calls made).
-
-    The draft is the ordinary answer call (same prompt and limit as the final answer, so it is
-    cached and shared); its reply is then scored as a continuation of the prompt. An empty
+    The draft is the ordinary answer call (cached and shared with the final answer); an empty
     draft scores -10 (no confidence)."""
     return reply_confidence(prompts.answer_messages(question, docs, doc_chars), generator)
 
@@ -144,9 +122,7 @@ def reply_confidence(msgs: Sequence[dict], generator: Any) -> tuple[float, str, 
     return sc.logprobs[reply] / n, prompts.parse_answer(gen.text), [gen, charged]
 
 
-# ---------------------------------------------------------------------------------------------
-# the learned estimator (no LLM call)
-# ---------------------------------------------------------------------------------------------
+# -- the learned estimator (no LLM call) ------------------------------------------------------
 
 # The probe's own verdict is not an input of the estimator that produces it.
 LEARNED_FEATURE_NAMES: tuple[str, ...] = tuple(n for n in STATE_FEATURE_NAMES
@@ -254,9 +230,7 @@ def configure(env, signal: "SufficiencySignal | None"):
     return env
 
 
-# ---------------------------------------------------------------------------------------------
-# the probe itself (used by actions.sufficiency_check)
-# ---------------------------------------------------------------------------------------------
+# -- the probe itself (used by actions.sufficiency_check) -------------------------------------
 
 @dataclass
 class Judgement:

@@ -1,24 +1,11 @@
 """Words and sentences: the one tokenizer, stopword list, content-word set, sentence splitters
 and longest common run that the rest of the package shares.
 
-* :func:`word_tokens`: lowercased word tokens with accents folded ("Jähn" -> "jahn").
-* :data:`STOPWORDS` and :func:`content_words`: the words of a text that carry its topic.
-  Snippet validation and the extractive selector's features (:mod:`dynakrag_lite.compression`,
-  chapter 10), the rewrite check (:mod:`dynakrag_lite.actions`, chapter 5) and the embedded
-  library's design check (:mod:`dynakrag_lite.data.library`, chapter 1) use them.
-* :func:`split_sentences`: sentences of a line of prose (IRCoT's reasoning sentences,
-  chapter 11); :func:`paragraph_sentences`: sentences of a dataset paragraph (compression).
-* :func:`longest_common_run`: the longest run of tokens two token lists share.
-
-Two variants exist on purpose, each because a committed artifact was fitted on it:
-
-* The value model's features (:mod:`dynakrag_lite.features`, chapter 8) use
-  :func:`ascii_words` and :data:`FEATURE_STOPWORDS` (a shorter list, no accent folding,
-  ASCII letters and digits only) through :func:`feature_content_words`. The committed policies
-  were trained on those numbers: merging the lists would change them.
-* :func:`paragraph_sentences` keeps the dataset's own sentence breaks and has no abbreviation
-  rule, unlike :func:`split_sentences`; the committed sentence selectors were trained on its
-  sentences and the validated snippets of committed runs were cut by it.
+Two variants exist on purpose, each because a committed artifact was fitted on it: the value
+model's features use :func:`feature_content_words` (:func:`ascii_words` and the shorter
+:data:`FEATURE_STOPWORDS`, no accent folding), on which the committed policies were trained;
+and :func:`paragraph_sentences` (the dataset's own sentence breaks, no abbreviation rule,
+unlike :func:`split_sentences`), on which the committed sentence selectors were trained.
 """
 from __future__ import annotations
 

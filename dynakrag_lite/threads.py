@@ -1,13 +1,9 @@
 """$DYNAKRAG_N_THREADS: one thread count for every compute library a run uses.
 
-llama.cpp reads it in :class:`~dynakrag_lite.generators.llamacpp.LlamaCppGenerator`, torch (the
-query/sentence encoder) in :func:`~dynakrag_lite.retriever.limit_torch_threads`, and
-scikit-learn's OpenMP code (the gradient-boosting sentence selector's ``predict_proba``)
-through :func:`openmp_limit`. On two cores shared with another process, OpenMP's default of
-one spinning thread per core made the selector's predict 0.23 s per question; with one thread
-the whole warm 2Wiki re-run loop went from 45 s to 7 s (benchmarks/bench_warm_rerun.py). The
-results do not depend on it (each row is predicted on its own, trees summed in order).
-Unset, every library keeps its default.
+Read by llama.cpp, torch (the encoder) and scikit-learn's OpenMP code (:func:`openmp_limit`).
+On two busy cores OpenMP's spinning threads made the selector's predict 0.23 s per question;
+with one thread a warm 2Wiki re-run went from 45 s to 7 s (benchmarks/bench_warm_rerun.py).
+Results do not depend on it. Unset, every library keeps its default.
 """
 from __future__ import annotations
 

@@ -9,40 +9,22 @@ At every state s visited by a seeded uniform-valid rollout each valid action a g
     compress_answer_evidence: not labelled (terminal)
 
 Acquisition branches are executed once each (states are immutable, so branching is free); a
-counterfactual sufficiency_check is labelled without being run, and is executed only when the
-rollout takes it (its next state is then used), which is also when its real token cost is
-logged. SR uses the gold support labels, which exist only here and in the metrics, never in a
-state. The rollout continues with the action the uniform controller picks until a cap forces
-the stop. LLM actions call the generator; the call cache makes re-collection cheap.
+counterfactual sufficiency_check is labelled without being run, and executed (its real token
+cost logged) only when the rollout takes it. SR uses the gold support labels, which exist only
+here and in the metrics, never in a state. The rollout continues with the uniform controller's
+pick until a cap forces the stop.
 
-The records:
+Every visited state with documents is a :class:`PrefixSample` for the continuation model (the
+paper: "estimating the answer utility of continuing"; the exact target is not stated):
 
-* :class:`Sample`: one (state, action) pair with its feature vector phi(s, a), its Eq. 1 target
-  and the tokens the action really cost.
-* :class:`PrefixSample`: one trajectory prefix (a visited state with documents) with its state
-  features, what stopping there would give (SR, and the reader's answer F1 from those
-  documents) and what the rollout reached at its end; ``gain`` is the continuation model's
-  training target, chosen by :data:`CONTINUATION_TARGETS`.
-* :class:`TrainingData`: both lists plus the training question ids, the settings the
-  trajectories were collected under (``run``) and, optionally, the sufficiency calibration
-  states. :mod:`dynakrag_lite.training.files` writes them to a pickle-free ``.npz`` and reads
-  them back (``python -m dynakrag_lite train --save-data`` / ``--from-data``).
+* ``f1`` (default): F1(reader's answer at the end of the continued rollout) - F1(answer if
+  stopping at this prefix), both from the documents alone (one answer call per prefix);
+* ``sr``: SR(end of the rollout) - SR(now): the cheap variant (no answer calls);
+* ``onestep``: the best one-step SR gain among the valid acquisition actions.
 
-Continuation targets (the paper: "a random forest on trajectory prefixes estimating the answer
-utility of continuing"; the exact target is not stated). Every visited state with documents is
-a prefix: its SR and, with ``continuation="f1"``, the reader's answer F1 from its documents (one
-answer call per prefix; these calls share the documents prefix of the state's other prompts, so
-llama.cpp reuses the KV cache, and they go through the call cache).
-
-* ``f1`` (default): F1(answer at the end of the continued rollout) - F1(answer if stopping at
-  this prefix). Both answers come from the reader on the documents alone (no compression), so
-  the difference is the answer utility of the rest of the rollout.
-* ``sr``: SR(end of the rollout) - SR(now): the cheap variant (no answer calls).
-* ``onestep``: the best one-step SR gain among the valid acquisition actions (the earlier
-  target of this project; kept for comparison).
-
-The rollout that continues is the seeded uniform-valid exploration, so the targets estimate the
+The continuing rollout is the seeded uniform-valid exploration, so the targets estimate the
 utility of continuing *under that exploration*, not under the learned policy.
+:mod:`dynakrag_lite.training.files` saves :class:`TrainingData` to a pickle-free ``.npz``.
 """
 from __future__ import annotations
 
@@ -71,9 +53,7 @@ __all__ = ["CONTINUATION_TARGETS", "Sample", "PrefixSample", "TrainingData", "la
 CONTINUATION_TARGETS = ("f1", "sr", "onestep")
 
 
-# ---------------------------------------------------------------------------------------------
-# the records
-# ---------------------------------------------------------------------------------------------
+# -- the records ------------------------------------------------------------------------------
 
 @dataclass
 class Sample:
@@ -85,8 +65,7 @@ class Sample:
     cost_tokens: float  # tokens the action actually cost (for the cost model)
     n_docs: int
     chosen: bool = False  # the rollout continued with this action (the path tau)
-    # False for a counterfactual branch that was labelled without being executed
-    # (sufficiency_check: its target 1[SR(s) = 1] needs no call); cost_tokens is then 0.
+    # False: a counterfactual sufficiency_check labelled without a call (cost_tokens 0)
     executed: bool = True
 
 
@@ -122,13 +101,10 @@ class TrainingData:
     samples: list[Sample] = field(default_factory=list)
     prefixes: list[PrefixSample] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
-    # Which target (CONTINUATION_TARGETS) the prefixes' ``gain`` holds. None: not stated, as
-    # in records built by hand (collect() and the file loader always state it). Nothing
-    # guesses it: saving refuses prefixes without it and train_policy() refuses to fit the
-    # continuation model on them; set_continuation_target() states it (and recomputes gains).
+    # Which target (CONTINUATION_TARGETS) the prefixes' ``gain`` holds; None: not stated (hand
+    # built records), which saving and train_policy() refuse rather than guess.
     continuation_target: str | None = None
-    # What the trajectories were collected under (the training recipe fills it; {} in files
-    # written before it existed): train --from-data refuses a file whose settings differ.
+    # What the trajectories were collected under: train --from-data refuses other settings.
     run: dict = field(default_factory=dict)
     # The sufficiency calibration states (a training.files.CalibrationTable), or None.
     calibration: Any = None
@@ -145,7 +121,7 @@ class TrainingData:
         """Per acquisition action, over every executed branch (chosen or counterfactual):
         ``calls``, ``questions`` reached, ``mean_sr_gain`` (its Eq. 1 label, SR(s') - SR(s)),
         ``hit_rate`` (share of calls that added a gold document) and ``chosen`` (calls on the
-        exploration path). A measurement of what each action finds, gold labels allowed."""
+        exploration path)."""
         out: dict[str, dict[str, float]] = {}
         for a in retrieval_actions:
             ss = [s for s in self.samples if s.action == a and s.executed]
@@ -199,9 +175,7 @@ class TrainingData:
                             columns=cols)
 
 
-# ---------------------------------------------------------------------------------------------
-# collection
-# ---------------------------------------------------------------------------------------------
+# -- collection -------------------------------------------------------------------------------
 
 
 def label(state: EvidenceState, action: str, gold: Sequence[str],
@@ -301,13 +275,8 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
 
     ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
-    dominate the cost: one reader call over up to 12 documents per prefix). The value model
-    learns from every question; the continuation model and the F1 tuning from those N.
-
-    ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each item and ``emit(item,
-    result)`` in item order; the default runs them one by one. The training tooling passes
-    one that overlaps server calls (``training.concurrency.collect_in_parallel``): the data
-    is the sequential run's either way."""
+    dominate the cost). ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each
+    item and ``emit(item, result)`` in item order (default: one by one)."""
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 

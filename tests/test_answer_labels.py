@@ -1,6 +1,6 @@
 """Answer labels for saved trajectories (dynakrag_lab.studies.answer_labels and
-dynakrag_lab/scripts/answer_labels.py; their format and merge are the core's
-dynakrag_lite.training.answer_label_merge): a replay along the chosen actions gives
+dynakrag_lab/scripts/answer_labels.py; their format, merge and training with them:
+dynakrag_lab.training_extras): a replay along the chosen actions gives
 collection's prefixes and answer F1s, resumably, one JSONL row per question.
 
 No model runs here: the reader is a fake whose replies depend on the prompt (sufficiency
@@ -28,10 +28,10 @@ from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lite.generators.base import Generation
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import sha256_file
-from dynakrag_lite.training.answer_label_merge import (AnswerLabelError, merge_answer_labels,
-                                                       read_label_file, row_truncated)
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from dynakrag_lite.trajectories import collect
+from dynakrag_lab.training_extras import (AnswerLabelError, merge_answer_labels,
+                                          read_label_file, row_truncated)
 from dynakrag_lab.studies.answer_labels import (label_questions, make_header, plan_labels,
                                                 with_answer_labels)
 from dynakrag_lab.studies.diagnosis import stop_auc
@@ -587,12 +587,13 @@ def test_script_refuses_a_command_of_another_setup(trained, reader_factory, tmp_
 def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
         trained, reader_factory, tmp_path, capsys):
     script = load_script("answer_labels", folder=LAB_SCRIPTS)
+    trainer = load_script("train_with_labels", folder=LAB_SCRIPTS)
     npz, labels = trained / "t.npz", tmp_path / "l.jsonl"
     assert script.main([str(npz), "--out", str(labels), "--no-progress"]) == 0
     base = [*TRAIN, "--continuation-questions", "2", "--from-data", str(npz)]
     assert cli_main([*base, "--out", str(tmp_path / "plain.joblib")]) == 0
-    assert cli_main([*base, "--answer-labels", str(labels),
-                     "--out", str(tmp_path / "lab.joblib")]) == 0
+    assert trainer.main(["--answer-labels", str(labels), *base[1:],
+                         "--out", str(tmp_path / "lab.joblib")]) == 0
     plain, lab = Policy.load(tmp_path / "plain.joblib"), Policy.load(tmp_path / "lab.joblib")
     assert plain.meta["n_continuation_questions"] == 2
     assert lab.meta["n_continuation_questions"] == 6
@@ -600,16 +601,22 @@ def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
     # without them it must (it says which questions carry F1)
     assert cli_main([*TRAIN, "--from-data", str(npz), "--out", str(tmp_path / "x0.joblib")]) == 2
     assert "continuation_questions" in capsys.readouterr().err
-    assert cli_main([*TRAIN, "--from-data", str(npz), "--answer-labels", str(labels),
-                     "--out", str(tmp_path / "lab0.joblib")]) == 0
+    assert trainer.main([*TRAIN[1:], "--from-data", str(npz), "--answer-labels", str(labels),
+                         "--out", str(tmp_path / "lab0.joblib")]) == 0
     assert Policy.load(tmp_path / "lab0.joblib").meta["n_continuation_questions"] == 6
     rec = lab.meta["answer_labels"]
     assert rec["sha256"] == sha256_file(labels) and rec["file"].endswith("l.jsonl")
     assert (rec["labelled"], rec["missing"], rec["not_reproduced"]) == (4, 0, 0)
+    assert rec["command"].startswith("python dynakrag_lab/scripts/train_with_labels.py "
+                                     "--answer-labels")
+    assert "--answer-labels" not in lab.meta["command"]  # the train part alone
     capsys.readouterr()
-    assert cli_main([*TRAIN, "--answer-labels", str(labels),
-                     "--out", str(tmp_path / "x.joblib")]) == 2
+    assert trainer.main([*TRAIN[1:], "--answer-labels", str(labels),
+                         "--out", str(tmp_path / "x.joblib")]) == 2
     assert "needs --from-data" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # not a flag of train itself
+        cli_main([*TRAIN, "--from-data", str(npz), "--answer-labels", str(labels),
+                  "--out", str(tmp_path / "x.joblib")])
 
 
 def test_control_diagnosis_matches_labels_files_to_trajectories_by_sha256(trained, tmp_path):

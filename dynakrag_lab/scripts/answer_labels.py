@@ -29,7 +29,8 @@ question (``dynakrag_lab.studies.answer_labels``).
     # use them
     python dynakrag_lab/scripts/control_diagnosis.py --trajectories X.npz \\
         --answer-labels X.answer-f1.jsonl
-    python -m dynakrag_lite train --from-data X.npz --answer-labels X.answer-f1.jsonl ...
+    python dynakrag_lab/scripts/train_with_labels.py --answer-labels X.answer-f1.jsonl \\
+        --from-data X.npz ...
 
 The setup is the collection run's: its command line (``--command "python -m dynakrag_lite train
 ..."``, the meta of a policy it trained (``--policy``), or by default the file's own record) is
@@ -72,10 +73,10 @@ from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: 
                                            run_reporting_errors, training_recipe)
 from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import redact, relative_command  # noqa: E402
-from dynakrag_lite.training.answer_label_merge import TOLERANCE, read_label_file  # noqa: E402
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.training.recipe import (collection_run, from_data_problems,  # noqa: E402
                                            training_setup)
+from dynakrag_lab.training_extras import TOLERANCE, read_label_file  # noqa: E402
 from dynakrag_lab.studies.answer_labels import (check_header, default_label_path,  # noqa: E402
                                                 label_questions, make_header, plan_labels,
                                                 unreproduced_without_states)

@@ -43,10 +43,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa: E402
                                    relative_command)
-from dynakrag_lite.training.answer_label_merge import (merge_answer_labels,  # noqa: E402
-                                                       read_label_file)
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
+from dynakrag_lab.training_extras import merge_answer_labels, read_label_file  # noqa: E402
 from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
 from dynakrag_lab.studies.horizon import diagnose_horizon  # noqa: E402
 from dynakrag_lab.studies.stop_targets import TARGETS, study  # noqa: E402

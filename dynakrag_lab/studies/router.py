@@ -53,8 +53,8 @@ from sklearn.preprocessing import StandardScaler
 
 from dynakrag_lite.features import STATE_FEATURE_NAMES, question_shape
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
-from dynakrag_lite.training.answer_label_merge import merge_answer_labels
 from dynakrag_lite.training.files import load_training_data_bytes
+from dynakrag_lab.training_extras import merge_answer_labels
 
 from ..report.comparison import compare_runs, paired_difference, paired_rows
 from ..report.results import read_run

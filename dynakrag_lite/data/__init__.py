@@ -1,10 +1,8 @@
 """Questions, paragraphs and the corpus they pool into.
 
-* :mod:`~dynakrag_lite.data.schema`: :class:`Question`, :class:`Paragraph`, validation;
-* :mod:`~dynakrag_lite.data.sources`: dataset names, the data folder, loading and the split;
-* :mod:`~dynakrag_lite.data.raw_formats`: the official HotpotQA / 2Wiki / MuSiQue files;
-* :mod:`~dynakrag_lite.data.library`: the embedded synthetic set (no download needed);
-* :mod:`~dynakrag_lite.data.corpus`: the document collection the retriever indexes.
+``schema`` (:class:`Question`, validation), ``sources`` (names, loading, the split),
+``raw_formats`` (the official benchmark files), ``library`` (the embedded synthetic set) and
+``corpus`` (the document collection the retriever indexes).
 """
 from .corpus import Corpus, Document, gold_titles, normalize_title
 from .schema import DataError, Paragraph, Question, iter_jsonl, question_from_dict

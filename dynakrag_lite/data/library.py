@@ -441,8 +441,7 @@ def _bridge_ok(d: _Draft) -> bool:
 def build_library(n_questions: int = 60, seed: int = 0) -> list[Question]:
     """Generate the embedded fictional multi-hop QA set (dataset ``"library"``).
 
-    Same ``(n_questions, seed)`` gives the same questions, byte for byte.
-    """
+    Same ``(n_questions, seed)`` gives the same questions, byte for byte."""
     if n_questions < 1:
         raise ValueError("n_questions must be >= 1")
     rng = random.Random(seed)

@@ -11,16 +11,11 @@ Supported shapes (detected from the keys of each record):
 * **MuSiQue** (``.jsonl``): ``id, question, answer, answer_aliases, paragraphs [{idx, title,
   paragraph_text, is_supporting}], question_decomposition, answerable``.
 
-A paragraph is supporting when its title is named in ``supporting_facts`` (HotpotQA, 2Wiki)
-or its ``is_supporting`` flag is true (MuSiQue). Answers are the gold answer first, then any
-``answer_aliases`` (deduplicated, order kept).
-
-Unanswerable MuSiQue records (``answerable == false``, the MuSiQue-Full contrast questions)
-have no gold answer to score against. They are the one thing skipped, never silently:
-:func:`convert_raw_record` returns ``None`` for them, :func:`read_raw` counts them in
-:attr:`RawLoadReport.n_unanswerable`, and a warning is logged. Every other defect raises
-:class:`~dynakrag_lite.data.DataError` with the file, the record (1-based index in a ``.json``
-list, line number in a ``.jsonl`` file) and the field.
+A paragraph is supporting when ``supporting_facts`` names its title or its ``is_supporting``
+flag is set. Answers: the gold answer, then any ``answer_aliases``. Unanswerable MuSiQue
+records (``answerable == false``) have no gold answer to score against: they are the one thing
+skipped, counted in :attr:`RawLoadReport.n_unanswerable` with a warning. Every other defect
+raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
 """
 from __future__ import annotations
 
@@ -184,11 +179,8 @@ def _from_musique(obj: dict, path, line) -> Question | None:
 
 def convert_raw_record(obj: Any, path: str | os.PathLike | None = None,
                        lineno: int | None = None) -> Question | None:
-    """Convert one HotpotQA / 2WikiMultiHopQA / MuSiQue record.
-
-    Returns ``None`` only for an unanswerable MuSiQue record; raises
-    :class:`~dynakrag_lite.data.DataError` for any defect.
-    """
+    """Convert one HotpotQA / 2WikiMultiHopQA / MuSiQue record (``None`` only for an
+    unanswerable MuSiQue record; :class:`~dynakrag_lite.data.DataError` for any defect)."""
     if not isinstance(obj, dict):
         raise DataError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
     fmt = detect_format(obj)
@@ -224,10 +216,8 @@ def _records(path: Path) -> list[tuple[int, Any]]:
 
 
 def read_raw(path: str | os.PathLike) -> RawLoadReport:
-    """Read a raw ``.json`` list or ``.jsonl`` file; report questions and skipped records.
-
-    In a ``.json`` list the DataError "line" is the 1-based record index.
-    """
+    """Read a raw ``.json`` list or ``.jsonl`` file; report questions and skipped records (in
+    a ``.json`` list the DataError "line" is the 1-based record index)."""
     path = Path(path)
     report = RawLoadReport(path=str(path), dataset=None)
     seen: dict[str, int] = {}

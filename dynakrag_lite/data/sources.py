@@ -52,8 +52,7 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[Qu
             raise DataError(path, lineno, "id", f"duplicate id {q.id!r} (first on line "
                             f"{seen[q.id]})")
         if out and q.dataset != out[0].dataset:
-            # The first record's dataset names the run (budgets, policy, results): one file,
-            # one dataset.
+            # the first record's dataset names the run: one file, one dataset
             raise DataError(path, lineno, "dataset", f"{q.dataset!r}, but line "
                             f"{seen[out[0].id]} says {out[0].dataset!r}; a file holds one "
                             "dataset (split it, or give every record the same name)")

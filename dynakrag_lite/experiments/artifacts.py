@@ -2,18 +2,11 @@
 trajectories and experiment runs, how a policy file is named, and the manifests that vouch for
 the committed pickles.
 
-The only code of dynakrag_lite that knows the ``results/`` folder (the core and
-:mod:`dynakrag_lite.training` take paths; the lab reads it through these names). A folder that
-keeps a ``MANIFEST.sha256`` (``results/policies``, ``results/selectors``) lists its joblib
-files with their sha256; the loaders refuse a file of such a folder that is not listed with its
-bytes' hash (:func:`dynakrag_lite.storage.verified_sha256`). :func:`register_policy` records a just-trained policy there (the lab's
-:func:`~dynakrag_lab.studies.selector.register_selector` a sentence selector),
-:func:`update_policy_manifest` and
+The only code of dynakrag_lite that knows the ``results/`` folder (the core and training take
+paths). ``results/policies`` and ``results/selectors`` keep a ``MANIFEST.sha256``:
+:func:`register_policy` records a just-trained policy there, :func:`update_policy_manifest` and
 :func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and
 ``--check``.
-
-Chapters 11b-14 find the committed policies through :func:`default_policy_path` and
-:func:`policy_file_name`.
 """
 from __future__ import annotations
 
@@ -52,16 +45,13 @@ def policy_file_name(dataset: str, generator: str) -> str:
     return f"{dataset}-{generator.replace('/', '_').replace(':', '_')}.joblib"
 
 
-# Policies trained with other settings than the main one, saved beside it as
-# <dataset>-<generator><suffix>.joblib (data_scripts/main_experiment.py POLICY_VARIANTS).
+# Variant policies beside the main one: <dataset>-<generator><suffix>.joblib (main_experiment.py).
 POLICY_VARIANT_SUFFIXES = ("-gain_stop", "-continuation")
 
 
 def default_policy_path(dataset: str, generator: str, folder: Path | None = None) -> Path:
     """``results/policies/<dataset>-<generator>.joblib``, the policy trained with this very
-    generator; nothing else is picked up silently. Raises :class:`PolicyError` saying which
-    file was looked for and how to pass one (a policy of another generator may be passed
-    with ``--policy``: that is the generator-transfer experiment)."""
+    generator; nothing else is picked up silently (:class:`PolicyError` otherwise)."""
     folder = POLICIES_DIR if folder is None else Path(folder)
     exact = folder / policy_file_name(dataset, generator)
     if exact.exists():
@@ -76,9 +66,7 @@ def default_policy_path(dataset: str, generator: str, folder: Path | None = None
 
 def register_policy(path: str | Path) -> Path | None:
     """After training: record a just-saved policy (only it) in its folder's manifest when that
-    folder is the project's ``results/policies`` or already keeps a manifest; returns the
-    manifest path (None for a folder without one, where :meth:`Policy.load` trusts the user's
-    own files)."""
+    folder is ``results/policies`` or already keeps one; returns the manifest path or None."""
     return register_in_manifest(path, POLICIES_DIR)
 
 
@@ -86,12 +74,8 @@ def update_policy_manifest(folder: str | Path | None = None,
                            files: Iterable[str | Path] | None = None) -> Path:
     """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies).
 
-    With ``files``, only those entries are (re)written and the others kept, so refreshing the
-    manifest after training one policy does not vouch for anything else in the folder. Without
-    ``files``, the manifest is rebuilt from every ``*.joblib`` in the folder: run that only after
-    checking what the folder holds. Returns the manifest path. PolicyError naming the file,
-    with nothing written, when a file is missing or is not what :meth:`Policy.save` writes
-    (:func:`dynakrag_lite.policy.check_policy_file`)."""
+    As :func:`dynakrag_lite.storage.update_manifest`; PolicyError naming the file, with
+    nothing written, when a file is missing or is not what :meth:`Policy.save` writes."""
     return update_manifest(POLICIES_DIR if folder is None else folder, files,
                            check=check_policy_file)
 
@@ -99,9 +83,8 @@ def update_policy_manifest(folder: str | Path | None = None,
 def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib"
                       ) -> list[str]:
     """What ``sha256sum -c MANIFEST.sha256`` and a complete listing would complain about in
-    ``folder`` (default: results/policies): a ``pattern`` file not listed, a listed file
-    missing, a hash that differs. [] when the manifest vouches for exactly the folder's
-    files."""
+    ``folder`` (default: results/policies); [] when the manifest vouches for exactly its
+    ``pattern`` files."""
     folder = POLICIES_DIR if folder is None else Path(folder)
     manifest = folder / MANIFEST_NAME
     if not manifest.exists():

@@ -4,7 +4,7 @@
     retrieval-eval  --data FILE [--k 3,6,12]                  (SR@k as JSON on stdout)
     generate        --generator SPEC --prompt TEXT             (text + token counts as JSON)
     train           --data FILE --generator SPEC --out POLICY [--limit N] [--workers N]
-                    [--save-data FILE.npz | --from-data FILE.npz [--answer-labels F.jsonl]]
+                    [--save-data FILE.npz | --from-data FILE.npz]
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
@@ -17,24 +17,11 @@ names are looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR. Train and evaluate 
 deterministic split of FILE (``--n-eval`` questions held out, seed ``--split-seed``), so a
 policy is never evaluated on its training questions. Errors go to stderr, exit code 2.
 
-``train`` runs the recipe of :mod:`dynakrag_lite.training.recipe` and registers a policy saved
-into ``results/policies`` in its manifest (:mod:`dynakrag_lite.experiments.artifacts`).
 ``evaluate --method dynakrag`` without ``--policy`` uses ``results/policies/<dataset>-
-<generator>.joblib`` and nothing else; a policy of another generator must be named with
-``--policy`` (generator transfer). The policy is checked against the run first
-(``policy.check_policy``). ``--policy`` with ``uniform`` or ``oracle`` takes only the policy's
-calibrated sufficiency signal, so the three controllers see the same verdicts. ``evaluate``
-resumes into ``--out`` (see :mod:`dynakrag_lite.experiments.run`): it refuses a folder of
-another setup or of other questions (split options but ``--limit``:
-:mod:`dynakrag_lite.experiments.selection`), a folder another process is evaluating into, and a
-damaged predictions file;
-questions that failed are retried. Recorded commands have relative paths and no credentials
-(``storage.relative_command``).
-
-``cache merge`` adds the calls of one LLM call cache file that another lacks
-(:func:`dynakrag_lite.experiments.maintenance.merge_cache`; ``make llm-cache`` runs it).
-``policy-manifest --check`` verifies that ``results/policies/MANIFEST.sha256`` lists exactly the
-folder's policies with their sha256; ``--update FILE`` records a policy trained into it.
+<generator>.joblib``; a policy of another generator must be named (generator transfer).
+``--policy`` with ``uniform`` or ``oracle`` takes only its calibrated sufficiency signal.
+``evaluate`` resumes into ``--out``, refusing a folder of another setup or other questions
+(only ``--limit`` may change); failed questions are retried.
 """
 from __future__ import annotations
 
@@ -138,9 +125,7 @@ def _check_out(out: str | Path, folder: bool) -> None:
 
 def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) -> None:
     """Refuse the sentence selector of ``env.compressor`` (loaded from ``selector``) when it
-    was trained on any evaluated question (its fit questions are in its metadata), as
-    check_policy does for a policy: the extractive compressor would otherwise have seen those
-    questions' gold sentences."""
+    was trained on any evaluated question, as check_policy does for a policy."""
     if env.compressor is None:
         return
     train_ids = set(map(str, env.compressor.selector.meta.get("train_ids") or ()))
@@ -198,10 +183,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def training_recipe(args: argparse.Namespace) -> RunSettings:
-    """The settings of a ``train`` command (its parsed ``args``), its flags checked first:
-    what :func:`cmd_train` runs, and whose :func:`~dynakrag_lite.training.recipe.
-    training_setup` a process warming the cache for that run (data_scripts/warm_cache.py
-    train) builds."""
+    """The settings of a ``train`` command (its parsed ``args``), its flags checked first
+    (also what data_scripts/warm_cache.py train builds from)."""
     s = RunSettings.from_args(args)
     _check_settings(s)
     if s.unseen_by_selector:  # training takes its questions by split_ids, not run_setup
@@ -211,11 +194,8 @@ def training_recipe(args: argparse.Namespace) -> RunSettings:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Calibrate the sufficiency signal, collect trajectories, tune lambda and the veto
-    threshold by cross-validation (all on the training split), fit and save the policy
-    (:func:`dynakrag_lite.training.recipe.train`). With --from-data: the trajectories (and the
-    calibration states) come from a file saved by --save-data, cut to this split's training
-    questions; no model call. A policy saved into results/policies is added to its manifest."""
+    """:func:`dynakrag_lite.training.recipe.train`; a policy saved into results/policies is
+    added to its manifest."""
     t0 = time.perf_counter()
     _, path, report = train(training_recipe(args))
     register_policy(path)  # keep results/policies/MANIFEST.sha256 in step with the file
@@ -225,10 +205,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 @dataclass
 class EvaluationSetup:
-    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its settings, its
-    questions in order, its run folder and what was built from them (the environment, the
-    policy configured with the settings, IRCoT's demonstrations); ``extra`` goes into the
-    summary (the policy's and the selector's provenance, warnings, the demonstrations)."""
+    """What an ``evaluate`` command runs (:func:`evaluation_setup`): its settings, questions,
+    run folder and what was built from them; ``extra`` goes into the summary."""
     settings: RunSettings
     questions: list[Question]
     out: Path
@@ -260,9 +238,8 @@ class EvaluationSetup:
     def run(self, questions=None, out: str | Path | None = None,
             run_info: dict | None = None) -> dict:
         """:func:`experiments.run.evaluate` of this setup, on ``questions`` into ``out`` with
-        ``run_info`` when given (a subset run makes the calls the whole run makes for those
-        questions: every choice is seeded per question, IRCoT's demonstrations were drawn
-        for the whole list)."""
+        ``run_info`` when given (a subset makes the whole run's calls for those questions:
+        every choice is seeded per question)."""
         return evaluate(self.questions if questions is None else list(questions),
                         self.settings, self.env, self.out if out is None else Path(out),
                         self.policy, self.dataset, run_info=run_info or self.run_info,
@@ -295,8 +272,6 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
         extra["selector"] = {"path": display_path(s.selector),
                              "sha256": env.compressor.selector.sha256}
     if policy is not None:
-        # Refuse a policy that does not fit this run (features, embedder, budgets, sklearn,
-        # training questions among the evaluation questions) before any question runs.
         check_policy(policy, embedder=s.embedder, doc_chars=env.config.doc_chars,
                      per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
         # the path as the project knows it (results/policies/...), from any working directory
@@ -306,8 +281,7 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
             extra["warnings"] = [f"the policy {display_path(path)} was trained on dataset "
                                  f"{trained_on!r}; this run evaluates dataset {dataset!r}"]
             print(f"warning: {extra['warnings'][0]}", file=sys.stderr)
-        # Its calibrated sufficiency signal and the run's decision settings, before the
-        # fingerprint. uniform and oracle take only the signal from the policy, so that every
+        # Before the fingerprint. uniform and oracle take only the signal, so that every
         # controller sees the same sufficiency verdicts and differs only in how it chooses.
         policy.configure(env, s)
         if s.method != "dynakrag":
@@ -316,9 +290,7 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
     out = Path(s.out or f"runs/{dataset}-{s.method}")
     _check_out(out, folder=True)
     demos = None
-    if s.method == "ircot":  # few-shot, as the original: demonstrations from training
-        # Never one of the evaluated questions (a run on the training split draws its
-        # demonstrations from the rest of that split).
+    if s.method == "ircot":  # few-shot from training questions, never an evaluated one
         evaluated = {q.id for q in eval_qs}
         demos = build_ircot_demos([q for q in setup.train if q.id not in evaluated],
                                   seed=s.split_seed, eval_ids=[q.id for q in eval_qs])
@@ -371,10 +343,6 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       "saved by --save-data (no model call, no index), cut to this "
                       "split's training questions (--n-eval, --offset, --limit); "
                       "refused when the file was collected under other settings")
-    p.add_argument("--answer-labels", default=None, metavar="FILE.jsonl",
-                   help="with --from-data: merge the answer F1s of dynakrag_lab/scripts/"
-                   "answer_labels.py (made for that file) first; the policy's meta "
-                   "records the file and its sha256")
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -501,9 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a command line of this package reports as a user's error (a missing or
-    foreign file, a bad field or option value, a cache file that cannot be used, a path that
-    cannot be read or written) rather than as a bug."""
+    """The exceptions a command line of this package reports as a user's error (a bad file,
+    option or path) rather than as a bug."""
     # ValueError: also ResultsError, FingerprintError; OSError: also FileNotFoundError
     return (DataError, PolicyError, GeneratorError, ModelError, CacheError, LockedError,
             ValueError, OSError)
@@ -519,10 +486,8 @@ def error_message(e: BaseException) -> str:
 
 def run_reporting_errors(func: Callable[..., int], *args,
                          also: tuple[type[BaseException], ...] = ()) -> int:
-    """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``: the
-    command's own error classes) becomes one line ``error: MESSAGE`` on stderr and exit
-    code 2 instead of a traceback. Every command of ``python -m dynakrag_lite`` ends this
-    way (and data_scripts/warm_cache.py)."""
+    """``func(*args)``, an exit code; a user error (:func:`user_errors`, and ``also``) becomes
+    one line ``error: MESSAGE`` on stderr and exit code 2 instead of a traceback."""
     errors = (*user_errors(), *also)
     try:
         return func(*args)

@@ -1,39 +1,22 @@
 """Diagnostics of recorded runs (``predictions.jsonl`` rows): how each question ended, what
 the actions did, where a parser fell back. Measurements, gold labels allowed, never inputs of
-the controller (the results chapter and the diagnosis appendix read them;
-:mod:`dynakrag_lite.experiments.run` records them).
+the controller; recorded per question in each row's ``"diagnostics"`` and summed in the
+summary, so that degenerate behaviour is visible:
 
-Diagnostics (per question in each row's ``"diagnostics"``, summed in the summary) make
-degenerate behaviour visible. What is counted:
-
-* ``stop_reasons``: how each question ended. Controller runs (dynakrag, uniform, oracle):
-  ``stop_answer_chosen`` (the chooser picked stop_answer), ``max_steps`` (step cap),
-  ``max_docs`` (document cap), ``only_stop_valid``. Baselines: ``fixed_k``; IRCoT
-  ``concluded`` / ``empty_thought`` / ``max_steps`` / ``max_docs`` / ``retrieval_cap``;
-  Self-Ask ``concluded`` / ``malformed`` / ``max_followups`` / ``repeated_followup`` /
-  ``max_docs`` / ``retrieval_cap`` (from ``MethodResult.extra["stop_reason"]``).
-* ``actions_mean``: mean number of trace steps of each action per question (baselines' steps
-  are named ``retrieve``, ``cot_step``, ``follow_up``, ``intermediate_answer``).
-* ``sufficiency``: verdicts of all sufficiency probes: ``sufficient``, ``insufficient`` (with
-  a gap to search for), ``unparsed`` (the parser's fallback: insufficient with no gap).
+* ``stop_reasons``: how each question ended (the chooser's ``stop_answer_chosen``, a cap,
+  or a baseline's own ``MethodResult.extra["stop_reason"]``).
+* ``actions_mean``: mean number of trace steps of each action per question.
+* ``sufficiency``: verdicts of all probes: ``sufficient``, ``insufficient``, ``unparsed``
+  (the parser's fallback: insufficient with no gap).
 * ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten
-  query equals the question: ``parse_query``'s fallback, or a model that echoed it),
-  ``compress`` (no snippet at all), ``answer`` (empty prediction), ``ircot`` / ``self_ask``
-  (a chain reply the parser could not read: trace note ``unparsed: ...``),
-  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports itself in
-  ``MethodResult.extra["parse_fallbacks"] = {kind: n}`` (the generic mechanism).
-  Not yet countable from what methods record: the compression parser's unstructured-reply
-  fallback (lines taken as snippets), Self-Ask's bare-question fallback, and the exact
-  ``parsed`` flag of a sufficiency probe other than the last one of a question (the trace
-  keeps only verdict and gap; an ``INSUFFICIENT`` reply with no missing fact looks like the
-  fallback there, so earlier probes' ``unparsed`` is an upper bound; a trace step that carries
-  ``"parsed"`` is counted exactly).
-* ``vetoes``: steps where the continuation model removed stop_answer (trace scores
-  ``"vetoed"``), in total and the number of questions with at least one.
-* ``errors`` and ``error_types``: error rows.
-
-What a run's methods did beyond these counts (which action brings the gold paragraphs,
-snippet validity) is read by the lab: :mod:`dynakrag_lab.studies.diagnostics`.
+  query equals the question), ``compress`` (no snippet at all), ``answer`` (empty
+  prediction), ``ircot`` / ``self_ask`` (a chain reply the parser could not read),
+  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports in
+  ``MethodResult.extra["parse_fallbacks"]``. Where a trace step does not carry ``"parsed"``,
+  an earlier probe's ``unparsed`` is an upper bound (an INSUFFICIENT reply naming no missing
+  fact looks like the fallback).
+* ``vetoes``: steps where the continuation model removed stop_answer, in total and the
+  number of questions with at least one; ``errors`` and ``error_types``: error rows.
 """
 from __future__ import annotations
 

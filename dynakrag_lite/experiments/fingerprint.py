@@ -2,36 +2,19 @@
 two setups never mix in one folder (:func:`check_run_folder`).
 
 The fingerprint hashes *behaviour*, not the bytes of a module: the prompt module is probed
-(every message builder rendered on fixed inputs, every reply parser run on fixed replies,
-every token limit and stop sequence; :func:`prompts_digest`), the corpus by its documents'
-ids, titles and texts, the sentence selector and the policy by their files' sha256. Moving
-code between modules therefore leaves committed run folders resumable, while an edited
-prompt, corpus, selector, budget or model does not.
+(:func:`prompts_digest`), the corpus hashed by its documents' ids, titles and texts, the
+sentence selector and the policy by their files' sha256. Moving code between modules
+therefore leaves committed run folders resumable, while an edited prompt, corpus, selector,
+budget or model does not.
 
-Version 1 fingerprints (before the package was reorganised) hashed ``prompts.py``'s bytes, the
-corpus's ids only and the selector's path. :func:`upgrade` reads them in version 2 terms where
-the old record proves the same setup:
+Version 1 fingerprints hashed ``prompts.py``'s bytes, the corpus's ids only and the selector's
+path; :func:`upgrade` reads them in version 2 terms where the old record proves the same setup
+(:data:`LEGACY_PROMPTS`; an ids-only corpus hash stands for the texts when every id is derived
+from its title and text; the selector path becomes that file's sha256).
 
-* the prompts file hash is looked up in :data:`LEGACY_PROMPTS` (its probed behaviour, computed
-  from that file; a test checks today's module still behaves so);
-* an ids-only corpus hash stands for the documents when every id is derived from its title and
-  text (``data.corpus.doc_id_for``: corpora pooled from the questions), so equal ids mean
-  equal texts; a corpus file with ids of its own cannot be checked and is refused;
-* ``budgets.selector_path`` becomes the sha256 of the file at that path.
-
-A folder whose ``run.json`` is missing takes its fingerprint from ``summary.json`` (which every
-run rewrites after each question); predictions with no fingerprint anywhere are refused.
-
-Which questions a folder is for (its split: ``--split``, ``--n-eval``, ``--split-seed``,
-``--offset``) is checked next to the fingerprint but kept out of it, so that committed folders
-stay resumable: :mod:`dynakrag_lite.experiments.selection`.
-
-The llama.cpp build that decodes (:func:`llama_build`: version and the CPU features it was
-compiled with, e.g. the portable AVX2 build or the AVX-512 one of ``make install
-LLAMA_VARIANT=auto``) is recorded in run.json and the summary but is not part of the
-fingerprint either: both builds give the same greedy replies on the prompts measured
-(``benchmarks/bench_llama_builds.py --agreement``), so a folder may be resumed with the other
-build; :func:`build_change` says when that happened.
+Kept out of it: which questions a folder is for (checked beside it:
+:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`;
+its builds give the same greedy replies), recorded in run.json (:func:`build_change`).
 """
 from __future__ import annotations
 
@@ -59,8 +42,8 @@ FINGERPRINT_VERSION = 2
 # Budget fields added after runs were recorded, with the behaviour those runs had.
 ADDED_BUDGETS = {"answer_docs_up_to": 0}
 
-# sha256 of a prompts.py whose runs are committed -> prompts_digest() of that file. Computed
-# once from the file in git history (commit f5a80f6, the file every committed run recorded).
+# sha256 of a prompts.py whose runs are committed -> prompts_digest() of that file (computed
+# from commit f5a80f6's file; a test checks today's module still behaves so).
 LEGACY_PROMPTS = {
     "92d5a11b253992098533614f6566c497703353828fff335273d65884775cea09":
         "6cc28d9870586585bdce461b70070141fd343cc74300db8235bd37bb994a5249",
@@ -179,11 +162,9 @@ def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = No
     folder; a resume with a different one is refused (:func:`check_run_folder`).
 
     From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's
-    ``stop_after``; the policy's decision settings from ``policy`` (configured with them).
-    ``policy_sha256``: the policy file's sha256 (else :func:`policy_digest` of ``policy``);
-    ``data_sha256``: the dataset file's (``data.sources.data_sha256``; None when unknown).
-    The sentence selector (``env.compressor``) enters by its file's sha256, IRCoT's
-    demonstrations ``demos`` by their ids (refused when one is among ``questions``)."""
+    ``stop_after``; from ``policy``: its file's sha256 and decision settings. The selector
+    enters by its file's sha256, IRCoT's ``demos`` by their ids (refused when one is among
+    ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever
@@ -215,8 +196,7 @@ def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = No
     if method == "uniform" and settings.stop_after is not None:  # absent before: None
         fingerprint["stop_after"] = settings.stop_after
     if demos is not None and method == "ircot":
-        # Demonstrations come from training questions: refuse any overlap with these ones, and
-        # make them part of the setup a resumed run must share.
+        # never an evaluated question; part of the setup a resumed run must share
         demos.check_disjoint(q.id for q in questions)
         fingerprint["demos"] = {"ids": sorted(demos.ids), "sha256": demos.digest()}
     return fingerprint
@@ -324,12 +304,11 @@ def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
 
 def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | None = None,
                        corpus: Corpus | None = None) -> tuple[dict | None, dict | None, str]:
-    """The checks of a resume into ``out``, reading only (nothing in the folder is written):
-    :class:`FingerprintError` when it records another setup than ``fingerprint`` or, with
-    ``selection`` (:mod:`dynakrag_lite.experiments.selection`), another question list, or
-    predictions with no fingerprint at all. Returns (the recorded fingerprint, it upgraded to
-    today's terms, the file it was found in); (None, None, "") for a folder with no run.
-    :func:`check_run_folder` and data_scripts/warm_cache.py both check with it."""
+    """The checks of a resume into ``out``, reading only: :class:`FingerprintError` when it
+    records another setup than ``fingerprint`` or, with ``selection``, another question list,
+    or predictions with no fingerprint at all (run.json, else summary.json's). Returns (the
+    recorded fingerprint, it upgraded to today's terms, the file it was found in); (None,
+    None, "") for a folder with no run."""
     out = Path(out)
     old, source, records = _recorded(out)
     if old is None:
@@ -346,8 +325,7 @@ def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | Non
             f"{out} holds a run with another setup (recorded in {source}); differing fields: "
             + "; ".join(diff) + ". Evaluate into another --out folder: resuming would mix "
             "results of two setups")
-    # Which questions: compared apart from the fingerprint (a folder recorded before the
-    # field existed has it derived from its commands, or is not checked; see selection.py).
+    # Which questions: compared apart from the fingerprint (see selection.py).
     allowed = recorded_selection(records) if selection is not None else []
     if allowed and selection not in [a for a, _ in allowed]:
         said = [f"{'; '.join(selection_diff(a, selection))} (in {where})"
@@ -394,11 +372,9 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
     """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
     or, with ``selection``, a different question list (:func:`check_recorded_run`).
 
-    The recorded fingerprint comes from run.json, or from summary.json when run.json was
-    lost; a version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus)
-    and, when equal, run.json is rewritten in version 2 with the old record kept under
-    ``"upgraded_from"``. Predictions without any recorded fingerprint are refused. A run.json
-    without a ``"selection"`` is left so (its command stands for it)."""
+    A version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus) and,
+    when equal, run.json is rewritten in version 2 with the old record kept under
+    ``"upgraded_from"``; a lost run.json is restored from summary.json."""
     out = Path(out)
     path = out / RUN_FILE
     old, seen, source = check_recorded_run(out, fingerprint, selection, corpus)

@@ -1,40 +1,22 @@
-"""A run folder: the files an evaluation writes, how they are read and repaired, and the
-fingerprint that keeps two setups from mixing in one folder (chapter 12 runs into them;
-:func:`dynakrag_lite.experiments.run.evaluate` is the only writer).
+"""A run folder: the files an evaluation writes (:func:`dynakrag_lite.experiments.run.evaluate`
+is the only writer) and how they are read and repaired. ``DIR`` holds:
 
-A run folder ``DIR`` holds:
-
-* ``DIR/predictions.jsonl``: one line per finished question, appended, flushed and fsynced as
-  soon as the question is done, so a killed run loses at most the question in flight. A
-  question whose method raised (any ``Exception``: a backend's ``GeneratorError``, a bug) gets
-  an *error row* ``{"id", "question", "method", "error": {"type", "message"}, "seconds"}``
-  (:func:`error_row`) and the run goes on with the next question; ``KeyboardInterrupt`` still
-  stops it. A re-run skips the ids whose latest row is a real result and retries the rest:
-  when the retry succeeds its row is appended and supersedes the error row (**the last row of
-  an id wins**; :func:`latest_rows`). Nothing is ever deleted from the file, except:
-* a torn final line (the process died in the middle of writing it: the last line has no
-  trailing newline and is not a complete row) is cut off by the *writer*
-  (:func:`repair_predictions`) before it appends. Readers (:func:`read_predictions`) never
-  write; they ignore a torn final line. A bad line anywhere else (invalid JSON, not an object,
-  no ``"id"``, a row whose fields are missing or of the wrong type: :func:`row_problem`) is
-  :class:`ResultsError` naming the file, line and field, and the run refuses to go on
-  rather than lose data or count a stub as a finished question. A complete final row that
-  only lacks its newline is kept, and the writer adds the newline before appending, so every
-  append starts on a fresh line.
-* ``DIR/run.json``: the run's fingerprint (:mod:`dynakrag_lite.experiments.fingerprint`:
-  method, generator, embedder, corpus, policy, budgets, selector, prompts, data file,
-  fixed_k, seed), written atomically. Resuming into a folder with another fingerprint is
-  refused, listing the fields that differ, so results of two setups never mix in one file.
-  Next to it, not in it, ``"selection"``: which questions the rows are for (the split
-  options; :mod:`dynakrag_lite.experiments.selection`); a resume that selects another
-  question list is refused too, while another ``--limit`` (more of the same list) is not.
+* ``DIR/predictions.jsonl``: one line per finished question, appended and fsynced as soon as
+  the question is done, so a killed run loses at most the question in flight. A question whose
+  method raised gets an *error row* (:func:`error_row`) and the run goes on; a re-run retries
+  it, and **the last row of an id wins** (:func:`latest_rows`). Nothing is ever deleted from
+  the file but a torn final line, which the *writer* cuts off before it appends
+  (:func:`repair_predictions`); readers never write. A bad line anywhere else
+  (:func:`row_problem`) is a :class:`ResultsError` naming file, line and field: the run
+  refuses to go on rather than lose data or count a stub as a finished question.
+* ``DIR/run.json``: the run's fingerprint (:mod:`dynakrag_lite.experiments.fingerprint`) and,
+  beside it, ``"selection"`` (which questions: :mod:`dynakrag_lite.experiments.selection`);
+  resuming with another of either is refused (another ``--limit`` is allowed).
 * ``DIR/summary.json``: metric means over the latest real row of each requested question
-  (error rows excluded, counted in ``"errors"``), ``"diagnostics"``
-  (:func:`dynakrag_lite.experiments.diagnostics.diagnostics`), the fingerprint and a ``"run"``
-  block (command, ``n_expected``, ``complete``). Rewritten atomically after every question, so
-  a run stopped at any point leaves a true summary.
-* ``DIR/.lock``: held (``storage.FolderLock``) for the whole evaluation: a second process
-  evaluating into the same folder fails at once with :class:`~dynakrag_lite.storage.LockedError`.
+  (error rows counted in ``"errors"``), ``"diagnostics"``, the fingerprint and a ``"run"``
+  block; rewritten atomically after every question.
+* ``DIR/.lock``: held for the whole evaluation, so a second process evaluating into the same
+  folder fails at once.
 """
 from __future__ import annotations
 
@@ -55,13 +37,10 @@ class ResultsError(ValueError):
     """A predictions file that cannot be read or resumed without losing data."""
 
 
-
 # -- where outputs go -----------------------------------------------------------------
 def output_problem(path: str | Path, *, folder: bool) -> str | None:
     """Why nothing can be written at ``path`` (a folder to write into when ``folder``, else a
-    file to write), or None: checked before a long run computes what it would write there. An
-    existing path of the other kind, a file where a folder would have to be made above it,
-    or a folder the process may not write into."""
+    file to write), or None: checked before a long run computes what it would write there."""
     path = Path(path)
     if path.exists() and path.is_dir() != folder:
         return ("is a file, not a folder" if folder else
@@ -78,12 +57,10 @@ def output_problem(path: str | Path, *, folder: bool) -> str | None:
     return None
 
 
-
 # -- rows ---------------------------------------------------------------------------------
-# The metrics every reader of a result row takes (tables, the explorer, the summary).
 METRIC_FIELDS = ("em", "f1", "support_recall")
-# The other numbers score() writes into every row and summarize() averages: a resumed run
-# needs them all, so a row without one cannot count as a finished question.
+# The other numbers score() writes into every row and summarize() averages: a row without one
+# cannot count as a finished question.
 RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls",
                      "seconds")
 
@@ -94,10 +71,9 @@ def _is_number(x: object) -> bool:
 
 def row_problem(row: dict, complete: bool = False) -> str | None:
     """What is wrong with one predictions row (None: nothing): a number field that is not a
-    number, a ``prediction`` that is not text. ``complete`` (what a resuming writer checks
-    before it counts a question as done): also every field
-    :func:`~dynakrag_lite.experiments.run.score` writes and the summary averages, and an
-    error row's ``error`` object. Readers of tables stay lenient about absent fields."""
+    number, a ``prediction`` that is not text. ``complete`` (what a resuming writer checks):
+    also every field :func:`~dynakrag_lite.experiments.run.score` writes, and an error row's
+    ``error`` object. Readers of tables stay lenient about absent fields."""
     if "error" in row:
         return "field 'error' of an error row is not an object" \
             if complete and not isinstance(row["error"], dict) else None
@@ -161,9 +137,8 @@ def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
                 else:
                     problem = row_problem(row, complete)
         if last and not (parsed and problem):
-            # No trailing newline: the writer was killed mid-line unless the line is a
-            # complete row (then only the newline is missing). A line that parses is whole
-            # (a cut row never does): a bad one is refused below like any other, not cut.
+            # No trailing newline: torn unless it is a complete row (a cut row never parses;
+            # a parsed bad one is refused below like any other).
             if problem or row is None:
                 break
             rows.append(row)
@@ -180,10 +155,9 @@ def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
 
 
 def read_predictions(path: str | Path, complete: bool = False) -> list[dict]:
-    """Every row of a predictions file in file order (all rows of an id, error rows
-    included; see :func:`latest_rows`). Pure: never writes. A torn final line is ignored; a
-    bad line elsewhere raises :class:`ResultsError` (``complete``: the checks of a resuming
-    writer, :func:`row_problem`). A missing file gives ``[]``."""
+    """Every row of a predictions file in file order, error rows included; never writes. A
+    torn final line is ignored, a bad line elsewhere raises :class:`ResultsError`; a missing
+    file gives ``[]``."""
     path = Path(path)
     if not path.exists():
         return []

@@ -1,12 +1,8 @@
 """The maintenance commands of ``python -m dynakrag_lite`` (:mod:`dynakrag_lite.experiments.
 cli` adds them to its parser): ``cache merge`` (LLM call cache files) and ``policy-manifest``
-(the ``MANIFEST.sha256`` of a folder of committed policies). No chapter teaches them; the
-README and ``results/policies/README.md`` do.
-
-:func:`merge_cache` adds the rows of one LLM call cache file
-(:mod:`dynakrag_lite.generators.cache`) that another lacks: the book's recorded calls into a
-working copy (``make llm-cache``, data_scripts/execute_chapters.py, the Colab setup), and a
-working copy's new calls back into the book's file.
+(the ``MANIFEST.sha256`` of a folder of committed policies). The README and
+``results/policies/README.md`` explain them; ``make llm-cache`` merges the book's recorded
+calls into a working copy with :func:`merge_cache`.
 """
 from __future__ import annotations
 
@@ -62,13 +58,11 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
                 timeout: float = 60.0) -> int:
     """Insert the rows of ``src`` whose key ``dst`` lacks; returns how many were added.
 
-    ``dst``'s own rows are never changed or deleted (a key in both keeps ``dst``'s row), and
-    ``src`` is opened read-only. ``dst`` (and its folder) is created when missing. The insert
-    is one transaction, so a merge that is interrupted leaves ``dst`` as it was; one that runs
-    while another process writes ``dst`` waits for it (up to ``timeout`` seconds).
-    ``vacuum``: compact ``dst`` after adding rows (for a file kept in git: a merge that added
-    nothing leaves the file's bytes unchanged). Raises :class:`CacheError`, naming the file,
-    when ``src`` is missing or either file is no SQLite database or has another schema."""
+    ``dst``'s own rows are never changed, ``src`` is opened read-only, ``dst`` is created when
+    missing. The insert is one transaction (an interrupted merge leaves ``dst`` as it was).
+    ``vacuum``: compact ``dst`` after adding rows (a merge that added nothing leaves its bytes
+    unchanged). :class:`CacheError`, naming the file, when ``src`` is missing or either file
+    is no SQLite database of the cache's schema."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
     if not src.is_file():
         raise CacheError(f"{src}: no cache file to merge from")
@@ -81,8 +75,7 @@ def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
         if not _has_calls_table(probe, "main", src):
             raise CacheError(f"{src} has no 'calls' table: not an LLM call cache")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    # isolation_level=None: the transaction below is spelled out, not left to the sqlite3
-    # module, so the check, the create and the insert commit (or roll back) together.
+    # isolation_level=None: the check, create and insert below commit (or roll back) together
     conn = sqlite3.connect(_uri(dst, "rwc"), uri=True, timeout=timeout, isolation_level=None)
     try:
         conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")

@@ -3,18 +3,10 @@ finishes, resume, summarize (chapters 11-12; the folder's files, their reading a
 fingerprint are :mod:`dynakrag_lite.experiments.folder`; the diagnostics recorded in every row
 and summary are :mod:`dynakrag_lite.experiments.diagnostics`).
 
-Concurrent questions (``workers=N``, ``evaluate --workers N``; the scheme is
-:mod:`dynakrag_lite.training.concurrency`'s, shared with ``train --workers N``): with a server generator
-(``openai:<model>@<base_url>``: vLLM, a llama.cpp server) N questions run at once in threads,
-since the time goes into waiting for the server. The main thread stays the only writer: it
-takes finished rows in the order of ``questions`` (a finished row waits for the ones before it,
-at most ``WINDOW_PER_WORKER * N`` questions ahead), so the file is the one a sequential run
-writes except for the ``seconds`` fields. Everything between server calls (retrieval and its
-encoder, spaCy, the policy, scoring) holds one lock, so the library's non-thread-safe parts
-never run concurrently and a question's rows do not depend on scheduling; only the server
-calls overlap (a row's ``seconds`` then includes time spent waiting for that lock).
-In-process backends (bundled models, ``gguf:``, ``hf:``) are CPU-bound and not thread-safe:
-``workers > 1`` with them is refused (``ValueError``).
+Concurrent questions (``evaluate --workers N``, with a server generator only): the scheme of
+:mod:`dynakrag_lite.training.concurrency`. The main thread stays the only writer and takes
+finished rows in question order, so the file is the one a sequential run writes except for
+the ``seconds`` fields.
 """
 from __future__ import annotations
 
@@ -149,28 +141,14 @@ def evaluate(questions: Sequence[Question], method: str | RunSettings, env: Envi
              data_sha256: str | None = None, policy_sha256: str | None = None,
              summary_extra: dict | None = None, demos=None, workers: int = 1,
              selection: dict | None = None) -> dict:
-    """Run ``method`` on every question of ``questions`` not yet done in ``out_dir`` (see the
-    module docstring for the folder's files); return the summary.
+    """Run ``method`` on every question of ``questions`` not yet done in ``out_dir``
+    (:mod:`dynakrag_lite.experiments.folder`); return the summary.
 
-    ``method``: a method's name, with ``generator``, ``fixed_k``, ``seed`` and ``workers``
-    (a chapter's call), or the run's :class:`~dynakrag_lite.config.RunSettings`, which give
-    those and ``stop_after`` (the command line's).
-
-    ``run_info`` goes into the summary's ``"run"`` block (e.g. the command);
-    ``summary_extra`` is merged into the summary's top level (e.g. ``"policy"`` provenance);
-    ``data_sha256`` / ``policy_sha256`` enter the fingerprint. Raises :class:`ResultsError`,
-    :class:`FingerprintError` or :class:`~dynakrag_lite.storage.LockedError` before any
-    question is run when the folder cannot be resumed safely.
-
-    ``workers``: questions run at once (module docstring); > 1 needs a server generator
-    (:func:`check_workers`, refused before the folder is touched). It is not part of the
-    fingerprint: rows do not depend on it, so a run may be resumed with another value.
-
-    ``selection``: which questions ``questions`` are (the command's split options,
-    :mod:`dynakrag_lite.experiments.selection`), recorded in run.json and the summary's
-    ``"run"`` block; a folder that records another one is refused (:class:`FingerprintError`)
-    before any question runs, so rows of two question lists never mix. None (a caller without
-    split options): not recorded, not checked."""
+    ``method``: a method's name (with ``generator``, ``fixed_k``, ``seed``, ``workers``) or
+    the run's :class:`~dynakrag_lite.config.RunSettings`. ``run_info`` and ``summary_extra`` go
+    into the summary; ``data_sha256`` / ``policy_sha256`` into the fingerprint (``workers``
+    does not: rows do not depend on it). ``selection``: which questions these are (None: not
+    checked). A folder that cannot be resumed safely is refused before any question runs."""
     s = method if isinstance(method, RunSettings) else RunSettings(
         method=method, generator=generator, fixed_k=fixed_k, seed=seed, workers=workers)
     check_workers(s.workers, env.generator)

@@ -1,23 +1,13 @@
-"""Which questions a run folder is for: the split options of an ``evaluate`` command
-(``--split``, ``--n-eval``, ``--split-seed``, ``--offset``), recorded in ``DIR/run.json`` under
-``"selection"`` and compared when a run resumes into the folder
-(:func:`dynakrag_lite.experiments.fingerprint.check_recorded_run`), so that rows of two
-question lists never mix in one predictions file.
+"""Which questions a run folder is for: the split options of an ``evaluate`` command, recorded
+in ``DIR/run.json`` under ``"selection"`` and compared when a run resumes into the folder, so
+that rows of two question lists never mix in one predictions file.
 
-Not part of the fingerprint, on purpose: the fingerprint is what decides each question's row;
-the selection, which questions the rows are for. Hashing it in would make every folder written
-before the field existed refuse to resume. ``--limit`` is not part of it either: a larger limit
-evaluates more of the same list, which is how runs are extended.
-
-A folder written before the field existed has its selection derived from the commands it
-records (:func:`recorded_selection`: run.json's first, summary.json's latest), each parsed with
-the very options the command line defines (:func:`add_split_options`, so with the defaults it
-ran with). A folder with neither field nor command (a run started from Python) is not checked,
-as before the field existed. A run.json without the field is not rewritten to add it (unless
-it is rewritten anyway: a version-1 upgrade, a restore from summary.json).
-
-``--n-eval`` is recorded as given: a value above half the file is capped by the split (a notice
-says so), so two values above the cap select the same list yet are refused as different.
+Not part of the fingerprint, which decides each question's row (and older folders record no
+selection). ``--limit`` is not part of it either: a larger limit evaluates more of the same
+list, which is how runs are extended. A folder without the field has its selection derived
+from the commands it records (:func:`recorded_selection`); one with neither is not checked.
+``--n-eval`` is recorded as given, so two values above the split's cap are refused as
+different although they select the same list.
 """
 from __future__ import annotations
 
@@ -75,10 +65,8 @@ def add_split_options(p: argparse.ArgumentParser, default: str) -> None:
 def question_selection(split: str, n_eval: int | None, split_seed: int | None,
                        offset: int | None, unseen_by_selector: bool = False) -> dict:
     """The record of which questions a run takes: ``{"split", "n_eval", "split_seed",
-    "offset"}``, and ``"unseen_by_selector": True`` when set (absent otherwise, as in every
-    folder written before the flag). With ``--split all`` every question is taken whatever is
-    held out, so ``n_eval`` and ``split_seed`` are None there (changing them selects the same
-    list)."""
+    "offset"}``, and ``"unseen_by_selector": True`` only when set (older folders lack it).
+    With ``--split all``, ``n_eval`` and ``split_seed`` select nothing and are None."""
     held_out = split != "all"
     out = {"split": split, "n_eval": n_eval if held_out else None,
            "split_seed": split_seed if held_out else None, "offset": offset or 0}
@@ -124,17 +112,10 @@ def selection_from_command(command: str | None) -> dict | None:
 
 
 def recorded_selection(records: Sequence[tuple[str, dict]]) -> list[tuple[dict, str]]:
-    """The selections a folder's records allow, each with where it is recorded.
-    ``records``: (where, record) of its run.json, then of its summary.json's ``"run"`` block
-    (either may be missing).
-
-    A record's selection is its ``"selection"`` field, else the one its ``"command"`` makes.
-    The first record's field, when present, decides alone (run.json is written once, with the
-    folder). Otherwise the folder was written before the field existed, and each record's is
-    allowed: run.json's command is the run's first, summary.json's its latest (every run
-    rewrites the summary), and an earlier version let a resume change the split, so a folder
-    extended so (its rows are the latest command's questions) stays resumable with either.
-    [] when nothing is known: not checked, as before the field existed."""
+    """The selections a folder's records allow (``records``: (where, record) of its run.json,
+    then of summary.json's ``"run"``), each with where it is recorded: a record's
+    ``"selection"`` field (run.json's decides alone), else the one its ``"command"`` makes
+    (older runs could change the split on resume, so each is allowed). []: not checked."""
     allowed: list[tuple[dict, str]] = []
     for i, (where, record) in enumerate(records):
         if isinstance(record.get(SELECTION_FIELD), dict):

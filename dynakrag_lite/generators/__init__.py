@@ -1,20 +1,10 @@
 """One generator interface and its backends (chapter 3): chat messages in; text, token counts
 and option log-probabilities out.
 
-=================  ==========================================================================
-``base``           :class:`Generation`, :class:`OptionScores`, the :class:`Generator`
-                   protocol, errors, replay-only mode, time limits
-``llamacpp``       :class:`LlamaCppGenerator`: bundled and ``gguf:`` models in-process
-``hf``             :class:`TransformersGenerator`: ``hf:`` models in-process
-``server``         :class:`OpenAIGenerator`: ``openai:<model>@<base_url>`` servers
-``cache``          :class:`CallCache` (the persistent SQLite call cache), :class:`CachedGenerator`
-``spec``           :func:`parse_spec`, :func:`make_generator`, :func:`unload_models`
-``models``         the bundled offline models (GGUF files assembled from registry packages)
-=================  ==========================================================================
-
-The names below are the package's public face: ``from dynakrag_lite.generators import
-make_generator``. Importing it is cheap: llama_cpp, torch, transformers and openai are imported
-by the backends when they are used.
+``base`` holds the :class:`Generator` protocol and what backends share; ``llamacpp``, ``hf``
+and ``server`` are the backends, ``cache`` the persistent call cache, ``spec`` builds a
+generator from a spec string and ``models`` assembles the bundled offline models. Importing
+this package is cheap: each backend imports its heavy library when it is used.
 """
 from .base import (REPLAY_ONLY_ENV, TIMEOUT_ENV, Generation, Generator, GeneratorError, Message,
                    OptionScores, ReplayMissError, approx_token_count, replay_only,

@@ -1,25 +1,12 @@
 """The generator interface every backend offers (chapter 3): chat messages in; text and token
 counts out, and log-probabilities of given reply options.
 
-* :class:`Generation` is one reply with its token counts; :class:`OptionScores` the
-  log-probabilities of reply options (the sufficiency probe's margin, chapter 5), with the
-  cost of computing them.
-* :class:`Generator` is the protocol: ``spec``, ``model_id``, ``generate`` and, for backends
-  that can score, ``option_logprobs``.
-* Errors: :class:`GeneratorError` (a backend failed), :class:`ReplayMissError` (a call missed
-  the call cache while $DYNAKRAG_REPLAY_ONLY forbids generating).
-* Time limits (:func:`resolve_timeout`), the ``decoding`` parameters every backend shares
-  (:class:`DecodingMixin`, part of the call-cache key), message checks.
-
-The backends live in their own modules: :mod:`~dynakrag_lite.generators.llamacpp`,
-:mod:`~dynakrag_lite.generators.hf` (transformers), :mod:`~dynakrag_lite.generators.server`
-(OpenAI-compatible servers); :mod:`~dynakrag_lite.generators.cache` wraps any of them with the
-persistent call cache and :mod:`~dynakrag_lite.generators.spec` builds one from a spec string.
-
-Every call has a time limit (``timeout`` argument, else ``$DYNAKRAG_GEN_TIMEOUT`` seconds,
-else a backend default): a server request's timeout, or for in-process backends a wall-clock
-cap on decoding, after which the text decoded so far comes back with
-``Generation.truncated = True`` (the call cache does not store it: it reflects machine speed).
+:class:`Generator` is the protocol; the backends live in their own modules (``llamacpp``,
+``hf``, ``server``), ``cache`` wraps any of them with the persistent call cache and ``spec``
+builds one from a spec string. Every call has a time limit (``timeout``, else
+``$DYNAKRAG_GEN_TIMEOUT``, else a backend default): a server request's timeout, or a
+wall-clock cap on in-process decoding, after which the text so far comes back with
+``Generation.truncated = True``.
 """
 from __future__ import annotations
 
@@ -57,13 +44,9 @@ class Generation:
 
 @dataclass(frozen=True)
 class OptionScores:
-    """Log-probabilities of reply options, with the cost of computing them.
-
-    ``prompt_tokens`` / ``completion_tokens`` / ``seconds`` make it usable wherever a
-    :class:`Generation` is charged to a ledger (one forward pass reads the prompt and scores
-    one position: completion_tokens = 1). ``method``: how the numbers were obtained
-    ("first_token", "sequence", "top_logprobs", "backend"). ``n_tokens``: tokens per option
-    (sequence scoring; 1 for first-token scoring)."""
+    """Log-probabilities of reply options, with the cost of computing them (charged to a ledger
+    as a :class:`Generation` is: one forward pass, completion_tokens = 1). ``method``: how the
+    numbers were obtained; ``n_tokens``: tokens per option."""
     logprobs: dict[str, float]
     prompt_tokens: int
     seconds: float = 0.0
@@ -186,17 +169,12 @@ def check_max_tokens(max_tokens: int) -> int:
 
 
 def approx_token_count(text: str) -> int:
-    """Whitespace token count: the fallback when an OpenAI-compatible server reports no usage.
-
-    It undercounts subword tokens (roughly 0.75 words per token for English), so figures based on
-    it are marked as approximate (see ``OpenAIGenerator.approximate_usage_calls``).
-    """
+    """Whitespace token count: the fallback when an OpenAI-compatible server reports no usage
+    (it undercounts subword tokens; such calls are counted as approximate)."""
     return len(text.split())
 
 
-# ---------------------------------------------------------------------------------------------
-# option scoring: what the backends share
-# ---------------------------------------------------------------------------------------------
+# -- option scoring: what the backends share --------------------------------------------------
 
 SCORING_MODES = ("auto", "first_token", "sequence")
 LOGPROB_FLOOR = -1e4  # stands for a missing or infinite log-prob: JSON and margins stay finite

@@ -1,29 +1,14 @@
 """Persistent SQLite cache of LLM calls.
 
-Experiments call the same model with the same prompt many times (re-runs, ablations sharing a
-first hop). With greedy decoding the answer is a function of (backend, model, messages,
-decoding parameters), so the cache key is the sha256 of a canonical JSON of exactly those.
+With greedy decoding a reply is a function of (backend, model, messages, decoding parameters):
+the cache key is the sha256 of a canonical JSON of exactly those.
 
-Each row also stores a checksum over key and value. A row that fails to parse or whose checksum
-does not match (a torn write, a manual edit, disk trouble) is deleted, counted as ``corrupt`` and
-treated as a miss, so the caller recomputes it.
-
-The database runs in WAL mode with a busy timeout, so several processes (two experiment runs)
-can share one file, and a lock makes one :class:`CallCache` safe to use from several threads.
-
-A file that is not an SQLite database is refused when the cache opens (:class:`CacheError`;
-never overwritten); a read-only or damaged one is worked around (:class:`SQLiteCache`).
-
-Default file: ``$DYNAKRAG_CACHE_DIR/llm_calls.sqlite`` if the variable is set, else
-``~/.cache/dynakrag_lite/llm_calls.sqlite``.
-
-:func:`dynakrag_lite.experiments.maintenance.merge_cache` adds the rows of one such file that
-another lacks (``python -m dynakrag_lite cache merge SRC DST``).
-
-:class:`CachedGenerator` wraps any generator with the cache: its replies
-(:meth:`~CachedGenerator.generate`) and its option log-probabilities
-(:meth:`~CachedGenerator.option_logprobs`, key kind ``option_logprobs``), so re-runs are free.
-The book teaches it in chapter 3.
+Each row also stores a checksum over key and value: a row that fails to parse or to match (a
+torn write, a manual edit) is deleted, counted as ``corrupt`` and treated as a miss. The
+database runs in WAL mode with a busy timeout, so several processes can share one file. A file
+that is not an SQLite database is refused, never overwritten; a read-only or damaged one is
+worked around (:class:`SQLiteCache`). :class:`CachedGenerator` wraps any generator with the
+cache, replies and option log-probabilities alike (chapter 3).
 """
 from __future__ import annotations
 
@@ -69,11 +54,9 @@ def default_cache_path() -> Path:
 
 def open_sqlite(path: Path, schema: str, timeout: float, *, what: str,
                 env_hint: str) -> sqlite3.Connection:
-    """A connection to the cache file ``path`` as every cache of this package opens it: WAL
-    (several processes may share the file), a busy timeout, autocommit (each statement is its
-    own short transaction), ``schema`` (a CREATE TABLE IF NOT EXISTS) applied. CacheError
-    naming ``what`` and the variable ``env_hint`` (which chooses another file) when the path
-    is a folder or not an SQLite database; such a file is never overwritten."""
+    """A connection to the cache file ``path``: WAL, a busy timeout, autocommit, ``schema`` (a
+    CREATE TABLE IF NOT EXISTS) applied. CacheError naming ``what`` and the variable
+    ``env_hint`` when the path is a folder or not an SQLite database (never overwritten)."""
     if path.is_dir():
         raise CacheError(f"{what} {path} is a folder, not an SQLite file; "
                          f"point {env_hint} (or the cache argument) at a file path")
@@ -91,8 +74,7 @@ def open_sqlite(path: Path, schema: str, timeout: float, *, what: str,
         conn.execute("PRAGMA synchronous=NORMAL")  # durable enough with WAL, much faster
         conn.execute(schema)
     except sqlite3.DatabaseError as e:
-        # sqlite3 opens lazily: a text file (or any foreign file) fails on the first
-        # statement with "file is not a database". Never overwrite it: it may be someone's.
+        # sqlite3 opens lazily: a foreign file fails here. Never overwrite it: it may be someone's.
         if conn is not None:
             conn.close()
         raise CacheError(
@@ -179,10 +161,9 @@ class SQLiteCache:
                           stacklevel=4)
 
     def _run(self, sql: str, args: tuple = (), write: bool = False) -> list | None:
-        """The rows of one statement, or None when the file cannot serve it: a write to a
-        read-only file, or anything once its pages turned out damaged ("database disk image
-        is malformed"; the cache is then off for the process). One warning each: lookups
-        miss and nothing is stored, so a computed value is returned, never lost."""
+        """The rows of one statement, or None when the file cannot serve it (a write to a
+        read-only file, anything once it turned out damaged: the cache is then off for the
+        process). One warning each; a computed value is returned, never lost."""
         if self.damaged or (write and self.read_only):
             return None
         try:
@@ -311,12 +292,8 @@ class CachedGenerator:
 
     The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
     inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
-    with ``cached=True`` and ``seconds`` = the time the lookup took. A miss while
-    $DYNAKRAG_REPLAY_ONLY is set raises :class:`~dynakrag_lite.generators.base.ReplayMissError`
-    instead of generating. A generation cut by the time limit (``truncated``) is returned but
-    not stored: it reflects machine speed. Option log-probabilities go through the same cache
-    under their own key kind (:meth:`option_logprobs`).
-    """
+    with ``cached=True``; a miss under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A
+    generation cut by the time limit is returned but not stored: it reflects machine speed."""
 
     def __init__(self, inner: Generator, cache: CallCache) -> None:
         self.inner = inner
@@ -363,9 +340,7 @@ class CachedGenerator:
 
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
-        """The inner backend's ``option_logprobs`` through the cache: a hit returns the stored
-        scores with ``cached=True`` without touching the model; a miss while
-        $DYNAKRAG_REPLAY_ONLY is set raises ``ReplayMissError``."""
+        """The inner backend's ``option_logprobs`` through the cache, as :meth:`generate`."""
         if not callable(getattr(self.inner, "option_logprobs", None)):
             raise GeneratorError(f"{type(self.inner).__name__}: this backend cannot score "
                                  "log-probabilities (supported: llama.cpp, transformers, "

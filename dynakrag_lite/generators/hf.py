@@ -2,11 +2,6 @@
 run in-process by transformers (a hub id where a network exists, a local folder, or a GGUF
 file in a folder, dequantised on load).
 
-Greedy by default; token counts come from the model's own tokenizer. The time limit (default
-600 s) is ``generate(max_time=...)``: decoding stops once it has passed and the result is
-marked ``truncated``. Option scoring (:meth:`TransformersGenerator.option_logprobs`) is one
-forward pass over the chat-templated prompt.
-
 torch and transformers are imported when a model is loaded, so importing this module is cheap.
 """
 from __future__ import annotations
@@ -57,12 +52,10 @@ class TransformersGenerator(DecodingMixin):
     """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder.
 
     GGUF weights are dequantised to fp32 on load (RAM about 9x the GGUF size for the 4-bit
-    files). The prompt is the tokenizer's chat template; decoding is greedy (``do_sample=False``)
-    unless ``temperature > 0``. Token counts come from the tokenizer: prompt = template tokens,
-    completion = generated tokens up to and excluding the end-of-sequence token. ``timeout``
-    (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) is passed as ``generate(max_time=...)``:
-    decoding stops once it has passed and the result is marked ``truncated``.
-    """
+    files). Greedy unless ``temperature > 0``; token counts come from the tokenizer (completion
+    up to and excluding EOS). ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) is
+    ``generate(max_time=...)``: past it the result is marked ``truncated``. Option scoring is
+    one forward pass over the chat-templated prompt."""
 
     backend = "transformers"
 

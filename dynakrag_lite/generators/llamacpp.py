@@ -1,26 +1,14 @@
 """The llama.cpp backend (chapter 3): a GGUF model run in-process by llama-cpp-python.
 
-Bundled models (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``, assembled
-from registry packages by :mod:`~dynakrag_lite.generators.models`) and any ``gguf:<path>`` run
-here.
+Bundled models and any ``gguf:<path>`` run here. llama.cpp keeps the KV cache of the previous
+prompt and only evaluates the part of a new prompt after the longest common prefix. Prompts
+therefore put the (shared) documents first, and one ``Llama`` object is kept per model file for
+the life of the process, so repeated ``make_generator`` calls neither reload the weights nor
+lose that cache.
 
-llama.cpp keeps the KV cache of the previous prompt and only evaluates the part of a new prompt
-after the longest common prefix. Prompts therefore put the (shared) documents first and the
-varying instruction last, and one ``Llama`` object is kept per model file for the life of the
-process, so repeated ``make_generator`` calls neither reload the weights nor lose that cache.
-:class:`LlamaCppGenerator` counts what that reuse saves on its live calls (``prompt_tokens_sent``,
-``prompt_tokens_evaluated``, ``last_reused_tokens``...; benchmarks/bench_prefix_reuse.py).
-
-Time limit (default 600 s, so only a runaway or starved call is cut): a logits processor that,
-once the deadline has passed, leaves only the end-of-generation token possible, so decoding
-ends at the next token and the text decoded so far comes back with ``truncated=True``. Prompt
-evaluation itself is not interrupted.
-
-Option scoring (:meth:`LlamaCppGenerator.option_logprobs`) formats the prompt with the chat
-formatter ``create_chat_completion`` uses, evaluates it with the model's prefix KV cache and
-reads only the last position's logits (no ``logits_all``).
-
-llama_cpp is imported when the first model is loaded, so importing this module is cheap.
+The time limit (default 600 s: only a runaway or starved call is cut) is a logits processor
+that, past the deadline, leaves only end-of-generation possible, so the text decoded so far
+comes back with ``truncated=True``. llama_cpp is imported when the first model is loaded.
 """
 from __future__ import annotations
 
@@ -100,17 +88,9 @@ def check_gguf(path: Path) -> None:
 
 
 class _EvalProbe:
-    """Stands in for a ``Llama``'s ``eval`` to see how much of a prompt was really evaluated.
-
-    ``Llama.generate`` matches the new prompt's token ids against those of the previous
-    evaluation, keeps the KV cache of that prefix (less the last token when the whole prompt
-    matched: it is evaluated again for fresh logits; nothing when the identical prompt's
-    logits are still current), sets ``n_tokens`` to the kept length and then calls
-    ``self.eval(rest)``. Reading ``n_tokens`` and ``len(rest)`` at that first call, when armed,
-    gives exactly what llama.cpp kept and evaluated, without tokenizing the prompt again or
-    re-implementing its matching rule. Later calls (one per decoded token) and calls outside a
-    generation (sufficiency scoring) pass straight through.
-    """
+    """Stands in for a ``Llama``'s ``eval`` to see how much of a prompt was really evaluated:
+    ``Llama.generate`` sets ``n_tokens`` to the kept prefix and calls ``self.eval(rest)``, so
+    reading both at that first call, when armed, needs no copy of llama.cpp's matching rule."""
 
     warned = False  # the fallback in LlamaCppGenerator.generate warns once per process
 
@@ -141,11 +121,8 @@ class _EvalProbe:
 
 
 class _Deadline:
-    """llama.cpp logits processor: a no-op until the deadline, then only EOS stays possible.
-
-    ``create_chat_completion`` takes no stopping criteria (its chat handler sets its own), but
-    it passes ``logits_processor`` to the sampler, which calls this once per decoded token.
-    """
+    """llama.cpp logits processor (``create_chat_completion`` takes no stopping criteria): a
+    no-op until the deadline, then only EOS stays possible."""
 
     def __init__(self, seconds: float, eos: int) -> None:
         self.deadline = time.monotonic() + seconds
@@ -164,31 +141,14 @@ class _Deadline:
 class LlamaCppGenerator(DecodingMixin):
     """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
 
-    The chat template comes from the GGUF metadata. Token counts are llama.cpp's ``usage``.
-    ``n_ctx=4096`` holds a prompt of 12 retrieved paragraphs plus the answer. ``timeout``
-    (seconds; default ``$DYNAKRAG_GEN_TIMEOUT`` or 600) caps decoding wall-clock time: past it
-    the model is made to emit end-of-generation, and the result is marked ``truncated``.
+    The chat template comes from the GGUF metadata; ``n_ctx=4096`` holds a prompt of 12
+    paragraphs plus the answer. ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) caps
+    decoding time. ``lazy=True`` (behind the call cache) loads the model on its first live use,
+    so a re-run whose calls all hit the cache never loads it.
 
-    ``lazy=True`` (what :func:`make_generator` passes when the generator is wrapped in the
-    call cache) loads the model on its first live use (:attr:`llama`), not in the constructor:
-    a re-run whose calls all hit the cache never loads it. The file must exist either way.
-
-    Prefix reuse, per live call of this generator (a :class:`CachedGenerator` hit never gets
-    here, so replays leave them alone; :class:`Generation` and cache keys are unchanged):
-
-    * ``last_reused_tokens``: prompt tokens whose KV cache llama.cpp kept from its previous
-      evaluation (the longest common prefix of token ids, less the one token it re-evaluates
-      when the whole prompt matched); ``last_evaluated_tokens``: prompt tokens it evaluated.
-      Their sum is the call's ``prompt_tokens``. None before the first call.
-    * running totals since construction or :meth:`reset_counters`: ``live_calls``,
-      ``prompt_tokens_sent``, ``prompt_tokens_evaluated`` (``prompt_tokens_reused`` = their
-      difference), ``completion_tokens_generated``, ``generation_seconds``; :meth:`counters`
-      returns them as a dict, so a caller can difference two snapshots.
-
-    The ``Llama`` object is shared by generators on the same file; each generator counts its
-    own calls. Option scoring (:meth:`option_logprobs`) evaluates on the ``Llama`` directly and
-    is not counted.
-    """
+    Prefix reuse of its live calls (benchmarks/bench_prefix_reuse.py): ``last_reused_tokens``
+    / ``last_evaluated_tokens`` (summing to ``prompt_tokens``) and running totals since
+    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted."""
 
     backend = "llama.cpp"
 
@@ -292,9 +252,8 @@ class LlamaCppGenerator(DecodingMixin):
         except (KeyError, IndexError, TypeError) as e:
             raise GeneratorError(f"unexpected llama.cpp response ({self.spec}): {out!r}") from e
         if evaluated is None or kept is None or kept + evaluated != n_prompt:
-            # The probe did not see the prompt's evaluation as expected (another
-            # llama-cpp-python version?): count the whole prompt as evaluated, never a saving
-            # that was not observed, and say so once.
+            # Not observed as expected (another llama-cpp-python?): never count a saving
+            # that was not seen.
             if not _EvalProbe.warned:
                 _EvalProbe.warned = True
                 warnings.warn(f"{self.spec}: could not observe llama.cpp's prompt evaluation "
@@ -317,9 +276,7 @@ class LlamaCppGenerator(DecodingMixin):
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
         """Log-probabilities of each reply option after the chat-templated prompt (see
-        :class:`~dynakrag_lite.generators.base.Generator`). The prompt is evaluated with the
-        KV cache of its longest common prefix with the last evaluation; only the last
-        position's logits are read. "sequence" evaluates each option's tokens after it."""
+        :class:`~dynakrag_lite.generators.base.Generator`), reusing the KV cache's prefix."""
         msgs = check_messages(list(messages))
         t0 = time.perf_counter()
         llm = self.llama

@@ -2,15 +2,9 @@
 
 Machines without hub access can still ``pip install`` these packages. Two of the models come
 split into raw chunks over several packages: :func:`gguf_path` finds the chunks through
-``importlib`` (no hardcoded ``site-packages``), concatenates them in order into a cache folder,
-checks the sha256 of the result and returns its path. SmolLM2 is a single file inside its
-package and is used in place after its sha256 is checked.
-
-Hashing a 1 GB file takes seconds, so the digest is stored in a ``.sha256`` sidecar together
-with the file's size and mtime; later calls trust the sidecar while both are unchanged.
-
-Cache folder: ``$DYNAKRAG_CACHE_DIR/models`` if the variable is set, else
-``~/.cache/dynakrag_lite/models``.
+``importlib``, concatenates them into ``<cache_root()>/models`` and checks the sha256 of the
+result; SmolLM2 is a single file used in place after its check. A digest is kept in a
+``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds).
 """
 from __future__ import annotations
 
@@ -23,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import atomic_write_text, sha256_file
+from .cache import cache_dir as cache_root  # $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite
 
 __all__ = [
     "BundledModel", "Chunk", "REGISTRY", "ModelError", "ModelNotInstalledError",
@@ -132,11 +127,6 @@ def list_models() -> list[str]:
     return list(REGISTRY)
 
 
-def cache_root() -> Path:
-    env = os.environ.get("DYNAKRAG_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dynakrag_lite"
-
-
 def models_dir() -> Path:
     return cache_root() / "models"
 
@@ -244,11 +234,8 @@ def _write_sidecar(sidecar: Path, path: Path, digest: str) -> None:
 
 
 def file_sha256(path: str | Path, sidecar_dir: str | Path | None = None) -> str:
-    """sha256 of ``path``, remembered in a sidecar while the file's size and mtime hold.
-
-    The sidecar sits next to the file, or in ``sidecar_dir`` when given (use that for files in
-    read-only places such as ``site-packages``).
-    """
+    """sha256 of ``path``, remembered in a sidecar (next to the file, or in ``sidecar_dir`` for
+    read-only places) while the file's size and mtime hold."""
     path = Path(path)
     sidecar = _sidecar_for(path, Path(sidecar_dir) if sidecar_dir is not None else None)
     digest = _read_sidecar(sidecar, path)
@@ -290,11 +277,8 @@ def _assemble(m: BundledModel, parts: list[Path], target: Path) -> None:
 
 
 def gguf_path(name: str, cache_dir: str | Path | None = None) -> Path:
-    """Path of the verified GGUF for bundled model ``name``, assembling it on first use.
-
-    Raises :class:`ModelNotInstalledError` (with the pip command) when a package is missing and
-    :class:`ModelIntegrityError` when the bytes do not hash to the registry's sha256.
-    """
+    """Path of the verified GGUF for bundled model ``name``, assembling it on first use
+    (:class:`ModelNotInstalledError` with the pip command, or :class:`ModelIntegrityError`)."""
     m = _entry(name)
     cdir = Path(cache_dir).expanduser() if cache_dir is not None else models_dir()
     if m.single_file:

@@ -1,17 +1,9 @@
 """The OpenAI-compatible server backend (chapter 3): ``openai:<model>@<base_url>``, any server
 speaking the chat-completions API (vLLM, the llama.cpp server, Ollama, OpenAI).
 
-Token counts come from the response's ``usage`` field (whitespace estimates, flagged, when a
-server omits it). Every request has a timeout (default 120 s) and a bounded number of retries
-on connection errors and timeouts; a server that cannot be reached, times out or answers an
-error raises :class:`~dynakrag_lite.generators.base.GeneratorError` naming the server URL
-(credentials redacted). A reply whose message content is ``null`` yields empty text (some
-servers send null for an empty completion); a reply with no ``choices`` raises.
-
-Option scoring (:meth:`OpenAIGenerator.option_logprobs`) asks for the top-20 log-probabilities
-of the first reply token (``logprobs=True, top_logprobs=20, max_tokens=1``).
-
-The openai package is imported by the constructor, so importing this module is cheap.
+A reply whose message content is ``null`` yields empty text (some servers send null for an
+empty completion); a reply with no ``choices`` raises. Option scoring asks for the top-20
+log-probabilities of the first reply token. The openai package is imported by the constructor.
 """
 from __future__ import annotations
 
@@ -32,16 +24,11 @@ __all__ = ["OpenAIGenerator"]
 class OpenAIGenerator(DecodingMixin):
     """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
 
-    The API key is ``OPENAI_API_KEY`` or ``"none"`` (local servers ignore it). Token counts come
-    from the response's ``usage``. A server that omits ``usage`` gets whitespace-token estimates
-    (:func:`approx_token_count`); every such call increments :attr:`approximate_usage_calls`,
-    sets :attr:`last_usage_approximate` and warns once, so reports can flag the figures.
-
-    ``timeout`` (seconds per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120) and
-    ``max_retries`` (connection errors, timeouts, 408/429/5xx; default 2) bound a call to about
-    ``(max_retries + 1) * timeout`` plus the client's short back-off. Failures raise
-    :class:`GeneratorError` naming the server URL with any credentials redacted.
-    """
+    The API key is ``OPENAI_API_KEY`` or ``"none"``. A server that omits ``usage`` gets
+    whitespace-token estimates, counted in :attr:`approximate_usage_calls` (one warning).
+    ``timeout`` (per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120 s) and ``max_retries``
+    (default 2) bound a call; failures raise :class:`GeneratorError` naming the server URL,
+    credentials redacted."""
 
     backend = "openai"
 

@@ -8,8 +8,7 @@
 * ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
   Ollama, OpenAI).
 
-Every backend is greedy by default and reports prompt and completion tokens as counted by the
-model's own tokenizer (or the server's ``usage`` field).
+Every backend is greedy by default and reports the tokens its own tokenizer (or server) counts.
 """
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
     ``smollm2-135m`` -> ("bundled", {"name"}); ``gguf:<path>`` -> ("gguf", {"path"});
     ``hf:<id-or-folder>[#file.gguf]`` -> ("hf", {"model", "gguf_file"});
-    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"}).
-    """
+    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"})."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty generator spec")
     spec = spec.strip()
@@ -64,13 +62,11 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
     """Build the generator named by ``spec`` (see :func:`parse_spec`), wrapped in the call cache.
 
     ``cache``: True = the default cache file, a path = that file, an existing ``CallCache``,
-    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...).
-    """
+    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...)."""
     kind, args = parse_spec(spec)
     gen: Generator
     if kind in ("bundled", "gguf") and cache is not False and cache is not None:
-        # Behind the call cache the model is loaded on the first miss, not here: a re-run
-        # whose calls are all cached never loads it.
+        # behind the call cache the model loads on the first miss (a cached re-run never does)
         kwargs.setdefault("lazy", True)
     if kind == "bundled":
         try:
@@ -96,10 +92,8 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
 
 
 def unload_models() -> int:
-    """Drop every loaded llama.cpp and transformers model (frees RAM); returns how many.
-
-    Generators created earlier keep working on their own reference until they are dropped too.
-    """
+    """Drop every loaded llama.cpp and transformers model (frees RAM once generators made
+    earlier are dropped too); returns how many."""
     n = unload_llamas() + unload_hf_models()
     gc.collect()
     return n

@@ -1,3 +1,3 @@
 """Training tooling built on the core: sufficiency calibration, continuation tuning, the
-sentence selector's training, trajectory files, answer labels' merge and the training recipe.
+sentence selector's training, trajectory files and the training recipe.
 Imports the core, never :mod:`dynakrag_lite.experiments`."""

@@ -2,28 +2,24 @@
 training questions with gold labels.
 
 * :func:`calibration_states`: states of training questions at different support recall
-  (SR), reached by retrieval-only actions, plus one matched incomplete *contrast* state per
-  question (gold labels give each state's SR; nothing gold is in a state).
+  (SR), reached by retrieval-only actions, plus matched incomplete *contrast* states.
 * :func:`signal_scores`: each signal's score on those states (the learned estimator's
-  out-of-fold, grouped by question: :func:`oof_estimator_scores`).
-* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a standard error
-  from a bootstrap over *questions* (:func:`grouped_auc_se`). A signal is *informative* when
-  AUC - 0.5 exceeds both ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%).
-  The most informative signal is chosen (ties: the cheaper one) and its threshold set on the
-  same training states by maximal Youden J (TPR - FPR, :func:`youden_threshold`), or, with
-  ``rule="precision:0.8"``, the lowest threshold whose "sufficient" verdicts are at least 80%
-  correct (:func:`precision_threshold`; Youden when no threshold reaches it). When no signal
-  is informative the text probe is kept with ``gates=False``.
-* :func:`calibrate_for` runs it end to end; :func:`train_signal` is what ``train
-  --sufficiency-signal`` calls. :func:`fit_estimator` fits the learned signal's
-  :class:`~dynakrag_lite.sufficiency.SufficiencyEstimator`.
-
-What the chosen signal does at answer time is :mod:`dynakrag_lite.sufficiency`.
+  out-of-fold, grouped by question).
+* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a bootstrap
+  standard error over *questions*. A signal is *informative* when AUC - 0.5 exceeds both
+  ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%). The most informative
+  signal is chosen (ties: the cheaper one), its threshold set by maximal Youden J or, with
+  ``rule="precision:0.8"``, by :func:`precision_threshold`. When none is informative the text
+  probe is kept with ``gates=False``.
+* :func:`calibration_table` keeps the states' rows (:class:`CalibrationTable`, also saved
+  with the trajectories), whose :meth:`~CalibrationTable.signal` calibrates;
+  :func:`train_signal`, what ``train --sufficiency-signal`` calls, runs both.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -50,16 +46,15 @@ from ..validity import valid_actions
 __all__ = [
     "COST_ORDER", "fit_estimator", "oof_estimator_scores",
     "CalibrationState", "calibration_states", "auc", "grouped_auc_se", "youden_threshold",
-    "precision_threshold", "signal_scores", "calibrate", "calibrate_for", "train_signal",
+    "precision_threshold", "signal_scores", "calibrate", "CalibrationTable",
+    "calibration_table", "train_signal",
 ]
 
 # Cheaper first: breaks AUC ties in calibrate().
 COST_ORDER = {"learned": 0, "margin": 1, "answer_conf": 2, "text": 3}
 
 
-# ---------------------------------------------------------------------------------------------
-# the learned estimator: fitting
-# ---------------------------------------------------------------------------------------------
+# -- the learned estimator: fitting -----------------------------------------------------------
 
 def fit_estimator(X: np.ndarray, y: np.ndarray, kind: str = "forest", seed: int = 13,
                   n_estimators: int = 200, min_samples_leaf: int = 5,
@@ -106,9 +101,7 @@ def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: 
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# calibration states (training questions only; no LLM call)
-# ---------------------------------------------------------------------------------------------
+# -- calibration states (training questions only; no LLM call) --------------------------------
 
 @dataclass
 class CalibrationState:
@@ -149,18 +142,11 @@ def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState
 
 def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13,
                        contrast: bool = True) -> list[CalibrationState]:
-    """States of training questions with documents at different SR, reached by the
-    retrieval-only actions (no LLM call): retrieve_more 1..3 times, and a seeded walk that
-    mixes retrieve_more with bridge_entity_expand. Distinct document sets only, at most
-    ``per_question`` per question. Gold labels give each state's SR; nothing gold is in a state.
-
-    On a pooled HotpotQA corpus the first three documents often already hold both gold
-    paragraphs, so reachable states alone are mostly complete. ``contrast`` adds, per question,
-    one matched incomplete state: the first complete state with one gold document swapped for
-    the best unseen distractor of its ranking (same size; the contrast of the measurement in
-    ``shared/notes/offline-models.md``). It is built with gold labels, on training questions
-    only, for calibration; no policy ever visits it.
-    """
+    """States of training questions at different SR, reached without an LLM call
+    (retrieve_more 1..3 times, and a seeded walk mixing in bridge_entity_expand): at most
+    ``per_question`` distinct document sets per question. Reachable states are mostly complete
+    on pooled HotpotQA, so ``contrast`` adds per question the first complete state with one
+    gold document swapped for the best unseen distractor (no policy ever visits it)."""
     out: list[CalibrationState] = []
     cfg = env.config
     for q in questions:
@@ -188,8 +174,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
             s = apply_action(s, "bridge_entity_expand" if "bridge_entity_expand" in opts
                              and rng.random() < 0.7 else rng.choice(opts), env)
             keep(s)
-        # Keep the first and the last state, then the rest in order; emit them in discovery
-        # order (consecutive prompts then share their first documents: KV reuse).
+        # Keep the first, the last, then the rest; in discovery order (KV-cache reuse).
         idx = list(range(len(found)))
         keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)
                           [:per_question])
@@ -203,9 +188,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# AUC, thresholds, calibration
-# ---------------------------------------------------------------------------------------------
+# -- AUC, thresholds, calibration -------------------------------------------------------------
 
 def auc(scores: Sequence[float], labels: Sequence[float]) -> float:
     """ROC AUC of ``scores`` for labels 1 (ties count half); nan with one class only."""
@@ -296,8 +279,7 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
     out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
 
     ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
-    the scheme of :mod:`dynakrag_lite.training.concurrency`: only the server calls overlap, scores
-    are taken in state order, so they are the sequential run's)."""
+    :mod:`dynakrag_lite.training.concurrency`: the scores are the sequential run's)."""
     check_workers(workers, env.generator, items="calibration states")
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
@@ -308,8 +290,7 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
         raise ValueError(f"unknown signal(s) {bad}")
     vals: dict[str, list[float]] = {k: [] for k in llm_kinds}
     extra: list[float] = []
-    # States outer, signals inner: the signals of one state share its prompt prefix (and the
-    # states of one question share their first documents), so llama.cpp reuses the KV cache.
+    # States outer, signals inner: shared prompt prefixes, so llama.cpp reuses the KV cache.
     todo = list(states) if llm_kinds else []
     with tqdm(total=len(todo), desc="signals", disable=not progress or not todo) as bar:
         def emit(c: CalibrationState, got: dict[str, float]) -> None:
@@ -374,72 +355,157 @@ def calibrate(scores: dict[str, np.ndarray], labels: Sequence[float], groups: Se
                              stats=stats, n_states=len(y), n_questions=n_q)
 
 
-def calibrate_for(questions: Sequence, env, kinds: Sequence[str] = ("text", "margin", "learned"),
-                  rule: str = "youden", per_question: int = 4, llm_questions: int | None = None,
-                  seed: int = 13, progress: bool = True, min_gain: float = 0.05,
-                  workers: int = 1) -> SufficiencySignal:
-    """Calibration end to end on TRAINING questions: states (:func:`calibration_states`), the
-    learned estimator's out-of-fold AUC on all of them, the LLM signals on the states of the
-    first ``llm_questions`` questions (they cost a forward pass or a generation each), then
-    :func:`calibrate`. The learned estimator is refitted on all states. ``workers``: states
-    whose LLM signals are scored at once (:func:`signal_scores`); the states themselves are
-    built sequentially (retrieval only, no LLM call)."""
-    states = calibration_states(questions, env, per_question=per_question, seed=seed)
-    if not states:
-        raise SufficiencyError("no calibration states (no documents retrieved)")
-    y = np.array([float(c.sufficient) for c in states])
-    groups = np.array([c.qid for c in states], dtype=object)
-    llm_ids = {q.id for q in list(questions)[:llm_questions]} if llm_questions else \
-        {q.id for q in questions}
-    sub = [i for i, c in enumerate(states) if c.qid in llm_ids]
-    llm_kinds = [k for k in kinds if k != "learned"]
+@dataclass
+class CalibrationTable:
+    """The states a sufficiency signal was calibrated on, as plain arrays (one row per state,
+    in calibration order) so :meth:`signal` can redo the calibration without an environment.
+
+    ``llm``: the row lies in the LLM-scored subset (where every signal's AUC is measured);
+    ``scores``: per LLM signal the score of each row (NaN outside ``llm``); ``text_extra``: 1
+    where the text probe replied SUFFICIENT; ``settings``: :func:`train_signal`'s arguments;
+    ``signal_info``: describe() of the signal the trajectories were collected under;
+    ``reproduced``: :meth:`signal` gave that same signal when the file was written."""
+    qids: np.ndarray
+    kinds: np.ndarray
+    sr: np.ndarray
+    features: np.ndarray
+    llm: np.ndarray
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    text_extra: np.ndarray | None = None
+    settings: dict = field(default_factory=dict)
+    signal_info: dict | None = None
+    reproduced: bool | None = None
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    def subset(self, qids) -> "CalibrationTable":
+        keep = set(qids)
+        m = np.array([q in keep for q in self.qids.tolist()], dtype=bool)
+        return CalibrationTable(
+            self.qids[m], self.kinds[m], self.sr[m], self.features[m], self.llm[m],
+            {k: v[m] for k, v in self.scores.items()},
+            None if self.text_extra is None else self.text_extra[m],
+            dict(self.settings), self.signal_info, self.reproduced)
+
+    def signal(self):
+        """The calibrated signal these rows give (None for the text probe; on the same rows,
+        seeds and order, the same signal). ValueError when an LLM signal's scores are missing."""
+        st = self.settings
+        kind, seed = st["kind"], int(st["seed"])
+        if kind == "text":
+            return None
+        kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
+        if not len(self):
+            raise SufficiencyError("no calibration states (no documents retrieved)")
+        y = np.array([float(v >= 1.0 - 1e-9) for v in self.sr.tolist()])
+        groups = np.array(self.qids.tolist(), dtype=object)
+        sub = np.nonzero(self.llm)[0]
+        scores: dict[str, np.ndarray] = {}
+        estimator = None
+        if "learned" in kinds:  # first: the dict order breaks AUC ties
+            # fitted on reachable states only: contrast states are not what a policy visits
+            # (their swapped-in document is always ranked low, a retrieval-score artefact)
+            reach = self.kinds == "reachable"
+            oof = oof_estimator_scores(self.features, y, groups, 5, kind="forest", seed=seed,
+                                       train_mask=reach)
+            estimator = fit_estimator(self.features[reach], y[reach], seed=seed)
+            scores["learned"] = oof[sub]
+        for k in kinds:
+            if k == "learned":
+                continue
+            v = self.scores.get(k)
+            if v is None or not np.all(np.isfinite(v[sub])):
+                raise ValueError(f"the calibration table lacks {k!r} scores")
+            scores[k] = v[sub]
+        text_suff = self.text_extra[sub] if "text" in kinds and self.text_extra is not None \
+            else None
+        sig = calibrate(scores, y[sub], groups[sub], rule=st["rule"],
+                        min_gain=float(st["min_gain"]), generator=st["generator"],
+                        estimator=estimator, text_sufficient=text_suff, seed=seed)
+        if kind != "auto" and sig.kind != kind:  # a named signal is kept (train_signal)
+            s = sig.stats[kind]
+            sig = replace(sig, kind=kind, threshold=s.threshold, gates=True, rule=s.rule,
+                          estimator=estimator if kind == "learned" else None)
+        return sig
+
+    # -- persistence inside TrainingData's .npz ------------------------------------------
+    def _arrays(self) -> dict[str, np.ndarray]:
+        a = {"c_qid": np.array(self.qids.tolist(), dtype=str),
+             "c_kind": np.array(self.kinds.tolist(), dtype=str),
+             "c_sr": self.sr.astype(np.float64), "c_features": self.features.astype(np.float64),
+             "c_llm": self.llm.astype(bool)}
+        for k, v in self.scores.items():
+            a[f"c_score_{k}"] = v.astype(np.float64)
+        if self.text_extra is not None:
+            a["c_text_extra"] = self.text_extra.astype(np.float64)
+        return a
+
+    def _meta(self) -> dict:
+        return {"settings": self.settings, "signal": self.signal_info,
+                "reproduced": self.reproduced, "score_kinds": sorted(self.scores),
+                "learned_feature_names": list(LEARNED_FEATURE_NAMES)}
+
+    @classmethod
+    def _from(cls, a: dict, meta: dict, path: Path) -> "CalibrationTable":
+        if meta.get("learned_feature_names") != list(LEARNED_FEATURE_NAMES):
+            raise ValueError(f"{path}: its calibration states have other learned-signal "
+                             "features than this library's; collect the trajectories again")
+        n = len(a["c_qid"])
+        return cls(np.array([str(q) for q in a["c_qid"]], dtype=object),
+                   np.array([str(k) for k in a["c_kind"]], dtype=object),
+                   a["c_sr"].astype(np.float64),
+                   a["c_features"].astype(np.float64).reshape(n, len(LEARNED_FEATURE_NAMES)),
+                   a["c_llm"].astype(bool),
+                   {k: a[f"c_score_{k}"] for k in meta.get("score_kinds", [])},
+                   a.get("c_text_extra"), dict(meta["settings"]), meta.get("signal"),
+                   meta.get("reproduced"))
+
+
+
+def calibration_table(questions: Sequence, env, kind: str = "auto", rule: str = "youden",
+                      llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
+                      progress: bool = False, workers: int = 1) -> CalibrationTable | None:
+    """The rows to calibrate ``kind`` on (None for ``text``: nothing to calibrate), on
+    TRAINING questions: :func:`calibration_states` (retrieval only) with the LLM signals'
+    scores on the states of the first ``llm_questions`` questions (a forward pass or a
+    generation each; ``workers`` as :func:`signal_scores`)."""
+    if kind == "text":
+        return None
+    kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
+    qs = list(questions)
+    states = calibration_states(qs, env, per_question=4, seed=seed)
+    llm_ids = {q.id for q in qs[:llm_questions]} if llm_questions else {q.id for q in qs}
+    llm = np.array([c.qid in llm_ids for c in states], dtype=bool)
     scores: dict[str, np.ndarray] = {}
-    text_suff = None
-    estimator = None
-    if "learned" in kinds:
-        learned = signal_scores(states, env, ["learned"], seed=seed)["learned"]["score"]
-        # fitted on reachable states only: contrast states are not what a policy visits (their
-        # swapped-in document is always ranked low, a retrieval-score artefact)
-        reach = np.array([c.kind == "reachable" for c in states], bool)
-        X = np.stack([learned_features(c.state) for c in states])
-        estimator = fit_estimator(X[reach], y[reach], seed=seed)
-        scores["learned"] = learned[sub]
+    text_extra = None
+    llm_kinds = [k for k in kinds if k != "learned"]
     if llm_kinds:
-        got = signal_scores([states[i] for i in sub], env, llm_kinds, seed=seed,
+        idx = np.nonzero(llm)[0]
+        got = signal_scores([states[i] for i in idx], env, llm_kinds, seed=seed,
                             progress=progress, workers=workers)
         for k in llm_kinds:
-            scores[k] = got[k]["score"]
+            scores[k] = np.full(len(states), np.nan)
+            scores[k][idx] = got[k]["score"]
         if "text" in got and "extra" in got["text"]:
-            text_suff = got["text"]["extra"]
-    gen = None if env.generator is None else env.generator.spec
-    return calibrate(scores, y[sub], groups[sub], rule=rule, min_gain=min_gain, generator=gen,
-                     estimator=estimator, text_sufficient=text_suff, seed=seed)
+            text_extra = np.full(len(states), np.nan)
+            text_extra[idx] = got["text"]["extra"]
+    X = np.stack([learned_features(c.state) for c in states]) if states else \
+        np.zeros((0, len(LEARNED_FEATURE_NAMES)))
+    return CalibrationTable(
+        np.array([c.qid for c in states], dtype=object),
+        np.array([c.kind for c in states], dtype=object),
+        np.array([c.sr for c in states], dtype=np.float64), X, llm, scores, text_extra,
+        {"kind": kind, "rule": rule, "llm_questions": llm_questions, "seed": seed,
+         "min_gain": min_gain,
+         "generator": None if env.generator is None else env.generator.spec})
 
 
 def train_signal(questions: Sequence, env, kind: str = "auto", rule: str = "youden",
                  llm_questions: int | None = 100, seed: int = 13, progress: bool = True,
                  min_gain: float = 0.05, workers: int = 1) -> SufficiencySignal | None:
-    """The signal for a training run (``train --sufficiency-signal``), on TRAINING questions.
-
-    ``auto``: calibrate text, margin and learned and keep the best informative one (or the
-    non-gating text probe when none is). A named signal is kept even when it measures at
-    chance (its stats say so), with its calibrated threshold. ``text``: None, the original
-    probe, nothing to calibrate. ``workers``: calibration states whose LLM signals (text,
-    margin, answer_conf) are scored at once, > 1 with a server generator only
-    (:func:`signal_scores`); ``learned`` makes no LLM call."""
-    if kind == "text":
-        return None
-    kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
-    sig = calibrate_for(questions, env, kinds=kinds, rule=rule, llm_questions=llm_questions,
-                        seed=seed, progress=progress, min_gain=min_gain, workers=workers)
-    if kind != "auto" and sig.kind != kind:
-        st = sig.stats[kind]
-        est = None
-        if kind == "learned":
-            states = [c for c in calibration_states(questions, env, seed=seed)
-                      if c.kind == "reachable"]
-            est = fit_estimator(np.stack([learned_features(c.state) for c in states]),
-                                np.array([float(c.sufficient) for c in states]), seed=seed)
-        sig = replace(sig, kind=kind, threshold=st.threshold, gates=True, rule=st.rule,
-                      estimator=est)
-    return sig
+    """The signal for a training run (``train --sufficiency-signal``), on TRAINING questions:
+    :meth:`CalibrationTable.signal` of :func:`calibration_table`."""
+    table = calibration_table(questions, env, kind, rule, llm_questions, seed, min_gain,
+                              progress, workers)
+    return None if table is None else table.signal()

@@ -1,19 +1,11 @@
 """Concurrent work against a server generator (``evaluate --workers N``, ``train --workers N``).
 
-With a server backend (``openai:<model>@<base_url>``: vLLM, a llama.cpp server) the time goes
-into waiting for the server, so N items (questions, calibration states) run at once in threads.
-The scheme, shared by every caller:
-
-* one lock per run (:func:`locked_runner`): a worker holds it for the whole item except while
-  one of its server calls is in flight (:class:`ReleasingGenerator`, :func:`released`). So the
-  library's non-thread-safe parts (the retriever's encoder, FAISS, spaCy, the policy, features)
-  never run concurrently and an item's result does not depend on scheduling; only the server
-  calls overlap;
-* results come back to the calling thread in item order (:func:`run_in_order`), at most
-  ``WINDOW_PER_WORKER * N`` items ahead of the first unfinished one.
-
-In-process backends (bundled models, ``gguf:``, ``hf:``) are CPU-bound and not thread-safe:
-``workers > 1`` with them is refused (:func:`check_workers`, ``ValueError``).
+With a server backend (``openai:<model>@<base_url>``) the time goes into waiting for the
+server, so N items run at once in threads. A worker holds one lock per run for the whole item
+except while its server call is in flight (:func:`locked_runner`, :class:`ReleasingGenerator`),
+so the library's non-thread-safe parts never run concurrently and results do not depend on
+scheduling; results come back to the calling thread in item order (:func:`run_in_order`).
+In-process backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused.
 """
 from __future__ import annotations
 
@@ -34,9 +26,7 @@ __all__ = ["WINDOW_PER_WORKER", "is_server_generator", "check_workers", "Releasi
 T = TypeVar("T")
 R = TypeVar("R")
 
-# With N workers, at most this x N items are started from the first unfinished one on: bounds
-# the results held in memory (and, for evaluate, the rows a kill loses; their server calls are
-# in the LLM cache, so redoing them is cheap).
+# Items started ahead of the first unfinished one, per worker: bounds the results in memory.
 WINDOW_PER_WORKER = 4
 
 
@@ -52,9 +42,7 @@ def is_server_generator(generator: Any) -> bool:
 
 def check_workers(workers: int, generator: Any, items: str = "questions") -> None:
     """Refuse ``workers`` < 1, and > 1 unless ``generator`` (a spec string or a generator
-    object) is a server backend: in-process llama.cpp / transformers are CPU-bound and not
-    thread-safe, so concurrent items would contend for the cores or corrupt their state.
-    ``items`` names what runs concurrently, for the message."""
+    object) is a server backend. ``items`` names what runs concurrently, for the message."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
     if workers == 1:
@@ -145,9 +133,7 @@ def run_in_order(items: Sequence[T], run: Callable[[T], R], workers: int,
                     submitted += 1
                 emit(item, futures.pop(i).result())  # waits for the head: results in order
         finally:
-            # An interrupt or an error: queued items never start; running ones finish
-            # (threads cannot be stopped) and are dropped, as a sequential run drops the
-            # item in flight.
+            # Queued items never start; running ones finish and are dropped.
             for f in futures.values():
                 f.cancel()
 

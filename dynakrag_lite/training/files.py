@@ -1,21 +1,12 @@
 """Training-data files (chapters 9 and 13): collected trajectories as one pickle-free
 ``.npz``, with the sufficiency calibration states they were collected under.
 
-* :func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as
-  plain arrays (no pickle, so a file from anyone is safe to load), atomically;
-  :func:`load_training_data` reads it back: the stop rule, lambda and the forests can then be
-  re-tuned without re-collecting (``python -m dynakrag_lite train --save-data FILE``,
-  ``dynakrag_lab/scripts/stop_rule.py``).
-* ``TrainingData.run``: the settings the trajectories were collected under (dataset,
-  generator, embedder, budgets, seed, sufficiency request, data hash, split, command), and
-  :class:`CalibrationTable`: the sufficiency calibration states (their learned-signal
-  features, SR and LLM-signal scores; :func:`build_calibration`). With both, ``train
-  --from-data FILE`` rebuilds a whole policy, calibrated signal included, without a model
-  call, on any subset of the questions (another split's training part).
-
-Format 2 (this library's) stores both. Files of format 1, written before they existed (the
-committed ``results/trajectories/`` files), still load, with ``run == {}`` and no table, for
-re-tuning (``dynakrag_lab/scripts/stop_rule.py``); ``--from-data`` refuses them.
+:func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as plain
+arrays (no pickle, so a file from anyone is safe to load), with the settings the trajectories
+were collected under (``TrainingData.run``) and the sufficiency calibration states
+(:class:`CalibrationTable`). With both, ``train --from-data FILE`` rebuilds a whole policy,
+calibrated signal included, without a model call, on any subset of the questions. Format-1
+files (without either) still load for re-tuning; ``--from-data`` refuses them.
 """
 from __future__ import annotations
 
@@ -23,17 +14,15 @@ import io
 import json
 import zipfile
 import zlib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
 from ..features import FEATURE_NAMES, STATE_FEATURE_NAMES
 from ..storage import atomic_write_bytes
-from ..sufficiency import LEARNED_FEATURE_NAMES, SufficiencyError, learned_features
 from ..trajectories import CONTINUATION_TARGETS, PrefixSample, Sample, TrainingData
-from .calibration import (calibrate, calibration_states, fit_estimator, oof_estimator_scores,
-                          signal_scores)
+from .calibration import CalibrationTable, calibration_table
 
 __all__ = ["FORMAT", "CalibrationTable", "build_calibration", "same_signal",
            "save_training_data", "load_training_data", "load_training_data_bytes"]
@@ -43,166 +32,19 @@ FORMAT = 2
 _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "executed")
 
 
-@dataclass
-class CalibrationTable:
-    """The states a sufficiency signal was calibrated on (:func:`.calibration.calibrate_for`), kept
-    as plain arrays so :meth:`signal` can redo the calibration without an environment: the
-    learned estimator needs only the states' features and SR, the LLM signals their recorded
-    scores. One row per calibration state, in calibration order.
-
-    ``llm``: the row lies in the LLM-scored subset (the first ``llm_questions`` training
-    questions); the learned signal's AUC and threshold are measured there as well.
-    ``scores``: per LLM signal the score of each row (NaN outside ``llm``); ``text_extra``: 1
-    where the text probe replied SUFFICIENT. ``settings``: what :func:`train_signal` was called
-    with (kind, rule, llm_questions, seed, min_gain, generator); ``signal_info``: describe()
-    of the signal the trajectories were collected under; ``reproduced``: :meth:`signal` gave
-    that same signal when the file was written (False: do not build from this table)."""
-    qids: np.ndarray
-    kinds: np.ndarray
-    sr: np.ndarray
-    features: np.ndarray
-    llm: np.ndarray
-    scores: dict[str, np.ndarray] = field(default_factory=dict)
-    text_extra: np.ndarray | None = None
-    settings: dict = field(default_factory=dict)
-    signal_info: dict | None = None
-    reproduced: bool | None = None
-
-    def __len__(self) -> int:
-        return len(self.qids)
-
-    def subset(self, qids) -> "CalibrationTable":
-        keep = set(qids)
-        m = np.array([q in keep for q in self.qids.tolist()], dtype=bool)
-        return CalibrationTable(
-            self.qids[m], self.kinds[m], self.sr[m], self.features[m], self.llm[m],
-            {k: v[m] for k, v in self.scores.items()},
-            None if self.text_extra is None else self.text_extra[m],
-            dict(self.settings), self.signal_info, self.reproduced)
-
-    def signal(self):
-        """The calibrated signal (a ``SufficiencySignal``, or None for the text probe) these
-        rows give: the arithmetic of :func:`.calibration.train_signal` / ``calibrate_for`` on
-        stored states instead of freshly retrieved ones (same seeds, same order, so on the
-        same rows it is the same signal; :func:`build_calibration` checks
-        that when the file is written). On a subset of the questions it is the signal those
-        questions alone calibrate. Raises ValueError when an LLM signal needs scores the table
-        lacks."""
-        st = self.settings
-        kind, seed = st["kind"], int(st["seed"])
-        if kind == "text":
-            return None
-        kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
-        if not len(self):
-            raise SufficiencyError("no calibration states (no documents retrieved)")
-        y = np.array([float(v >= 1.0 - 1e-9) for v in self.sr.tolist()])
-        groups = np.array(self.qids.tolist(), dtype=object)
-        sub = np.nonzero(self.llm)[0]
-        scores: dict[str, np.ndarray] = {}
-        estimator = None
-        if "learned" in kinds:  # first, as in calibrate_for (dict order breaks AUC ties)
-            # fitted on reachable states only, as calibrate_for does
-            reach = self.kinds == "reachable"
-            oof = oof_estimator_scores(self.features, y, groups, 5, kind="forest", seed=seed,
-                                       train_mask=reach)
-            estimator = fit_estimator(self.features[reach], y[reach], seed=seed)
-            scores["learned"] = oof[sub]
-        for k in kinds:
-            if k == "learned":
-                continue
-            v = self.scores.get(k)
-            if v is None or not np.all(np.isfinite(v[sub])):
-                raise ValueError(f"the calibration table lacks {k!r} scores")
-            scores[k] = v[sub]
-        text_suff = self.text_extra[sub] if "text" in kinds and self.text_extra is not None \
-            else None
-        sig = calibrate(scores, y[sub], groups[sub], rule=st["rule"],
-                        min_gain=float(st["min_gain"]), generator=st["generator"],
-                        estimator=estimator, text_sufficient=text_suff, seed=seed)
-        if kind != "auto" and sig.kind != kind:  # a named signal is kept (train_signal)
-            s = sig.stats[kind]
-            sig = replace(sig, kind=kind, threshold=s.threshold, gates=True, rule=s.rule,
-                          estimator=estimator if kind == "learned" else None)
-        return sig
-
-    # -- persistence inside TrainingData's .npz ------------------------------------------
-    def _arrays(self) -> dict[str, np.ndarray]:
-        a = {"c_qid": np.array(self.qids.tolist(), dtype=str),
-             "c_kind": np.array(self.kinds.tolist(), dtype=str),
-             "c_sr": self.sr.astype(np.float64), "c_features": self.features.astype(np.float64),
-             "c_llm": self.llm.astype(bool)}
-        for k, v in self.scores.items():
-            a[f"c_score_{k}"] = v.astype(np.float64)
-        if self.text_extra is not None:
-            a["c_text_extra"] = self.text_extra.astype(np.float64)
-        return a
-
-    def _meta(self) -> dict:
-        return {"settings": self.settings, "signal": self.signal_info,
-                "reproduced": self.reproduced, "score_kinds": sorted(self.scores),
-                "learned_feature_names": list(LEARNED_FEATURE_NAMES)}
-
-    @classmethod
-    def _from(cls, a: dict, meta: dict, path: Path) -> "CalibrationTable":
-        if meta.get("learned_feature_names") != list(LEARNED_FEATURE_NAMES):
-            raise ValueError(f"{path}: its calibration states have other learned-signal "
-                             "features than this library's; collect the trajectories again")
-        n = len(a["c_qid"])
-        return cls(np.array([str(q) for q in a["c_qid"]], dtype=object),
-                   np.array([str(k) for k in a["c_kind"]], dtype=object),
-                   a["c_sr"].astype(np.float64),
-                   a["c_features"].astype(np.float64).reshape(n, len(LEARNED_FEATURE_NAMES)),
-                   a["c_llm"].astype(bool),
-                   {k: a[f"c_score_{k}"] for k in meta.get("score_kinds", [])},
-                   a.get("c_text_extra"), dict(meta["settings"]), meta.get("signal"),
-                   meta.get("reproduced"))
-
-
 def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       live_signal=None, check: bool = True) -> CalibrationTable | None:
-    """The :class:`CalibrationTable` of a training run: the calibration states of
-    :func:`.calibration.calibrate_for` (retrieval only) with the LLM signals' scores on the
-    scored subset (the calls ``train_signal`` just made, so they come from the call cache), for
-    ``train --save-data``. None for the text probe (nothing is calibrated). Sequential also
-    under ``train --workers N``: its calls are cache hits, there is no server time to overlap.
-
-    ``live_signal``: the signal ``train_signal`` returned with the same arguments; with
-    ``check`` the table's own :meth:`~CalibrationTable.signal` is compared with it (summary
-    and estimator predictions) and ``reproduced`` records the outcome, so a table that would
-    rebuild another signal is never used silently."""
-    if kind == "text":
-        return None
-    kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)
-    qs = list(questions)
-    # per_question=4 and the contrast states: calibrate_for's (and train_signal's) defaults
-    states = calibration_states(qs, env, per_question=4, seed=seed)
-    llm_ids = {q.id for q in qs[:llm_questions]} if llm_questions else {q.id for q in qs}
-    llm = np.array([c.qid in llm_ids for c in states], dtype=bool)
-    scores: dict[str, np.ndarray] = {}
-    text_extra = None
-    llm_kinds = [k for k in kinds if k != "learned"]
-    if llm_kinds:
-        idx = np.nonzero(llm)[0]
-        got = signal_scores([states[i] for i in idx], env, llm_kinds, seed=seed)
-        for k in llm_kinds:
-            scores[k] = np.full(len(states), np.nan)
-            scores[k][idx] = got[k]["score"]
-        if "text" in got and "extra" in got["text"]:
-            text_extra = np.full(len(states), np.nan)
-            text_extra[idx] = got["text"]["extra"]
-    X = np.stack([learned_features(c.state) for c in states]) if states else \
-        np.zeros((0, len(LEARNED_FEATURE_NAMES)))
-    table = CalibrationTable(
-        np.array([c.qid for c in states], dtype=object),
-        np.array([c.kind for c in states], dtype=object),
-        np.array([c.sr for c in states], dtype=np.float64), X, llm, scores, text_extra,
-        {"kind": kind, "rule": rule, "llm_questions": llm_questions, "seed": seed,
-         "min_gain": min_gain,
-         "generator": None if env.generator is None else env.generator.spec},
-        live_signal.describe() if live_signal is not None else None)
-    if check:
-        table.reproduced = same_signal(table.signal(), live_signal, X)
+    """The :class:`CalibrationTable` of a training run (``train --save-data``): the rows
+    ``train_signal`` calibrated on (its LLM calls are cache hits now); None for the text
+    probe. With ``check``, ``reproduced`` records whether the table's own
+    :meth:`~CalibrationTable.signal` equals ``live_signal``, so a table that would rebuild
+    another signal is never used silently."""
+    table = calibration_table(questions, env, kind, rule, llm_questions, seed, min_gain)
+    if table is not None:
+        table.signal_info = live_signal.describe() if live_signal is not None else None
+        if check:
+            table.reproduced = same_signal(table.signal(), live_signal, table.features)
     return table
 
 

@@ -2,22 +2,15 @@
 collect trajectories, tune lambda and the veto threshold by cross-validation, fit the policy;
 all on the training split.
 
-* The run's :class:`~dynakrag_lite.config.RunSettings` (the ``train`` command's flags) are
-  its recipe: :func:`train` runs them and saves the policy. The questions are cut by
-  :func:`dynakrag_lite.pipeline.run_setup`, as for ``evaluate``, so a policy is never
-  evaluated on its training questions. :func:`training_setup` is its first part (environment
-  and calibrated signal), which a process warming the LLM cache for a training run
-  (``data_scripts/warm_cache.py train``) must build exactly so.
-* ``--save-data`` keeps the trajectories with the settings they were collected under
-  (:func:`collection_run`) and the sufficiency calibration states; ``--from-data``
-  (:func:`data_from_file`) rebuilds a policy from such a file without a model call, refusing a
-  file collected under other settings (:func:`from_data_problems`) and keeping only this
-  split's training questions (:func:`dynakrag_lite.pipeline.split_ids`); with
-  ``--answer-labels FILE`` the answer F1s of ``dynakrag_lab/scripts/answer_labels.py`` are
-  merged in first (:mod:`.answer_label_merge`), and the policy's meta records the file and
-  its sha256.
-
-Chapters 7-9 build the same pieces by hand; chapter 13 describes the tuning.
+The run's :class:`~dynakrag_lite.config.RunSettings` are its recipe: :func:`train` runs them
+(questions cut by :func:`dynakrag_lite.pipeline.run_setup`, as for ``evaluate``);
+:func:`training_setup` is its first part, which ``data_scripts/warm_cache.py train`` must
+build exactly so. ``--save-data`` keeps the trajectories with their settings
+(:func:`collection_run`) and the calibration states; ``--from-data`` (:func:`data_from_file`)
+rebuilds a policy from such a file without a model call, refusing one collected under other
+settings and keeping only this split's training questions, after an optional ``relabel``
+step (answer F1s added later: ``dynakrag_lab.training_extras``). Chapters 7-9 build the same
+pieces by hand.
 """
 from __future__ import annotations
 
@@ -25,6 +18,7 @@ import hashlib
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from .. import pipeline
 from .concurrency import check_workers, collect_in_parallel
@@ -35,18 +29,19 @@ from ..policy import Policy, embedder_key, train_policy
 from ..storage import redact, relative_command, sha256_file
 from ..sufficiency import SufficiencySignal
 from ..trajectories import TrainingData, collect
-from .answer_label_merge import merge_answer_labels
 from .calibration import train_signal
 from .files import build_calibration, load_training_data_bytes, save_training_data
 from .tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID, LAMBDA_GRID, VETO_GRID,
                      tune_continuation)
 
-# ControlConfig fields that shape collected trajectories (a --from-data run must match them).
-# The compression settings are not among them: compress_answer_evidence runs only after
-# stop_answer, which collection never executes.
+# ControlConfig fields that shape collected trajectories (a --from-data run must match them;
+# compression is not among them: collection never executes stop_answer).
 COLLECTION_CONFIG_FIELDS = ("per_action", "max_docs", "max_steps", "retrieval_cap",
                             "ranking_depth", "doc_chars", "use_sufficiency", "max_bridges",
                             "use_spacy")
+# (data read by --from-data, that file's sha256) -> (data with answer F1s added, what the
+# policy's meta records under "answer_labels")
+Relabel = Callable[[TrainingData, str], tuple[TrainingData, dict]]
 
 
 def _note(message: str) -> None:
@@ -94,10 +89,8 @@ def collection_run(s: RunSettings, dataset: str, config: ControlConfig,
 
 def from_data_problems(saved: dict, now: dict, answer_labels: bool = False) -> list[str]:
     """Every setting of ``now`` (this run) that differs from ``saved`` (the file's run), as
-    "field: file X, this run Y". The split is not compared (serving another split is the
-    point), nor the continuation target (recomputed from stored components) or the command;
-    with ``answer_labels`` merged in, nor ``continuation_questions`` (the labels, not the
-    collection's answer calls, say which questions carry F1)."""
+    "field: file X, this run Y". Not compared: the split, the continuation target (recomputed)
+    and the command; with ``answer_labels`` merged in, ``continuation_questions``."""
     keys = ["dataset", "generator", "embedder", "doc_chars", "per_action", "index_factory",
             "corpus_sha256", "data_sha256", "seed", "sufficiency_signal"]
     if now["index_factory"]:  # search parameters matter for an approximate index only
@@ -120,7 +113,7 @@ def from_data_problems(saved: dict, now: dict, answer_labels: bool = False) -> l
     return out
 
 
-def data_from_file(s: RunSettings
+def data_from_file(s: RunSettings, relabel: Relabel | None = None
                    ) -> tuple[TrainingData, SufficiencySignal | None, str, dict, dict]:
     """(training data, calibrated signal or None, dataset, policy-meta extras, question
     counts) of ``train --from-data``: the file checked against this run's settings and cut to
@@ -138,10 +131,8 @@ def data_from_file(s: RunSettings
                          "per_action, seed, ...) needed to check it against this run; "
                          "collect the trajectories again with train --save-data")
     labels = None
-    if s.answer_labels:  # before the cut: the labels are per question of the file
-        data, labels = merge_answer_labels(data, s.answer_labels,
-                                           npz_sha256=hashlib.sha256(raw).hexdigest())
-        labels["file"] = relative_command([str(s.answer_labels)], prefix="")
+    if relabel is not None:  # before the cut: the labels are per question of the file
+        data, labels = relabel(data, hashlib.sha256(raw).hexdigest())
     questions = load_dataset(s.data, data_root=s.data_dir)
     dataset = questions[0].dataset
     config = s.control_config(dataset)
@@ -222,11 +213,11 @@ def _collect(s: RunSettings
     return data, signal, setup.dataset, model_id, [q.id for q in train_qs]
 
 
-def _read(s: RunSettings
+def _read(s: RunSettings, relabel: Relabel | None = None
           ) -> tuple[TrainingData, SufficiencySignal | None, str, str | None, list[str], dict]:
     """:func:`data_from_file` with its notes on stderr: as :func:`_collect`, plus the extras
     the policy's meta records."""
-    data, signal, dataset, extra, counts = data_from_file(s)
+    data, signal, dataset, extra, counts = data_from_file(s, relabel)
     if counts["moved_to_eval"] or counts["missing"]:
         _note(f"note: {counts['moved_to_eval']} question(s) of {extra['from_data']} are "
               f"evaluation questions of this split and were dropped; {counts['missing']} "
@@ -238,17 +229,18 @@ def _read(s: RunSettings
     return data, signal, dataset, data.run.get("generator_model_id"), list(data.questions), extra
 
 
-def train(s: RunSettings) -> tuple[Policy, Path, dict]:
-    """Calibrate the sufficiency signal, collect trajectories (or read them, ``from_data``),
-    tune lambda and the veto threshold by cross-validation (all on the training split), fit
-    and save the policy to ``s.out``. Returns (policy, its path, the run's report)."""
+def train(s: RunSettings, relabel: Relabel | None = None) -> tuple[Policy, Path, dict]:
+    """Calibrate the sufficiency signal, collect trajectories (or read them, ``from_data``,
+    with ``relabel`` applied), tune lambda and the veto threshold by cross-validation (all on
+    the training split), fit and save the policy to ``s.out``. Returns (policy, its path, the
+    run's report)."""
     check_workers(s.workers, s.generator)  # from the spec: before anything loads
-    if s.answer_labels and not s.from_data:
-        raise ValueError("--answer-labels adds answer F1s to saved trajectories: it needs "
+    if relabel is not None and not s.from_data:
+        raise ValueError("relabelling adds answer F1s to saved trajectories: it needs "
                          "--from-data FILE.npz")
     extra: dict = {}
     if s.from_data:
-        data, signal, dataset, model_id, train_ids, extra = _read(s)
+        data, signal, dataset, model_id, train_ids, extra = _read(s, relabel)
     else:
         data, signal, dataset, model_id, train_ids = _collect(s)
     cfg = s.control_config(dataset)

@@ -1,20 +1,11 @@
 """Tuning the stop rule offline: the selection rule replayed along collected trajectories,
 and lambda and the veto threshold chosen by cross-validation on the training questions.
 
-* :func:`replay_decisions` re-decides at every state visited while collecting a
-  :class:`~dynakrag_lite.trajectories.TrainingData`, for any lambda or veto threshold, without
-  executing anything (chapter 9).
-* :func:`stop_outcomes`: where the replayed decisions stop on each question of the data, and
-  the SR, answer F1 and tokens it would have there, per (lambda, veto threshold).
-* :func:`tune_continuation` chooses ``(lam, veto_threshold)`` by cross-validation grouped by
-  question: each fold's policy re-decides offline along the held-out questions' explored paths,
-  and the pair with the best mean answer F1 (or SR) at the replayed stopping points wins.
-  ``python -m dynakrag_lite train`` runs it (the diagnosis appendix reads it).
-* :data:`LAMBDA_GRID`, :data:`GAIN_LAMBDA_GRID`, :data:`VETO_GRID` and
-  :data:`CONTINUATION_GRID` (tau of the "continuation" stop rule) are the default grids.
-
-The lab's :mod:`dynakrag_lab.studies.stop_replay` replays one policy's stops and sweeps lambda
-with these.
+:func:`replay_decisions` re-decides at every state visited while collecting, for any lambda or
+veto threshold, without executing anything (chapter 9); :func:`stop_outcomes` says where those
+decisions stop on each question and what they would have there; :func:`tune_continuation`
+chooses ``(lam, veto_threshold)`` by cross-validation grouped by question (``python -m
+dynakrag_lite train`` runs it).
 """
 from __future__ import annotations
 
@@ -33,11 +24,9 @@ from ..trajectories import TrainingData
 # -- offline tuning of the stop rule: veto threshold and lambda -------------------------
 VETO_GRID = (-1.0, 0.0, 0.02, 0.05, 0.1, 0.2, 1.0)  # F1/SR targets lie in [-1, 1]
 LAMBDA_GRID = (0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # per token; retrieval ~450 tokens
-# Under the "gain" stop rule lambda trades a predicted SR gain (~0.05-0.25 per action) against
-# ~100-500 tokens, so the interesting range reaches higher.
+# "gain" rule: lambda trades an SR gain (~0.05-0.25 per action) against ~100-500 tokens.
 GAIN_LAMBDA_GRID = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 5e-3)
-# Under the "continuation" rule the threshold tau is on the continuation model's estimate of
-# the support still to come (an SR gain in [-1, 1]); -1 never stops early, 1 stops at once.
+# "continuation" rule: tau on the estimated SR still to come; -1 never stops early, 1 at once.
 CONTINUATION_GRID = (-1.0, 0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 1.0)
 
 
@@ -45,18 +34,10 @@ def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = Non
                      veto_threshold: float | None = None) -> list[dict]:
     """Re-decide at every state visited while collecting ``data``, without executing anything.
 
-    Each visited state is the group of samples with one (qid, step); their feature vectors hold
-    phi(s, a) for every valid a, so the value model, the continuation model (on the state part
-    of phi) and the selection rule a* = argmax v - lambda c (with the stop veto) can be
-    replayed for any ``lam`` / ``veto_threshold`` (default: the policy's own). Costs: the cost
-    model's c(s, a) from the state's document count; an LLM action the cost model never saw
-    falls back to the heuristic estimate stored in phi. The samples' targets (true one-step
-    support gains, computed from gold labels) ride along for analysis only; nothing here feeds
-    them to the policy.
-
-    Returns one dict per state: qid, step, n_docs, valid, values, costs, continue_gain,
-    vetoed (stop_answer was removed), chosen, chosen_without_veto, targets.
-    """
+    The samples of one (qid, step) hold phi(s, a) for every valid a, so the models and the
+    selection rule replay for any ``lam`` / ``veto_threshold`` (default: the policy's own).
+    Returns one dict per state (qid, step, n_docs, valid, values, costs, continue_gain, vetoed,
+    chosen, chosen_without_veto, and the gold targets, for analysis only)."""
     lam = policy.lam if lam is None else lam
     thr = policy.veto_threshold if veto_threshold is None else veto_threshold
     n_state = len(STATE_FEATURE_NAMES)
@@ -145,15 +126,10 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       ) -> tuple[float, float, pd.DataFrame]:
     """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
 
-    Folds are grouped by question (GroupKFold over ``data.questions``). Each fold trains a
-    policy on the other folds and replays its decisions on the held-out questions for every
-    grid pair (:func:`stop_outcomes`); the pair with the highest mean ``metric`` ("f1" or
-    "sr") minus ``token_price`` times the mean tokens over all held-out questions wins (the
-    ``objective`` column; a price of 1e-5 trades .01 F1 for 1,000 tokens), ties broken by
-    fewer tokens, then by the larger threshold (vetoing less) and the smaller lambda.
-    Returns (lam, threshold, frame): one row per grid pair with the means of f1, sr, tokens,
-    early (share stopping before the cap), vetoes, the objective, and ``best``.
-    """
+    Each fold (grouped by question) trains a policy on the other folds and replays its
+    decisions on the held-out questions for every grid pair; the highest mean ``metric`` minus
+    ``token_price`` times the mean tokens wins (ties: fewer tokens, larger threshold, smaller
+    lambda). Returns (lam, threshold, the per-pair frame)."""
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
     all_qids = list(dict.fromkeys(data.questions))
