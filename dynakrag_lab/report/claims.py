@@ -241,7 +241,8 @@ def claim_sentences(c: Mapping) -> list[str]:
              f"{len(ds)} datasets: dynakrag minus uniform F1 {choice}, paired 95 % intervals"
              + (f"; the one interval above 0 ({', '.join(LABELS[d] for d in wins)}, "
                 f"p = {', '.join(fmt_p(c['choice'][d].p_value) for d in wins)}) is a single "
-                f"comparison among {c['comparisons']} made on the evaluation split."
+                f"comparison among {c['comparisons']} comparisons and tests made on the "
+                f"evaluation split."
                 if wins else "."))
     sh = c["shuffles"]
     second = ("The learned stop is no better than its own shuffle: giving each question "
