@@ -41,6 +41,7 @@ import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import (EXPERIMENTS_DIR, POLICIES_DIR,
@@ -548,3 +549,19 @@ def run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
     order = {r: i for i, r in enumerate(RUN_ORDER)}
     return sorted((p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()),
                   key=lambda r: (order.get(r, len(order)), r))
+
+
+def json_clean(o):
+    """A report as plain JSON: NaN and infinities as null, floats to 4 decimals, numpy
+    scalars and arrays as Python values and lists, keys as strings."""
+    if isinstance(o, dict):
+        return {str(k): json_clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, np.ndarray)):
+        return [json_clean(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        return None if not math.isfinite(o) else round(float(o), 4)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return o

@@ -46,6 +46,7 @@ from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
 from dynakrag_lite.trajectories import TrainingData  # noqa: E402
 from dynakrag_lab.training_extras import merge_answer_labels, read_label_file  # noqa: E402
+from dynakrag_lab.report.results import json_clean  # noqa: E402
 from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose  # noqa: E402
 from dynakrag_lab.studies.horizon import diagnose_horizon  # noqa: E402
 from dynakrag_lab.studies.stop_targets import TARGETS, study  # noqa: E402
@@ -68,16 +69,6 @@ def name_of(path: Path, data: TrainingData) -> tuple[str, str]:
     reader = data.run.get("generator") or stem[len(ds) + 1:]
     return ds, reader
 
-
-def clean(o):
-    """JSON without NaN (null instead) and with 4-decimal floats."""
-    if isinstance(o, dict):
-        return {str(k): clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [clean(v) for v in o]
-    if isinstance(o, float):
-        return None if not math.isfinite(o) else round(o, 4)
-    return o
 
 
 def _f(x, fmt=".3f") -> str:
@@ -335,7 +326,7 @@ def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
 def write_report(path: Path, results: dict, settings: dict, command: str, seconds: float,
                  cpu: float, markdown_of) -> Path:
     """``path`` (JSON, every number) and its ``.md`` (``markdown_of``'s tables)."""
-    atomic_write_json(path, clean({
+    atomic_write_json(path, json_clean({
         "command": command, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
         "settings": settings,
         "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from dynakrag_lite.data import Corpus, load_dataset  # noqa: E402
 from dynakrag_lite.generators import make_generator  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
 from dynakrag_lab.report.claims import READER, stop_grid  # noqa: E402
-from dynakrag_lab.report.results import read_run  # noqa: E402
+from dynakrag_lab.report.results import json_clean, read_run  # noqa: E402
 from dynakrag_lab.studies import reader_stop as R  # noqa: E402
 
 FOLDER = "results/diagnostics/reader-stop"
@@ -77,15 +76,6 @@ def cmd_collect(a: argparse.Namespace) -> int:
     return 0
 
 
-def clean(o):
-    if isinstance(o, dict):
-        return {str(k): clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [clean(v) for v in o]
-    if isinstance(o, float):
-        return None if not math.isfinite(o) else round(o, 4)
-    return o
-
 
 def cmd_report(a: argparse.Namespace) -> int:
     grids = {}
@@ -95,8 +85,8 @@ def cmd_report(a: argparse.Namespace) -> int:
     rep = R.rule_report(grids["train"], grids["eval"])
     rep = {"dataset": a.dataset, "reader": a.reader, **rep,
            "command": relative_command(sys.argv, "python")}
-    atomic_write_json(a.out, clean(rep))
-    print(json.dumps(clean(rep), indent=1))
+    atomic_write_json(a.out, json_clean(rep))
+    print(json.dumps(json_clean(rep), indent=1))
     return 0
 
 

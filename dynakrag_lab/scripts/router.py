@@ -12,7 +12,6 @@ Writes every number to ``--out`` (JSON) and a short report beside it (``.md``).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -23,26 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa: E402
                                    relative_command)
+from dynakrag_lab.report.results import json_clean  # noqa: E402
 from dynakrag_lab.studies import router as R  # noqa: E402
 
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 NAMES = {"one_shot": "always one-shot", "multi_step": "always multi-step",
          "random_same_rate": "random, same multi-step rate"}
 
-
-def clean(o):
-    """JSON without NaN (null instead), 4-decimal floats, arrays as lists."""
-    if isinstance(o, dict):
-        return {str(k): clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple, np.ndarray)):
-        return [clean(v) for v in o]
-    if isinstance(o, (float, np.floating)):
-        return None if not math.isfinite(o) else round(float(o), 4)
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    return o
 
 
 def study_dataset(ds: str, args) -> tuple[dict, list, dict]:
@@ -205,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     command = relative_command(list(argv if argv is not None else sys.argv[1:]),
                                prefix="python dynakrag_lab/scripts/router.py")
     out = Path(args.out)
-    atomic_write_json(out, clean({"command": command, "seconds": seconds,
+    atomic_write_json(out, json_clean({"command": command, "seconds": seconds,
                                   "settings": {"folds": args.folds, "seed": args.seed,
                                                "models": R.MODELS, "taus": R.TAUS,
                                                "features": R.ROUTER_FEATURES,
