@@ -48,17 +48,15 @@ from sklearn.model_selection import GroupKFold
 
 from dynakrag_lite.actions import final_answer_prompt
 from dynakrag_lite.metrics import normalize_answer
-from dynakrag_lite.prompts import parse_answer
 from dynakrag_lite.sufficiency import reply_confidence
 
 from ..report.claims import StopGrid, stop_shuffle
 
 __all__ = ["RULES", "read_scores", "collect", "ReaderGrid", "reader_grid", "stop_depths",
            "choose_parameter", "stop_label", "stop_model_features", "fit_stop_model",
-           "cv_auc", "rule_report", "report_frame"]
+           "cv_auc", "model_auc", "stop_aucs", "rule_report", "report_frame"]
 
 RULES = ("stable", "confident", "confident_or_stable", "model")
-EMPTY_LOGPROB = -10.0  # reply_confidence's score of an empty reply
 
 
 # -- collecting (model calls) ---------------------------------------------------------------
@@ -182,30 +180,30 @@ def stop_probability(model: LogisticRegression, rg: ReaderGrid) -> np.ndarray:
 
 
 def cv_auc(rg: ReaderGrid, folds: int = 5) -> dict:
-    """Out-of-fold AUC (folds by question) of the stop model and of confidence alone for
-    the stop label, on the depths before the last (the last always stops)."""
-    y = stop_label(rg)[:, :-1]
-    p = np.zeros(y.shape)
-    groups = np.repeat(np.arange(rg.n)[:, None], y.shape[1], axis=1)
-    X = stop_model_features(rg)[:, :-1]
-    for tr, te in GroupKFold(min(folds, rg.n)).split(X.reshape(-1, 4), y.ravel(),
-                                                      groups.ravel()):
-        Xf, yf = X.reshape(-1, 4), y.ravel()
-        if len(set(yf[tr])) < 2:
-            p.ravel()[te] = yf[tr].mean()
-            continue
-        m = LogisticRegression(max_iter=1000).fit(Xf[tr], yf[tr])
-        p.ravel()[te] = m.predict_proba(Xf[te])[:, 1]
-    return {"stop_model": _auc(y, p), "confidence": _auc(y, rg.logprob[:, :-1]),
-            "unchanged": _auc(y[:, 1:], ~rg.changed[:, 1:-1]),
-            "positives": float(y.mean()), "states": int(y.size)}
+    """Out-of-fold AUC (folds by question) of the stop model, with :func:`stop_aucs`."""
+    y = stop_label(rg)[:, :-1].ravel()
+    X = stop_model_features(rg)[:, :-1].reshape(-1, 4)
+    groups = np.repeat(np.arange(rg.n), rg.logprob.shape[1] - 1)
+    p = np.zeros(len(y))
+    for tr, te in GroupKFold(min(folds, rg.n)).split(X, y, groups):
+        if len(set(y[tr])) < 2:  # one class in the fold: its rate
+            p[te] = y[tr].mean()
+        else:
+            p[te] = LogisticRegression(max_iter=1000).fit(X[tr], y[tr]).predict_proba(
+                X[te])[:, 1]
+    return stop_aucs(rg, p.reshape(rg.n, -1))
 
 
 def model_auc(model: LogisticRegression, rg: ReaderGrid) -> dict:
     """The fitted model's AUC on ``rg`` (read once, on the evaluation grid)."""
+    return stop_aucs(rg, stop_probability(model, rg)[:, :-1])
+
+
+def stop_aucs(rg: ReaderGrid, model_score: np.ndarray) -> dict:
+    """AUCs for the stop label on the depths before the last (the last always stops): of
+    ``model_score`` (questions x those depths), of confidence alone and of "unchanged"."""
     y = stop_label(rg)[:, :-1]
-    return {"stop_model": _auc(y, stop_probability(model, rg)[:, :-1]),
-            "confidence": _auc(y, rg.logprob[:, :-1]),
+    return {"stop_model": _auc(y, model_score), "confidence": _auc(y, rg.logprob[:, :-1]),
             "unchanged": _auc(y[:, 1:], ~rg.changed[:, 1:-1]),
             "positives": float(y.mean()), "states": int(y.size)}
 
