@@ -106,6 +106,7 @@ class RunSettings:
     lam: float | None = None  # train: fixed, no tuning
     veto_threshold: float | None = None  # train: fixed, no tuning
     stop_after: int | None = None  # dynakrag and uniform: stop after K acquisitions
+    policy_train_questions: bool = False  # evaluate --split train on the policy's own questions
     # train (dynakrag_lite.training.recipe)
     trees: int = 300
     min_leaf: int = 8

@@ -362,3 +362,28 @@ def test_from_data_and_save_data_are_mutually_exclusive(collected, tmp_path, cap
               "--save-data", str(tmp_path / "t.npz")])
     assert e.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_policy_train_questions_lets_a_training_split_grid_run_and_records_it(
+        collected, tmp_path, capsys, monkeypatch):
+    """evaluate refuses a policy's own training questions unless --policy-train-questions is
+    given, which only --split train accepts; the summary then says how many were in-sample."""
+    monkeypatch.setattr(pipeline_mod, "make_generator",
+                        lambda spec, cache=True, **kw: ScriptedGenerator())
+    pol = collected[0]
+    ids = Policy.load(pol).meta["train_ids"]
+    argv = ["evaluate", "--data", "library", "--generator", "scripted", "--method", "dynakrag",
+            "--policy", str(pol), "--n-eval", "10", "--split", "train", "--limit", "2"]
+    code, _, err = run(capsys, [*argv, "--out", str(tmp_path / "refused")])
+    assert code == 2 and "2 evaluation question(s) were training questions" in err
+    assert not (tmp_path / "refused").exists()
+    code, _, err = run(capsys, [*argv[:-4], "--split", "eval", "--limit", "2",
+                                "--policy-train-questions", "--out", str(tmp_path / "ev")])
+    assert code == 2 and "--policy-train-questions is for --split train" in err
+    out = tmp_path / "grid"
+    code, _, err = run(capsys, [*argv, "--policy-train-questions", "--out", str(out)])
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"]["training_questions_run"] == 2
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ids[:2]

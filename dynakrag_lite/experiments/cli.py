@@ -114,6 +114,9 @@ def _check_settings(s: RunSettings) -> None:
         raise ValueError(f"--policy is for dynakrag, uniform and oracle, not {s.method}")
     if s.stop_after is not None and s.method not in ("dynakrag", "uniform"):
         raise ValueError(f"--stop-after is for dynakrag and uniform, not {s.method}")
+    if s.policy_train_questions and s.split != "train":
+        raise ValueError("--policy-train-questions is for --split train diagnostics; an "
+                         "evaluation never runs on the policy's training questions")
 
 
 def _check_out(out: str | Path, folder: bool) -> None:
@@ -272,10 +275,15 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
         extra["selector"] = {"path": display_path(s.selector),
                              "sha256": env.compressor.selector.sha256}
     if policy is not None:
+        ids = [q.id for q in eval_qs]
         check_policy(policy, embedder=s.embedder, doc_chars=env.config.doc_chars,
-                     per_action=env.config.per_action, eval_ids=[q.id for q in eval_qs])
+                     per_action=env.config.per_action,
+                     eval_ids=() if s.policy_train_questions else ids)
         # the path as the project knows it (results/policies/...), from any working directory
         extra["policy"] = {**policy.provenance(), "path": display_path(path)}
+        if s.policy_train_questions:  # in-sample for the policy: the record says how many
+            seen = set(map(str, policy.meta.get("train_ids") or ()))
+            extra["policy"]["training_questions_run"] = sum(i in seen for i in ids)
         trained_on = policy.meta.get("dataset")
         if trained_on and trained_on != dataset:  # allowed (a transfer), but never silently
             extra["warnings"] = [f"the policy {display_path(path)} was trained on dataset "
@@ -403,6 +411,10 @@ def _add_evaluate(p: argparse.ArgumentParser) -> None:
                    help="dynakrag: a stop-at-K schedule (the policy's choices, stop_answer "
                    "withheld before K acquisitions and forced after); uniform: its random "
                    "valid choices, stop_answer forced after K acquisitions")
+    p.add_argument("--policy-train-questions", action="store_true",
+                   help="with --split train: allow the policy's own training questions (a "
+                   "diagnostic grid where no unseen training question is left); summary.json "
+                   "records how many were run")
     p.add_argument("--workers", type=int, default=1,
                    help="questions run at once; > 1 only with a server generator "
                    "(openai:<model>@<base_url>); predictions.jsonl keeps the "
