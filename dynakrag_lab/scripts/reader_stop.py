@@ -57,6 +57,14 @@ def doc_chars_of(root: str, dataset: str, reader: str, k: int) -> int | None:
     return run["fingerprint"]["budgets"]["doc_chars"] or None
 
 
+def policy_in_sample(root: str, dataset: str, reader: str) -> int:
+    """How many of the training grid's questions the policy was trained on (evaluate
+    --policy-train-questions records it per schedule; the most over the schedules)."""
+    runs = sorted((Path(root) / dataset / reader).glob("dynakrag-cont*/summary.json"))
+    return max((json.loads(f.read_text()).get("policy", {}).get("training_questions_run", 0)
+                for f in runs), default=0)
+
+
 def cmd_collect(a: argparse.Namespace) -> int:
     by_k = schedules(a.root, a.dataset, a.reader)
     corpus = Corpus.from_questions(load_dataset(a.dataset, data_root=a.data_dir),
@@ -83,7 +91,9 @@ def cmd_report(a: argparse.Namespace) -> int:
         scores = R.read_scores(scores_path(a.folder, a.dataset, a.reader, split))
         grids[split] = R.reader_grid(stop_grid(a.dataset, a.reader, root), scores)
     rep = R.rule_report(grids["train"], grids["eval"])
+    # 2Wiki's and MuSiQue's policies saw every training question: their grids are in-sample
     rep = {"dataset": a.dataset, "reader": a.reader, **rep,
+           "train_policy_in_sample": policy_in_sample(a.train_root, a.dataset, a.reader),
            "command": relative_command(sys.argv, "python")}
     atomic_write_json(a.out, json_clean(rep))
     print(json.dumps(json_clean(rep), indent=1))
