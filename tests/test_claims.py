@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_count, fmt_diff,
-                                        fmt_p, headline_claims, results_table, stop_shuffle)
+                                        fmt_p, headline_claims, horizon_table, results_table,
+                                        stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +83,24 @@ def test_comparison_count_counts_each_controller_pair_once(tmp_path):
         (folder / "predictions.jsonl").write_text("")
     # dynakrag vs 3 others, dynakrag-cont vs 3 others, the controller pair counted once
     assert comparison_count(tmp_path) == 5
+
+
+def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
+    """Learned minus uniform at k, paired by question id (uniform's order may differ); a k
+    with only one of the two runs gives no row."""
+    def write(run, f1s):
+        folder = tmp_path / "hotpotqa" / "reader" / run
+        folder.mkdir(parents=True)
+        rows = [{"id": str(i), "f1": f, "tokens": 100 * (i + 1)} for i, f in f1s]
+        (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write("dynakrag-cont-stop2", [(0, 1.0), (1, .5), (2, 0.0)])
+    write("uniform-stop2", [(2, 0.0), (1, .5), (0, .4)])
+    write("dynakrag-cont-stop3", [(0, 1.0)])  # no uniform-stop3: no row
+    t = horizon_table("reader", tmp_path, datasets=("hotpotqa",))
+    assert list(t.k) == [2] and t.n.item() == 3
+    assert t["learned - uniform"].item() == pytest.approx(.2)
+    assert t["F1 uniform"].item() == pytest.approx(.3)
+    assert t["tokens learned"].item() == t["tokens uniform"].item() == 200
 
 
 def test_differences_and_p_values_are_written_as_the_book_writes_them():

@@ -38,7 +38,8 @@ from .comparison import N_RESAMPLES, SEED, PairedDifference, paired_difference, 
 from .results import read_run
 
 __all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShuffle",
-           "acquisitions", "stop_grid", "stop_shuffle", "results_table", "paired_f1",
+           "acquisitions", "stop_grid", "stop_shuffle", "results_table", "horizon_table",
+           "paired_f1",
            "f1_difference", "mean_tokens", "pooled_pairs",
            "headline_claims", "claim_sentences", "comparison_count", "study_reads", "fmt_diff", "fmt_p"]
 
@@ -178,6 +179,31 @@ def results_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
                 d = paired_f1(rows, base)
                 rec.update(vs_cont=d.diff, vs_cont_lo=d.lo, vs_cont_hi=d.hi)
             out.append(rec)
+    return pd.DataFrame(out)
+
+
+def horizon_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
+                  datasets: Sequence[str] = DATASETS, ks: Sequence[int] = (1, 2, 3, 4)
+                  ) -> pd.DataFrame:
+    """Learned action choice at an equal horizon: for each dataset and k where both runs have
+    answers, the continuation controller's stop-at-k schedule (``dynakrag-cont-stop{k}``)
+    minus uniform-valid stopped after k acquisitions (``uniform-stop{k}``), F1 paired per
+    question, with both runs' mean tokens over the pairs and the uniform run's status."""
+    out = []
+    for ds in datasets:
+        for k in ks:
+            learned, _ = read_run(ds, reader, f"dynakrag-cont-stop{k}", root)
+            uniform, status = read_run(ds, reader, f"uniform-stop{k}", root)
+            pairs = paired_rows(learned, uniform)
+            if not pairs:
+                continue
+            d = f1_difference(pairs)
+            tok_l, tok_u = mean_tokens(pairs)
+            out.append({"dataset": LABELS.get(ds, ds), "k": k, "n": d.n,
+                        "uniform status": status["status"], "F1 learned": d.mean_a,
+                        "F1 uniform": d.mean_b, "learned - uniform": d.diff, "lo": d.lo,
+                        "hi": d.hi, "p": d.p_value, "tokens learned": tok_l,
+                        "tokens uniform": tok_u})
     return pd.DataFrame(out)
 
 
