@@ -117,3 +117,14 @@ def test_rule_report_chooses_on_training_and_reads_the_evaluation_grid_once():
     assert rep["rules"]["confident"]["p_value"] < 0.05
     frame = R.report_frame({"toy": rep})
     assert list(frame["stop"])[0].startswith("learned stop") and len(frame) == 1 + len(R.RULES)
+
+
+def test_power_curve_sees_a_perfect_signal_and_loses_power_as_noise_grows():
+    # a grid where the right depth differs by question: a stop that knows it gains a lot
+    f1 = [[1, 1, 1], [0, 1, 1], [0, 0, 1], [1, 0, 0]] * 5
+    rg = _grid(f1, [[-1] * 3] * 20, [["a"] * 3] * 20)
+    curve = R.power_curve(rg, n=60, sigmas=(0, 5), sims=20, n_shuffles=200)
+    perfect, noisy = curve
+    assert perfect["auc"] == 1.0 and perfect["power"] == 1.0 and perfect["gain"] > .2
+    assert noisy["auc"] < .7 and noisy["power"] < perfect["power"]
+    assert noisy["gain"] < perfect["gain"]

@@ -91,6 +91,8 @@ def cmd_report(a: argparse.Namespace) -> int:
         scores = R.read_scores(scores_path(a.folder, a.dataset, a.reader, split))
         grids[split] = R.reader_grid(stop_grid(a.dataset, a.reader, root), scores)
     rep = R.rule_report(grids["train"], grids["eval"])
+    # the test's power at the evaluation's n, from the training grid alone
+    rep["power"] = R.power_curve(grids["train"], n=grids["eval"].n)
     # 2Wiki's and MuSiQue's policies saw every training question: their grids are in-sample
     rep = {"dataset": a.dataset, "reader": a.reader, **rep,
            "train_policy_in_sample": policy_in_sample(a.train_root, a.dataset, a.reader),

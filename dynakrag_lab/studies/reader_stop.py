@@ -54,7 +54,7 @@ from ..report.claims import StopGrid, stop_shuffle
 
 __all__ = ["RULES", "read_scores", "collect", "ReaderGrid", "reader_grid", "stop_depths",
            "choose_parameter", "stop_label", "stop_model_features", "fit_stop_model",
-           "cv_auc", "model_auc", "stop_aucs", "rule_report", "report_frame"]
+           "cv_auc", "model_auc", "stop_aucs", "power_curve", "rule_report", "report_frame"]
 
 RULES = ("stable", "confident", "confident_or_stable", "model")
 
@@ -271,6 +271,37 @@ def choose_parameter(rg: ReaderGrid, rule: str, model: LogisticRegression | None
         if best is None or key > best[0]:
             best = (key, c)
     return float(best[1])
+
+
+def power_curve(rg: ReaderGrid, n: int, sigmas: Sequence[float] = (0, .5, 1, 1.5, 2, 3),
+                sims: int = 200, n_shuffles: int = 1000, seed: int = 0) -> list[dict]:
+    """How good a stop signal must be for the shuffled-stop test to see it at ``n`` questions.
+
+    A synthetic signal is the stop label plus Gaussian noise of scale sigma (0: a perfect
+    stop); the rule stops at the first depth where it reaches 1/2. Each simulation resamples
+    ``n`` questions of ``rg`` with replacement and runs the test (one-sided p). Per sigma: the
+    signal's AUC (the same states as :func:`stop_aucs`), the share of simulations with
+    p < .05 (power), and the mean F1 gain over the shuffles. Built on training grids only."""
+    rng = np.random.default_rng(seed)
+    y, g = stop_label(rg).astype(float), rg.grid
+    out = []
+    for sigma in sigmas:
+        aucs, hits, gains = [], 0, []
+        for s in range(sims):
+            idx = rng.integers(0, rg.n, size=n)
+            score = y[idx] + sigma * rng.standard_normal(y[idx].shape)
+            fire = score >= .5
+            fire[:, -1] = True
+            depth = np.asarray(g.ks)[fire.argmax(axis=1)]
+            sub = StopGrid(g.dataset, [g.ids[i] for i in idx], [g.types[i] for i in idx],
+                           g.ks, g.f1[idx], g.tokens[idx], depth)
+            test = stop_shuffle(sub, n_shuffles=n_shuffles, seed=seed + s)
+            hits += test.p_value < .05
+            gains.append(test.f1 - test.shuffled_f1)
+            aucs.append(_auc(y[idx][:, :-1], score[:, :-1]))
+        out.append({"sigma": float(sigma), "auc": float(np.nanmean(aucs)),
+                    "power": hits / sims, "gain": float(np.mean(gains))})
+    return out
 
 
 def rule_report(train: ReaderGrid, evaluation: ReaderGrid, n_shuffles: int = 10_000
