@@ -55,6 +55,7 @@ RUNS = {
     "fixed_k": ["--method", "fixed_k"],
     "fixed_k3": ["--method", "fixed_k", "--fixed-k", "3"],  # the token-matched pair
     "fixed_k6": ["--method", "fixed_k", "--fixed-k", "6"],
+    "fixed_k12": ["--method", "fixed_k", "--fixed-k", "12"],  # the paper's document budget
     "ircot": ["--method", "ircot"],
     "self_ask": ["--method", "self_ask"],
     "uniform": ["--method", "uniform"],

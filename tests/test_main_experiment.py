@@ -78,3 +78,20 @@ def test_uniform_stop_k_runs_are_uniform_s_command_with_a_stop_after_k(mx, monke
         assert cmd[out + 1].endswith(f"hotpotqa/qwen2.5-coder-1.5b/uniform-stop{k}")
         assert cmd[:out] == [*uniform[:uniform.index("--policy")], "--stop-after", str(k),
                              *uniform[uniform.index("--policy"):uniform.index("--out")]]
+
+
+def test_fixed_k12_is_the_committed_fixed_k12_runs_command(mx, monkeypatch):
+    """--runs fixed_k12 starts (or resumes) exactly the command the committed HotpotQA run
+    records, so the results chapter's instruction to extend it is the run itself."""
+    import json
+    import shlex
+    seen: list[list[str]] = []
+    monkeypatch.setattr(mx, "run", lambda args, log: seen.append(args) or 0)
+    monkeypatch.setattr(sys, "argv", [
+        "main_experiment.py", "--dataset", "hotpotqa", "--generator", "qwen2.5-coder-1.5b",
+        "--n-eval", "150", "--eval-limit", "150", "--runs", "fixed_k12",
+        "--data-dir", "../shared/data"])
+    assert mx.main() == 0
+    run = ROOT / "results/experiments/hotpotqa/qwen2.5-coder-1.5b/fixed_k12/run.json"
+    recorded = shlex.split(json.loads(run.read_text())["command"])
+    assert seen == [recorded[recorded.index("evaluate"):]]
