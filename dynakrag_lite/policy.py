@@ -370,6 +370,12 @@ def embedder_key(name: str) -> str:
     return _OFFLINE_ALIASES.get(name.lower(), name)
 
 
+def training_overlap(policy: Policy, ids: Iterable[str]) -> list[str]:
+    """The ids (each once, in order) that were training questions of ``policy``."""
+    train = set(map(str, policy.meta.get("train_ids") or ()))
+    return [i for i in dict.fromkeys(map(str, ids)) if i in train]
+
+
 def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_action: int,
                  eval_ids: Iterable[str] = ()) -> None:
     """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
@@ -407,8 +413,7 @@ def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_ac
                         f"{sklearn.__version__}; install scikit-learn=={meta['sklearn']} "
                         "(requirements.txt pins it) or retrain")
     if "train_ids" in meta:
-        train = set(map(str, meta["train_ids"]))
-        overlap = [i for i in dict.fromkeys(map(str, eval_ids)) if i in train]
+        overlap = training_overlap(policy, eval_ids)
         if overlap:
             problems.append(f"{len(overlap)} evaluation question(s) were training questions "
                             f"of this policy (e.g. {overlap[0]!r}); evaluate on held-out "

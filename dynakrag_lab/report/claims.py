@@ -39,8 +39,7 @@ from .results import read_run
 
 __all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShuffle",
            "acquisitions", "stop_grid", "stop_shuffle", "results_table", "horizon_table",
-           "paired_f1",
-           "f1_difference", "mean_tokens", "pooled_pairs",
+           "paired_f1", "f1_difference", "mean_tokens", "pooled_pairs",
            "headline_claims", "claim_sentences", "comparison_count", "study_reads", "fmt_diff", "fmt_p"]
 
 READER = "qwen2.5-coder-1.5b"

@@ -289,7 +289,8 @@ def power_curve(rg: ReaderGrid, n: int, sigmas: Sequence[float] = (0, .5, 1, 1.5
         aucs, hits, gains = [], 0, []
         for s in range(sims):
             idx = rng.integers(0, rg.n, size=n)
-            score = y[idx] + sigma * rng.standard_normal(y[idx].shape)
+            label = y[idx]
+            score = label + sigma * rng.standard_normal(label.shape)
             fire = score >= .5
             fire[:, -1] = True
             depth = np.asarray(g.ks)[fire.argmax(axis=1)]
@@ -298,7 +299,7 @@ def power_curve(rg: ReaderGrid, n: int, sigmas: Sequence[float] = (0, .5, 1, 1.5
             test = stop_shuffle(sub, n_shuffles=n_shuffles, seed=seed + s)
             hits += test.p_value < .05
             gains.append(test.f1 - test.shuffled_f1)
-            aucs.append(_auc(y[idx][:, :-1], score[:, :-1]))
+            aucs.append(_auc(label[:, :-1], score[:, :-1]))
         out.append({"sigma": float(sigma), "auc": float(np.nanmean(aucs)),
                     "power": hits / sims, "gain": float(np.mean(gains))})
     return out

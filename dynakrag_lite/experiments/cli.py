@@ -49,7 +49,7 @@ from ..generators.models import ModelError
 from ..generators.spec import make_generator
 from ..metrics import support_recall
 from ..pipeline import run_setup
-from ..policy import STOP_RULES, Policy, PolicyError, check_policy
+from ..policy import STOP_RULES, Policy, PolicyError, check_policy, training_overlap
 from ..storage import LockedError, redact, relative_command
 from ..sufficiency import SIGNAL_CHOICES
 from ..training.recipe import train
@@ -282,8 +282,7 @@ def evaluation_setup(args: argparse.Namespace) -> EvaluationSetup:
         # the path as the project knows it (results/policies/...), from any working directory
         extra["policy"] = {**policy.provenance(), "path": display_path(path)}
         if s.policy_train_questions:  # in-sample for the policy: the record says how many
-            seen = set(map(str, policy.meta.get("train_ids") or ()))
-            extra["policy"]["training_questions_run"] = sum(i in seen for i in ids)
+            extra["policy"]["training_questions_run"] = len(training_overlap(policy, ids))
         trained_on = policy.meta.get("dataset")
         if trained_on and trained_on != dataset:  # allowed (a transfer), but never silently
             extra["warnings"] = [f"the policy {display_path(path)} was trained on dataset "
