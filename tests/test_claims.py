@@ -91,7 +91,9 @@ def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
     def write(run, f1s):
         folder = tmp_path / "hotpotqa" / "reader" / run
         folder.mkdir(parents=True)
-        rows = [{"id": str(i), "f1": f, "tokens": 100 * (i + 1)} for i, f in f1s]
+        rows = [{"id": str(i), "f1": f, "tokens": 100 * (i + 1), "prediction": str(f),
+                 "trace": [{"action": "retrieve_more"}] * (1 + (run[0] == "u" and i == 1))}
+                for i, f in f1s]
         (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write("dynakrag-cont-stop2", [(0, 1.0), (1, .5), (2, 0.0)])
     write("uniform-stop2", [(2, 0.0), (1, .5), (0, .4)])
@@ -101,6 +103,8 @@ def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
     assert t["learned - uniform"].item() == pytest.approx(.2)
     assert t["F1 uniform"].item() == pytest.approx(.3)
     assert t["tokens learned"].item() == t["tokens uniform"].item() == 200
+    # question 1 took one more action under uniform; question 0 answered differently
+    assert t["same actions"].item() == 2 and t["same answer"].item() == 2
 
 
 def test_differences_and_p_values_are_written_as_the_book_writes_them():

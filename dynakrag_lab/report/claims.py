@@ -187,7 +187,9 @@ def horizon_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
     """Learned action choice at an equal horizon: for each dataset and k where both runs have
     answers, the continuation controller's stop-at-k schedule (``dynakrag-cont-stop{k}``)
     minus uniform-valid stopped after k acquisitions (``uniform-stop{k}``), F1 paired per
-    question, with both runs' mean tokens over the pairs and the uniform run's status."""
+    question, with both runs' mean tokens over the pairs, the uniform run's status and how
+    many pairs took the same actions (at k = 1 all of them: what differs there is the reader's
+    reply, e.g. across llama.cpp builds, the floor under every other row)."""
     out = []
     for ds in datasets:
         for k in ks:
@@ -202,8 +204,16 @@ def horizon_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
                         "uniform status": status["status"], "F1 learned": d.mean_a,
                         "F1 uniform": d.mean_b, "learned - uniform": d.diff, "lo": d.lo,
                         "hi": d.hi, "p": d.p_value, "tokens learned": tok_l,
-                        "tokens uniform": tok_u})
+                        "tokens uniform": tok_u, "same actions": sum(
+                            _actions(a) == _actions(b) for a, b in pairs),
+                        "same answer": sum(a.get("prediction") == b.get("prediction")
+                                           for a, b in pairs)})
     return pd.DataFrame(out)
+
+
+def _actions(row: Mapping) -> list:
+    """The action sequence of a row's trace (empty when the row has none)."""
+    return [t.get("action") for t in row.get("trace") or []]
 
 
 def f1_difference(pairs: Sequence[tuple[Mapping, Mapping]]) -> PairedDifference:
