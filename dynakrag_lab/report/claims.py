@@ -60,9 +60,14 @@ def _rows(dataset: str, run: str, reader: str, root: str | Path) -> list[dict]:
     return rows
 
 
+def _actions(row: Mapping) -> list:
+    """The action sequence of a row's trace (empty when the row has none)."""
+    return [t.get("action") for t in row.get("trace") or ()]
+
+
 def acquisitions(row: Mapping) -> int:
     """How many evidence-acquiring actions a run's trace took (its stop depth)."""
-    return sum(t.get("action") in ACQUISITIONS for t in row.get("trace") or ())
+    return sum(a in ACQUISITIONS for a in _actions(row))
 
 
 def fmt_diff(d: PairedDifference) -> str:
@@ -209,11 +214,6 @@ def horizon_table(reader: str = READER, root: str | Path = EXPERIMENTS_DIR,
                         "same answer": sum(a.get("prediction") == b.get("prediction")
                                            for a, b in pairs)})
     return pd.DataFrame(out)
-
-
-def _actions(row: Mapping) -> list:
-    """The action sequence of a row's trace (empty when the row has none)."""
-    return [t.get("action") for t in row.get("trace") or []]
 
 
 def f1_difference(pairs: Sequence[tuple[Mapping, Mapping]]) -> PairedDifference:
