@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 VERSION = "0.3.36"
@@ -132,7 +133,10 @@ def probe(extra_path: str = "", model: str = "", python: str = sys.executable,
         sig = -p.returncode if p.returncode < 0 else None
         why = {4: "SIGILL: compiled for instructions this CPU does not execute"}.get(
             sig, f"exit code {p.returncode}")
-        return {"ok": False, "error": why, "stderr": p.stderr[-2000:]}
+        # The child's last stderr line names the cause (a missing module, a bad flag).
+        last = next((ln.strip() for ln in reversed(p.stderr.splitlines()) if ln.strip()), "")
+        return {"ok": False, "error": f"{why}: {last}" if last else why,
+                "stderr": p.stderr[-2000:]}
     for line in p.stdout.splitlines():
         if line.startswith("PROBE "):
             return {"ok": True, **json.loads(line[6:])}
@@ -202,12 +206,29 @@ def build_wheel(variant: str, log=print) -> Path:
     return final
 
 
-def prove_wheel(whl: Path, log=print) -> dict:
-    """Unpack ``whl`` into a scratch folder and decode with it in a child process."""
+def wheel_requirements(whl: Path) -> list[str]:
+    """The wheel's own runtime dependencies (``Requires-Dist`` without an extra)."""
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(meta).decode("utf-8").splitlines()
+    return [ln.split(":", 1)[1].strip() for ln in lines
+            if ln.startswith("Requires-Dist:") and "extra ==" not in ln]
+
+
+def prove_wheel(whl: Path, log=print, python: str = sys.executable) -> dict:
+    """Unpack ``whl`` into a scratch folder and decode with it in a child process.
+
+    The wheel's dependencies (numpy, diskcache, jinja2, ...) go into ``python``'s environment
+    first: any llama_cpp install needs them, and without them a fresh venv's proof failed on
+    ``import llama_cpp`` (diskcache) rather than on the CPU question it is there to answer.
+    """
+    reqs = wheel_requirements(whl)
+    if reqs:
+        subprocess.run([python, "-m", "pip", "install", "--quiet", *reqs], check=True)
     with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
+        subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-compile",
                         "--quiet", "--target", scratch, str(whl)], check=True)
-        info = probe(scratch, model_for_proof())
+        info = probe(scratch, model_for_proof(), python=python)
     log(f"proof of {whl.name}: {'ran' if info.get('ok') else 'FAILED: ' + info['error']}")
     return info
 

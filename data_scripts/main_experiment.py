@@ -50,6 +50,7 @@ from dynakrag_lite.experiments.artifacts import (POLICY_VARIANT_SUFFIXES,  # noq
 from dynakrag_lite.storage import relative_command  # noqa: E402
 from dynakrag_lite.sufficiency import SIGNAL_CHOICES  # noqa: E402
 
+UNIFORM_SEEDS = (13, 14, 15)
 RUNS = {
     "dynakrag": ["--method", "dynakrag"],
     "fixed_k": ["--method", "fixed_k"],
@@ -82,6 +83,11 @@ RUNS = {
     # k acquisitions; against dynakrag-cont-stop<k>, the learned choices at the same k.
     **{f"uniform-stop{k}": ["--method", "uniform", "--stop-after", str(k)]
        for k in (1, 2, 3, 4)},
+    # Uniform-valid sampled, not drawn once: one run per seed (13 is the CLI's default seed,
+    # the draw of `uniform`), compared as the per-question mean over seeds.
+    **{f"uniform-seed{s}": ["--method", "uniform", "--seed", str(s)] for s in UNIFORM_SEEDS},
+    **{f"uniform-seed{s}-stop2": ["--method", "uniform", "--seed", str(s), "--stop-after", "2"]
+       for s in UNIFORM_SEEDS},
 }
 GAIN_STOP, CONTINUATION = POLICY_VARIANT_SUFFIXES  # find_policies skips variants unless asked
 # The continuation variant is built from the saved trajectories without a model call: its
@@ -177,6 +183,14 @@ def main() -> int:
                     help="skip the first M questions of the split (--split train: at least "
                     "the policy's training questions)")
     ap.add_argument("--data-dir", default=os.environ.get("DYNAKRAG_DATA_DIR"))
+    ap.add_argument("--out-root", default=None, metavar="FOLDER",
+                    help="where <dataset>/<generator>/<run> folders go (default: results/"
+                    "experiments, or results/diagnostics/train-split with --split train); the "
+                    "primary family's runs use results/primary/eval and results/primary/check "
+                    "(results/primary_tests.toml)")
+    ap.add_argument("--selector", default=None, metavar="FILE.joblib",
+                    help="the extractive compressor's sentence selector (default: results/"
+                    "selectors/<dataset>-sentence-selector.joblib)")
     ap.add_argument("--compressor", choices=("extractive", "llm"), default="extractive",
                     help="terminal compression of the controller runs (dynakrag, uniform, "
                     "oracle); extractive needs results/selectors/<dataset>-sentence-selector"
@@ -208,13 +222,15 @@ def main() -> int:
     gen_dir = args.generator if not args.policy_generator else \
         f"{args.generator}-policy-{pol_gen}"
 
-    selector = ROOT / "results" / "selectors" / f"{args.dataset}-sentence-selector.joblib"
+    selector = Path(args.selector) if args.selector else \
+        ROOT / "results" / "selectors" / f"{args.dataset}-sentence-selector.joblib"
     if args.compressor == "extractive" and not selector.exists() and \
             any(RUNS[r][1] in CONTROLLER_METHODS for r in runs):
         raise SystemExit(f"{rel(selector)} missing: build it with data_scripts/"
                          "compression_diagnostics.py, or pass --compressor llm")
 
-    root = ROOT / "results" / "experiments" if args.split == "eval" else \
+    root = ROOT / args.out_root if args.out_root else \
+        ROOT / "results" / "experiments" if args.split == "eval" else \
         ROOT / "results" / "diagnostics" / "train-split"
     split = [] if args.split == "eval" and not args.offset else \
         ["--split", args.split, "--offset", str(args.offset)]
