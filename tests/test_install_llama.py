@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import require_llama, require_model
+from helpers import missing, require_llama, require_model
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("install_llama",
@@ -114,3 +114,56 @@ def test_smoke_check_names_a_crashing_build(tmp_path):
                          timeout=300)
     assert out.stdout.startswith("False killed by SIGILL"), out.stdout + out.stderr
     assert "install_llama.py" in out.stdout
+
+
+def _fake_wheel(path: Path, requires: list[str]) -> Path:
+    import zipfile
+    whl = path / "llama_cpp_python-0.0.0-py3-none-any.whl"
+    meta = "Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.0.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("llama_cpp_python-0.0.0.dist-info/METADATA", meta)
+    return whl
+
+
+def test_wheel_requirements_are_the_runtime_ones_without_extras(tmp_path):
+    whl = _fake_wheel(tmp_path, ["typing-extensions>=4.5.0", "numpy>=1.20.0",
+                                 "diskcache>=5.6.1", "jinja2>=2.11.3",
+                                 'uvicorn>=0.22.0; extra == "server"'])
+    assert install_llama.wheel_requirements(whl) == [
+        "typing-extensions>=4.5.0", "numpy>=1.20.0", "diskcache>=5.6.1", "jinja2>=2.11.3"]
+
+
+def test_a_failed_proof_names_the_childs_reason(tmp_path):
+    # What a fresh venv used to show as a bare "exit code 1": the import of a dependency fails.
+    pkg = tmp_path / "llama_cpp"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import diskcache_not_installed_here\n")
+    r = install_llama.probe(str(tmp_path))
+    assert not r["ok"]
+    assert "exit code 1" in r["error"] and "diskcache_not_installed_here" in r["error"]
+
+
+def _built_wheels() -> list[Path]:
+    return sorted(install_llama.WHEELS.glob("llama_cpp_python-*/llama_cpp_python-*.whl"))
+
+
+def test_a_built_variant_is_proved_in_a_fresh_venv_without_its_dependencies(tmp_path):
+    """The proof `make install` runs, in a venv that has none of the wheel's dependencies (no
+    numpy, no diskcache): it installs them itself and decodes. Before, every fresh AVX-512
+    machine lost the fast build here to a missing diskcache."""
+    require_model("smollm2-135m")
+    wheels = _built_wheels()
+    if not wheels:
+        missing("no wheel built in .cache/wheels (make llama builds one)")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    has = subprocess.run([py, "-c", "import diskcache"], capture_output=True)
+    assert has.returncode != 0, "the fresh venv must start without the wheel's dependencies"
+    for whl in wheels:  # every variant this machine built: each must run here or say why
+        info = install_llama.prove_wheel(whl, log=lambda _: None, python=py)
+        if not info["ok"]:
+            assert "SIGILL" in info["error"], info  # only the CPU may refuse a build
+            continue
+        assert info.get("decoded") is not None and info["version"] == install_llama.VERSION
