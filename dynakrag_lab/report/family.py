@@ -110,7 +110,7 @@ def run_names(run: str, seeds: Sequence[int]) -> list[str]:
     return [run.format(seed=s) for s in seeds] if SEED_FIELD in run else [run]
 
 
-# -- one run folder ---------------------------------------------------------------------------------
+# -- one run folder -----------------------------------------------------------------------------
 def _builds(folder: Path) -> list:
     """Every llama.cpp build a run folder records (None: none recorded)."""
     found = []
@@ -208,8 +208,8 @@ def read_test(cfg: Mapping, family: str, dataset: str, test: Mapping) -> dict:
     tok_b = float(np.mean([[float(x["tokens"]) for x in bs] for _, bs in pairs]))
     seed_f1 = b_seed.mean(axis=0).tolist()
     seed_diff = (a[:, None] - b_seed).mean(axis=0).tolist()
-    out.update(ci=fmt_diff(pd_), mean_a=pd_.mean_a, mean_b=pd_.mean_b, diff=pd_.diff, lo=pd_.lo, hi=pd_.hi,
-               p=pd_.p_value, wins=pd_.wins, losses=pd_.losses, sd_diff=sd,
+    out.update(ci=fmt_diff(pd_), mean_a=pd_.mean_a, mean_b=pd_.mean_b, diff=pd_.diff,
+               lo=pd_.lo, hi=pd_.hi, p=pd_.p_value, wins=pd_.wins, losses=pd_.losses, sd_diff=sd,
                mde=float(z * sd / math.sqrt(len(d))), margin=m, p_tost=p_tost,
                equivalent=p_tost < alpha,
                tost_lo=tost_lo, tost_hi=tost_hi,
