@@ -13,8 +13,10 @@ path; :func:`upgrade` reads them in version 2 terms where the old record proves 
 from its title and text; the selector path becomes that file's sha256).
 
 Kept out of it: which questions a folder is for (checked beside it:
-:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`;
-its builds give the same greedy replies), recorded in run.json (:func:`build_change`).
+:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`),
+recorded in run.json (:func:`build_change`). Builds do not give the same greedy replies: on
+identical prompts the portable and the AVX-512 build answered differently on 14 of 250 final
+answers (README, "The llama.cpp build"), so runs compared with each other must share a build.
 """
 from __future__ import annotations
 
