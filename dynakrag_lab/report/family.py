@@ -315,7 +315,7 @@ def family_markdown(report: Mapping) -> str:
                 lines.append(f"| {LABELS.get(t['dataset'], t['dataset'])} | {t['test']} | "
                              f"{per} | {_num(sp['min'])} / {_num(sp['max'])} / "
                              f"{_num(sp['sd'])} |")
-        mixed = [t for t in f["tests"] if not t["one_build"]]
+        mixed = [t for t in f["tests"] if t["complete"] and not t["one_build"]]
         if mixed:
             lines += ["", "Runs not decoded by one recorded llama.cpp build: " + "; ".join(
                 f"{LABELS.get(t['dataset'], t['dataset'])} {t['test']}" for t in mixed) + "."]
