@@ -171,7 +171,7 @@ def test_no_chapter_speaks_of_issue_numbers_or_shows_a_literal_glue_role():
     assert not glue, f"an output shows an unrendered glue role: {glue}"
 
 
-EVERY_DATASET = re.compile(r"\b(all three|the three|every|each|all) (datasets?|benchmarks)\b", re.I)
+EVERY_DATASET = re.compile(r"\b(all three|three|every|each|all) (datasets?|benchmarks)\b", re.I)
 # words that state a comparison's outcome (the old "ties" / "matches" among them)
 OUTCOME = re.compile(r"\b(ties?|tied|matches|beats?|better|worse|no better|equivalent|"
                      r"inconclusive|outperforms?|wins?|loses)\b", re.I)
