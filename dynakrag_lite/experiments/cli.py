@@ -47,6 +47,7 @@ from ..generators.base import REPLAY_ONLY_ENV, GeneratorError
 from ..generators.cache import CacheError
 from ..generators.models import ModelError
 from ..generators.spec import make_generator
+from ..methods import METHODS
 from ..metrics import support_recall
 from ..pipeline import run_setup
 from ..policy import STOP_RULES, Policy, PolicyError, check_policy, training_overlap
@@ -57,7 +58,7 @@ from .artifacts import default_policy_path, display_path, register_policy
 from .folder import output_problem
 from .maintenance import add_maintenance_commands
 from .fingerprint import run_fingerprint
-from .run import METHODS, FailedQuestionsWarning, evaluate
+from .run import FailedQuestionsWarning, evaluate
 from .selection import NON_NEGATIVE, add_split_options, selection_of
 
 
