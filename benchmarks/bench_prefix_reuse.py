@@ -190,7 +190,7 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
     from dynakrag_lite.compression import load_selector
     from dynakrag_lite.generators.cache import CallCache
     from dynakrag_lite.experiments.artifacts import default_policy_path
-    from dynakrag_lite.experiments.cli import check_selector
+    from dynakrag_lite.experiments.commands import check_selector
     from dynakrag_lite.config import ControlConfig, Environment
     from dynakrag_lite.generators.cache import CachedGenerator
     from dynakrag_lite.pipeline import extractive_compressor
