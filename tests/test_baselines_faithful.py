@@ -15,8 +15,7 @@ from helpers import require_model
 
 from dynakrag_lite import prompts
 from dynakrag_lite.baselines import (COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE,
-                                     SELF_ASK_MAX_ITERATIONS, run_fixed_k, run_ircot,
-                                     run_self_ask)
+                                     SELF_ASK_MAX_ITERATIONS, run_ircot, run_self_ask)
 from dynakrag_lite.config import ControlConfig, Environment, RunSettings
 from dynakrag_lite.data.schema import Paragraph, Question
 from dynakrag_lite.demonstrations import (SELF_ASK_DEMOS, DemoLeakError, build_ircot_demos,
