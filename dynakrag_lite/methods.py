@@ -30,16 +30,6 @@ def _dynakrag(s: RunSettings, q: Question, env: Environment, policy, demos) -> M
     return run_controller(q.question, env, policy, q.id, method="dynakrag")
 
 
-def _uniform(s: RunSettings, q: Question, env: Environment, policy, demos) -> MethodResult:
-    chooser = UniformChooser(s.seed, s.stop_after)
-    return run_controller(q.question, env, chooser, q.id, method="uniform")
-
-
-def _oracle(s: RunSettings, q: Question, env: Environment, policy, demos) -> MethodResult:
-    return run_controller(q.question, env, OracleChooser(env, gold_titles(q)), q.id,
-                          method="oracle")
-
-
 # The registry, in the order the command line lists the names (``evaluate --method``).
 METHODS: dict[str, Runner] = {
     "dynakrag": _dynakrag,
@@ -50,8 +40,10 @@ METHODS: dict[str, Runner] = {
     "ircot": lambda s, q, env, policy, demos: run_ircot(q.question, env, qid=q.id,
                                                         demos=demos),
     "self_ask": lambda s, q, env, policy, demos: run_self_ask(q.question, env, qid=q.id),
-    "uniform": _uniform,
-    "oracle": _oracle,
+    "uniform": lambda s, q, env, policy, demos: run_controller(
+        q.question, env, UniformChooser(s.seed, s.stop_after), q.id, method="uniform"),
+    "oracle": lambda s, q, env, policy, demos: run_controller(
+        q.question, env, OracleChooser(env, gold_titles(q)), q.id, method="oracle"),
 }
 
 
