@@ -35,12 +35,18 @@ from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_e
 from .fingerprint import build_change, check_run_folder, llama_build, run_fingerprint
 from .selection import SELECTION_FIELD
 
+
 class FailedQuestionsWarning(RuntimeWarning):
     """Some questions of an evaluation failed (they are error rows); a caller that reports
     them itself (the command line) can silence this one."""
-SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_recall",
-                "all_support_rate", "docs_mean", "tokens_mean", "llm_calls_mean",
-                "retrieval_calls_mean", "seconds_mean")
+
+
+# The summary's metric means: summary key -> the row field it averages.
+MEANS = {"em": "em", "f1": "f1", "support_recall": "support_recall",
+         "all_support_rate": "all_support", "docs_mean": "n_docs", "tokens_mean": "tokens",
+         "llm_calls_mean": "llm_calls", "retrieval_calls_mean": "retrieval_calls",
+         "seconds_mean": "seconds"}
+SUMMARY_KEYS = ("method", "dataset", "generator", "n", *MEANS)
 
 
 # -- one question's row ------------------------------------------------------------------
@@ -97,11 +103,7 @@ def summarize(rows: Sequence[dict], method: str, dataset: str, generator: str) -
     def mean(k):
         return float(np.mean([r[k] for r in ok])) if ok else 0.0
     return {"method": method, "dataset": dataset, "generator": generator, "n": len(ok),
-            "em": mean("em"), "f1": mean("f1"), "support_recall": mean("support_recall"),
-            "all_support_rate": mean("all_support"), "docs_mean": mean("n_docs"),
-            "tokens_mean": mean("tokens"), "llm_calls_mean": mean("llm_calls"),
-            "retrieval_calls_mean": mean("retrieval_calls"), "seconds_mean": mean("seconds"),
-            "errors": len(rows) - len(ok)}
+            **{key: mean(field) for key, field in MEANS.items()}, "errors": len(rows) - len(ok)}
 
 
 def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environment,
