@@ -35,8 +35,6 @@ METHODS: dict[str, Runner] = {
     "dynakrag": _dynakrag,
     "fixed_k": lambda s, q, env, policy, demos: run_fixed_k(q.question, env, k=s.fixed_k,
                                                             qid=q.id),
-    # demos: build_ircot_demos of the training split; None runs IRCoT zero-shot (not the
-    # faithful baseline)
     "ircot": lambda s, q, env, policy, demos: run_ircot(q.question, env, qid=q.id,
                                                         demos=demos),
     "self_ask": lambda s, q, env, policy, demos: run_self_ask(q.question, env, qid=q.id),
@@ -53,7 +51,7 @@ def run_method(settings: RunSettings, question: Question, env: Environment,
     """One question with ``settings.method`` on ``env``. ``policy``: the learned policy
     (``dynakrag`` needs one; the others ignore it). ``demos``: IRCoT's few-shot
     demonstrations (:func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the training
-    split); None runs IRCoT zero-shot."""
+    split); None runs IRCoT zero-shot, not the faithful baseline."""
     runner = METHODS.get(settings.method or "")
     if runner is None:
         raise ValueError(f"unknown method {settings.method!r}; choose from "
