@@ -86,7 +86,7 @@ def test_paper_runs_name_runs_this_project_produces():
     """Every run name the paper tables point at is a run our experiment script writes (its
     RUNS table), and its methods are ones experiments.evaluate accepts."""
     import importlib.util
-    from dynakrag_lite.experiments.run import METHODS
+    from dynakrag_lite.methods import METHODS
     script = Path(__file__).resolve().parents[1] / "data_scripts" / "main_experiment.py"
     spec = importlib.util.spec_from_file_location("main_experiment", script)
     mx = importlib.util.module_from_spec(spec)
