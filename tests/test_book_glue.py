@@ -447,9 +447,10 @@ def stated_result() -> tuple[str, ...]:
     return tuple(" ".join(s.split()) for s in claim_sentences(headline_claims()))
 
 
-def test_the_book_has_chapters_that_glue_numbers():
+def test_the_book_has_chapters():
     assert CHAPTERS, "no book/*.ipynb found"
-    assert sum(bool(references(load(p))) for p in CHAPTERS) >= 5
+    # No minimum number of glue chapters: glue may only shrink. tests/test_book_facts.py fails
+    # on a glue role in a chapter outside its shrinking allow-list (GLUE_ALLOWED).
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)

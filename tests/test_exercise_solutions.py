@@ -10,8 +10,9 @@ read from the committed notebooks (no execution):
    hint), be a bound (0 or 1), or be a value the chapter's outputs or glued values hold, at
    the stated precision.
 2. A solution whose exercise asks something (a question, or "predict") states the measured
-   answer: a glued value, or a literal number from the outputs that the exercise does not
-   give. Chapters whose solutions predate this rule are listed in :data:`UNCONVERTED`; the
+   answer: a glued value, a literal number from the outputs that the exercise does not
+   give, or markdown its answer cells make (``IPython.display.Markdown``: like a glued value,
+   prose a cell writes from what it measured, and it reads the same outside the book build). Chapters whose solutions predate this rule are listed in :data:`UNCONVERTED`; the
    list can only shrink (a listed chapter that passes fails :func:`test_unconverted_list_is_current`).
 """
 from __future__ import annotations
@@ -204,11 +205,24 @@ def unbacked(sol: Solution, glue: dict, values: list[float]) -> list[str]:
     return problems
 
 
+def made_markdown(cells: list) -> str:
+    """The markdown the cells display (``IPython.display.Markdown`` outputs)."""
+    return "\n".join(_join(o["data"]["text/markdown"]) for c in cells
+                     for o in c.get("outputs", []) if "text/markdown" in (o.get("data") or {}))
+
+
+def _join(v) -> str:
+    return "".join(v) if isinstance(v, list) else v
+
+
 def states_a_result(sol: Solution, glue: dict, values: list[float]) -> bool:
-    """Rule 2: a glued value, or a number from the outputs that the exercise does not give."""
+    """Rule 2: a glued value, a number from the outputs that the exercise does not give, or
+    markdown the answer cells make."""
     if any(m.group("key") in glue for m in GLUE_ROLE.finditer(sol.text)):
         return True
     given = set(re.findall(r"\d[\d,.]*\d|\d", sol.exercise))
+    if made_markdown(sol.answer_cells).strip():
+        return True  # like a glued value: prose the cell wrote from what it measured
     return any(n.rstrip("%") not in given and backed(n, values)
                and float(n.rstrip("%").replace(",", "")) not in (0, 1)
                for n in stated_numbers(sol.text))
@@ -293,6 +307,17 @@ def test_rules_on_stale_numbers():
     assert len(problems) == 3, problems
     assert any("0.25" in p for p in problems) and any("150" in p for p in problems)
     assert any("'gone'" in p for p in problems)
+
+
+def test_markdown_an_answer_cell_makes_states_the_answer():
+    nb = _nb("The cell below states it.", "Predict: does it fall?", "")
+    made = {"output_type": "display_data", "metadata": {},
+            "data": {"text/markdown": ["It fell to 0.22 in 7 of 8 states."],
+                     "text/plain": ["<IPython.core.display.Markdown object>"]}}
+    nb["cells"][1]["outputs"] = [made]
+    assert _check(nb) == ([], True)
+    nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["done\n"]}]
+    assert _check(nb) == ([], False)  # printed, but no markdown and no number: silent
 
 
 def test_given_numbers_and_bounds_are_not_claims():
