@@ -108,7 +108,9 @@ def train_command(config: Config, settings: dict, origin: dict,
     data = {k: settings[k] for k in ("data", "data_dir", "n_eval") if k in settings}
     train, vflags, origin = dict(settings["train"]), [], dict(origin)
     if variant:
-        own, own_origin = config.variant(variant)
+        own, own_origin = config.table("variants", variant)
+        if not own:
+            raise ConfigError(f"{config.path}: no [variants.{variant}] table (nor in its base)")
         for k in [k for k in own if k in train]:  # the variant's own [train] values
             train[k], origin[f"train.{k}"] = own.pop(k), own_origin[k]
         train["from_data"] = train.pop("save_data")  # after the train settings, as recorded
@@ -195,10 +197,11 @@ def experiment(args: argparse.Namespace) -> int:
     config = Config.load(args.config or BASE_CONFIG)
     top, train_over = overrides_of(args)
     runs = [r for r in args.runs.split(",") if r] if args.runs else config.runs
-    unknown = [r for r in runs if r not in config.defined_runs]
+    defined = config.table("runs")[0]  # the config's runs and its base's
+    unknown = [r for r in runs if r not in defined]
     if unknown:
         raise SystemExit(f"unknown run(s) {unknown}; choose from "
-                         f"{', '.join(config.defined_runs)}")
+                         f"{', '.join(defined)}")
 
     def settings(run: str | None) -> tuple[dict, dict]:
         s, origin = config.settings(run, top)

@@ -4,6 +4,7 @@ commands, a bad config is an error naming its file and key, and a recorded ``--d
 reached through a symlink stays ``../shared/data``."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import re
@@ -16,7 +17,7 @@ import pytest
 from dynakrag_lite.experiments import cli
 from dynakrag_lite.experiments.cli import build_parser
 from dynakrag_lite.experiments.configs import (Config, ConfigError, evaluate_argv,
-                                               expand_config, options)
+                                               expand_config)
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import relative_command, relative_path
 
@@ -47,7 +48,8 @@ def made() -> dict[str, tuple[str, str, list[str]]]:
 
 def flags(mode: str, argv: list[str]) -> dict[str, object]:
     """The options given in ``argv`` (a command's arguments after its mode), by setting."""
-    by_flag = {s: a for a in options(PARSER, mode).values() for s in a.option_strings}
+    sub = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
+    by_flag = {s: a for a in sub.choices[mode]._actions for s in a.option_strings}
     out, i = {}, 0
     while i < len(argv):
         action = by_flag[argv[i]]
@@ -175,8 +177,8 @@ def _write(folder: Path, name: str, text: str) -> Path:
     ('[runs.x]\nmethod = "fixed_k"\nno_compression = "yes"\n', "no_compression = 'yes': true or"),
     ('out = "{out_root}/{nowhere}"\n[runs.x]\nmethod = "fixed_k"\n',
      "exp.toml: out = '{out_root}/{nowhere}': no setting named 'nowhere'"),
-    ('[runs.x]\nmethod = "fixed_k"\n[runs.x.deeper]\na = 1\n', "exp.toml"),
-    ('[extras]\na = 1\n', "exp.toml: [extras] is not a table of a config"),
+    ('runs = 3\n', "exp.toml: runs: a table ([runs.NAME])"),
+    ('[runs.x]\nmethod = "fixed_k"\n[extras]\na = 1\n', "exp.toml: extras: no such setting"),
     ('data = \n', "exp.toml: not valid TOML"),
 ])
 def test_a_bad_config_is_an_error_naming_its_file_and_key(tmp_path, text, message):

@@ -1,17 +1,11 @@
 """Experiments named in files: ``results/configs/<name>.toml`` over ``results/configs/base.toml``.
 
-A config names settings as the CLI names its options (``n_eval`` is ``--n-eval``; ``true`` sets
-a flag; ``false`` leaves an option to the CLI's default, which is defined once, in the CLI), a
-``[train]`` table for the policy's ``train`` command, ``[variants.SUFFIX]`` tables for variant
-policies, and one ``[runs.NAME]`` table per run. ``base = "FILE"`` names the config it is laid
-over. A run's settings are, the later winning: the base's top level, the config's top level,
-the caller's overrides, the base's ``[runs.NAME]``, the config's ``[runs.NAME]``. ``{name}`` in
-a string is filled from the run's other settings, ``{run}`` (its name) and ``{reader}`` (its
-generator, or ``<generator>-policy-<policy_generator>`` for a policy of another generator).
-Paths are relative to the project folder, where the commands run.
-
-``python -m dynakrag_lite evaluate --config FILE --run NAME`` runs one run (:func:`expand_config`);
-``data_scripts/main_experiment.py --config FILE`` runs them all.
+Settings are named as the CLI's options (``n_eval`` is ``--n-eval``; ``true`` sets a flag,
+``false`` leaves an option to the CLI's default); ``[train]``, ``[variants.SUFFIX]`` and
+``[runs.NAME]`` hold a policy's, a variant policy's and a run's. Later wins: the base's
+(``base = "FILE"``) top level, the config's, the caller's overrides, the base's ``[runs.NAME]``,
+the config's. ``{name}`` is filled from the other settings, ``{run}`` and ``{reader}`` (the
+generator, or ``<generator>-policy-<policy_generator>``). Paths are relative to the project.
 """
 from __future__ import annotations
 
@@ -23,8 +17,7 @@ from pathlib import Path
 CONTROLLERS = ("dynakrag", "uniform", "oracle")  # the runs that take a policy and a compressor
 OWN_KEYS = ("base", "out_root", "policy_generator", "policy_suffix", "run", "reader")
 TABLES = ("train", "variants", "runs")
-# The order of a recorded command: head, the run's own settings, the rest, tail.
-HEAD = ("data", "data_dir", "n_eval", "split", "offset")
+HEAD = ("data", "data_dir", "n_eval", "split", "offset")  # a command: HEAD, run's, rest, TAIL
 TAIL = ("policy", "compressor", "selector", "generator", "limit", "out")
 
 
@@ -32,29 +25,19 @@ class ConfigError(ValueError):
     """A config that cannot be read or used; the message names the file and the key."""
 
 
-def read_toml(path: str | Path) -> dict:
-    """One TOML file as a dict; ConfigError naming the file when it is missing or not TOML."""
+def _read(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as e:
-        raise ConfigError(f"{path}: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-
-
-def _check_layer(path: str, table: dict) -> None:
-    for key, value in table.items():
-        if isinstance(value, dict) and key not in TABLES:
-            raise ConfigError(f"{path}: [{key}] is not a table of a config (only "
-                              f"{', '.join(TABLES)})")
-        if key in TABLES and not isinstance(value, dict):
-            raise ConfigError(f"{path}: {key} must be a table ([{key}])")
-        if key in ("runs", "variants"):
-            for name, sub in value.items():
-                if not isinstance(sub, dict):
-                    raise ConfigError(f"{path}: {key}.{name} must be a table "
-                                      f"([{key}.{name}])")
+            table = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{path}: {getattr(e, 'strerror', None) or f'not valid TOML: {e}'}"
+                          ) from None
+    for key in TABLES:  # any other table is refused as an unknown setting (to_flags)
+        sub = table.get(key, {})
+        if not isinstance(sub, dict) or key != "train" and not all(
+                isinstance(v, dict) for v in sub.values()):
+            raise ConfigError(f"{path}: {key}: a table ([{key}{'.NAME' * (key != 'train')}])")
+    return table
 
 
 @dataclass
@@ -70,56 +53,43 @@ class Config:
         while True:
             if any(p.resolve() == Path(f).resolve() for f, _ in layers):
                 raise ConfigError(f"{p}: laid over itself (base = ...)")
-            table = read_toml(p)
-            _check_layer(str(p), table)
+            table = _read(p)
             layers.insert(0, (str(p), table))
-            base = table.get("base")
-            if base is None:
+            if "base" not in table:
                 return cls(Path(path), layers)
-            if not isinstance(base, str):
-                raise ConfigError(f"{p}: base = {base!r}: the name of a config file")
-            p = p.parent / base
+            if not isinstance(table["base"], str):
+                raise ConfigError(f"{p}: base = {table['base']!r}: the name of a config file")
+            p = p.parent / table["base"]
 
     @property
     def runs(self) -> list[str]:
         """The runs this config names (base.toml: every run it defines)."""
         return list(self.layers[-1][1].get("runs", {}))
 
-    @property
-    def defined_runs(self) -> list[str]:
-        """Every run a ``[runs.NAME]`` table of this config or its bases defines."""
-        return list(dict.fromkeys(n for _, t in self.layers for n in t.get("runs", {})))
-
-    def variant(self, suffix: str) -> tuple[dict, dict]:
-        """The train settings of the variant policy ``suffix`` and their files."""
+    def table(self, *keys: str | None, prefix: str = "") -> tuple[dict, dict]:
+        """(values, files by ``prefix`` + key) of table ``keys`` (none: the top level)."""
         out, origin = {}, {}
         for f, t in self.layers:
-            for k, v in t.get("variants", {}).get(suffix, {}).items():
-                out[k], origin[k] = v, f"{f} [variants.{suffix}]"
-        if not out:
-            raise ConfigError(f"{self.path}: no [variants.{suffix}] table (nor in its bases)")
+            for k in keys:
+                t = t.get(k, {})
+            for k, v in t.items():
+                if keys or k not in TABLES:
+                    out[k], origin[prefix + k] = v, f"{f} [{'.'.join(keys)}]" if keys else f
         return out, origin
 
     def settings(self, run: str | None = None, overrides: dict | None = None
                  ) -> tuple[dict, dict]:
-        """(settings, origin): a run's merged settings (``run`` None: the config's top level),
-        templates filled, ``[train]`` as ``settings["train"]``; origin names each key's file
-        (a train key as ``train.KEY``)."""
-        if run is not None and run not in self.defined_runs:
+        """(settings, origin): a run's (None: the top level) merged settings, templates filled,
+        with ``"train"``; origin names each key's file (a train key's as ``train.KEY``)."""
+        if run is not None and run not in self.table("runs")[0]:
             raise ConfigError(f"{self.path}: no run {run!r} (runs: "
-                              f"{', '.join(self.defined_runs)})")
-        top, own, train, origin = {}, {}, {}, {}
-        for f, t in self.layers:
-            for k, v in t.items():
-                if k not in TABLES:
-                    top[k], origin[k] = v, f
-            for k, v in t.get("train", {}).items():
-                train[k], origin[f"train.{k}"] = v, f"{f} [train]"
-        for k, v in (overrides or {}).items():
-            top[k], origin[k] = v, "the command line"
-        for f, t in self.layers:
-            for k, v in t.get("runs", {}).get(run, {}).items():
-                own[k], origin[k] = v, f"{f} [runs.{run}]"
+                              f"{', '.join(self.table('runs')[0])})")
+        top, origin = self.table()
+        top.update(overrides or {})
+        origin.update(dict.fromkeys(overrides or {}, "the command line"))
+        (own, own_origin), (train, train_origin) = (self.table("runs", run),
+                                                    self.table("train", prefix="train."))
+        origin.update({**own_origin, **train_origin})
         merged = {**own, **{k: v for k, v in top.items() if k not in own}, "run": run or ""}
         _fill(merged, origin)
         train = {k: _fill_one(f"train.{k}", v, merged, origin) for k, v in train.items()}
@@ -127,15 +97,11 @@ class Config:
 
 
 def _fill_one(key: str, value, ctx: dict, origin: dict):
-    if not isinstance(value, str) or "{" not in value:
-        return value
     try:
-        return value.format_map(ctx)
-    except KeyError as e:
-        raise ConfigError(f"{origin.get(key, '?')}: {key} = {value!r}: no setting named "
-                          f"{e.args[0]!r}") from None
-    except (ValueError, IndexError) as e:
-        raise ConfigError(f"{origin.get(key, '?')}: {key} = {value!r}: {e}") from None
+        return value.format_map(ctx) if isinstance(value, str) and "{" in value else value
+    except (KeyError, ValueError, IndexError) as e:
+        why = f"no setting named {e.args[0]!r}" if isinstance(e, KeyError) else e
+        raise ConfigError(f"{origin.get(key, '?')}: {key} = {value!r}: {why}") from None
 
 
 def _fill(ctx: dict, origin: dict) -> None:
@@ -150,21 +116,15 @@ def _fill(ctx: dict, origin: dict) -> None:
             return
         ctx.update(filled)
     loop = [k for k, v in ctx.items() if isinstance(v, str) and "{" in v]
-    raise ConfigError(f"{origin.get(loop[0], '?')}: {loop[0]} = {ctx[loop[0]]!r}: templates "
-                      f"that name each other in a cycle ({', '.join(loop)})")
-
-
-def options(parser: argparse.ArgumentParser, mode: str) -> dict[str, argparse.Action]:
-    """The options of ``parser``'s subcommand ``mode`` by setting name (dest)."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {a.dest: a for a in sub.choices[mode]._actions if a.option_strings}
+    raise ConfigError(f"{origin.get(loop[0], '?')}: templates in a cycle: {', '.join(loop)}")
 
 
 def to_flags(settings: dict, origin: dict, parser: argparse.ArgumentParser, mode: str,
              prefix: str = "") -> list[str]:
     """The command-line flags of ``settings`` for ``python -m dynakrag_lite <mode>``, in the
     recorded commands' order; ConfigError naming the file and the key of a bad setting."""
-    opts = options(parser, mode)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    opts = {a.dest: a for a in sub.choices[mode]._actions if a.option_strings}
     keys = [k for k in HEAD if k in settings] + \
         [k for k in settings if k not in HEAD + TAIL] + [k for k in TAIL if k in settings]
     out: list[str] = []
@@ -174,22 +134,20 @@ def to_flags(settings: dict, origin: dict, parser: argparse.ArgumentParser, mode
             continue
         act = opts.get(k)
         if act is None:
-            raise ConfigError(f"{where}: no such setting (python -m dynakrag_lite {mode} has "
-                              f"no --{k.replace('_', '-')})")
+            raise ConfigError(f"{where}: no such setting ({mode} has no --{k.replace('_', '-')})")
         flag = max(act.option_strings, key=len)
-        if act.nargs == 0:  # a flag: true or false
-            if v is not True:
-                raise ConfigError(f"{where} = {v!r}: true or false")
+        if act.nargs == 0 or isinstance(v, (bool, dict, list)):  # true sets a flag
+            if act.nargs != 0 or v is not True:
+                raise ConfigError(f"{where} = {v!r}: " + ("true or false" if act.nargs == 0
+                                  else "a number or a string (false: the CLI's default)"))
             out.append(flag)
             continue
-        if isinstance(v, (bool, dict, list)):
-            raise ConfigError(f"{where} = {v!r}: a number or a string (false: the default)")
         try:
             value = act.type(str(v)) if callable(act.type) else str(v)
+            if act.choices is not None and value not in act.choices:
+                raise ValueError(f"one of {', '.join(map(str, act.choices))}")
         except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
             raise ConfigError(f"{where} = {v!r}: {e}") from None
-        if act.choices is not None and value not in act.choices:
-            raise ConfigError(f"{where} = {v!r}: one of {', '.join(map(str, act.choices))}")
         out += [flag, str(v)]
     return out
 
@@ -197,21 +155,18 @@ def to_flags(settings: dict, origin: dict, parser: argparse.ArgumentParser, mode
 def evaluate_argv(settings: dict, origin: dict, parser: argparse.ArgumentParser) -> list[str]:
     """The ``evaluate`` command of a run's settings: policy and compressor for the controller
     runs only, the selector for the extractive compressor only."""
-    s = {k: v for k, v in settings.items() if k != "train"}
-    if s.get("method") not in CONTROLLERS:
-        for k in ("policy", "compressor", "selector"):
-            s.pop(k, None)
+    drop = ("train",) if settings.get("method") in CONTROLLERS else \
+        ("train", "policy", "compressor", "selector")
+    s = {k: v for k, v in settings.items() if k not in drop}
     if s.get("compressor") != "extractive":
         s.pop("selector", None)
     return ["evaluate", *to_flags(s, origin, parser, "evaluate")]
 
 
 def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
-    """``evaluate --config FILE --run NAME [FLAGS]`` as the config's command for that run with
-    FLAGS after it (so they win); any other command line as it is. A bad config exits through
-    ``parser.error`` (exit code 2) naming the file and the key."""
-    if not argv or argv[0] != "evaluate" or not any(
-            a.split("=")[0] in ("--config", "--run") for a in argv):
+    """``evaluate --config FILE --run NAME [FLAGS]`` as the run's command, FLAGS after it (they
+    win); other command lines as they are. A bad config: ``parser.error`` (exit code 2)."""
+    if argv[:1] != ["evaluate"] or not {"--config", "--run"} & {a.split("=")[0] for a in argv}:
         return argv
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
@@ -220,7 +175,6 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
     try:
         if not given.config or not given.run:
             raise ConfigError("--config FILE and --run NAME go together")
-        config = Config.load(given.config)
-        return [*evaluate_argv(*config.settings(given.run), parser), *rest]
+        return [*evaluate_argv(*Config.load(given.config).settings(given.run), parser), *rest]
     except ConfigError as e:
         parser.error(str(e))
