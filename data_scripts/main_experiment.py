@@ -24,10 +24,10 @@ results/experiments/<dataset>/<generator>/<run>/{predictions.jsonl,summary.json,
 
 The policy is trained with the settings of the committed policies (base.toml's ``[train]``:
 ``--continuation-questions 80 --sufficiency-signal learned``; change them with the flags of
-the same names). Training a
-1.5B policy takes several CPU hours and is not resumable by rows: it resumes through the LLM
-call cache, which replays the questions already collected. To carry an unfinished training run
-to another machine, snapshot its calls into results/llm_cache/ (a few MB, kept in git):
+the same names). Training a 1.5B policy takes several CPU hours and is not resumable by rows:
+it resumes through the LLM call cache, which replays the questions already collected. To carry
+an unfinished training run to another machine, snapshot its calls into results/llm_cache/ (a
+few MB, kept in git):
 
     python -m dynakrag_lite cache merge ~/.cache/dynakrag_lite/llm_calls.sqlite \
         results/llm_cache/train-<dataset>-<generator>.sqlite --vacuum
@@ -36,9 +36,8 @@ This script merges that file (when present) into the active cache before it trai
 next run replays what was collected and goes on live from there.
 Every command runs from the project folder with relative paths (``--data-dir`` too, never
 resolved through a symlink: ``../shared/data`` stays that), so the commands recorded in the
-results can be pasted back on any machine. A run folder refuses a
-resume with another setup (see dynakrag_lite/experiments/run.py); questions that failed are
-retried by re-running.
+results can be pasted back on any machine. A run folder refuses a resume with another setup
+(see dynakrag_lite/experiments/run.py); questions that failed are retried by re-running.
 """
 from __future__ import annotations
 
@@ -209,18 +208,18 @@ def experiment(args: argparse.Namespace) -> int:
         origin.update({f"train.{k}": "the command line" for k in train_over})
         return s, origin
 
-    main, main_origin = settings(None)
-    policy = ROOT / main["policy"]
-    transfer = main["policy_generator"] != main["generator"]
+    exp, exp_origin = settings(None)
+    policy = ROOT / exp["policy"]
+    transfer = exp["policy_generator"] != exp["generator"]
     logs = ROOT / "runs" / "logs"
-    controllers = [r for r in runs if settings(r)[0]["method"] in CONTROLLERS]
+    controllers = [r for r in runs if settings(r)[0].get("method") in CONTROLLERS]
     if controllers and not policy.exists():
         if transfer:
-            raise SystemExit(f"{main['policy']} missing: train it with --generator "
-                             f"{main['policy_generator']} first")
-        import_training_cache(main["data"], main["generator"])
-        rc = run(train_command(config, main, main_origin),
-                 logs / f"train-{main['data']}-{main['generator']}.log")
+            raise SystemExit(f"{exp['policy']} missing: train it with --generator "
+                             f"{exp['policy_generator']} first")
+        import_training_cache(exp["data"], exp["generator"])
+        rc = run(train_command(config, exp, exp_origin),
+                 logs / f"train-{exp['data']}-{exp['generator']}.log")
         if rc:
             return rc
     for selector in {s["selector"] for s in map(lambda r: settings(r)[0], controllers)
@@ -231,7 +230,7 @@ def experiment(args: argparse.Namespace) -> int:
 
     def one(name: str) -> int:
         s, origin = settings(name)
-        if s["method"] in CONTROLLERS and s["policy_suffix"] and \
+        if s.get("method") in CONTROLLERS and s["policy_suffix"] and \
                 not (ROOT / s["policy"]).exists():
             train = train_command(config, s, origin, variant=s["policy_suffix"])
             saved = s["train"]["save_data"]
