@@ -20,7 +20,7 @@ Per method (``methods``): fixed_k, ircot, self_ask, uniform and dynakrag on the 
 questions of the evaluation split, each method with a FRESH, EMPTY call cache in a temp dir
 (every call is live except a method's own exact repeats, as in a real run) and the KV cache
 reset at its start. Methods run through the library as ``python -m dynakrag_lite evaluate``
-runs them (:func:`dynakrag_lite.experiments.run.run_method` on a :func:`build_setup` environment)
+runs them (:func:`dynakrag_lite.methods.run_method` on a :func:`build_setup` environment)
 and as data_scripts/main_experiment.py configures them: controller methods take the committed
 policy's sufficiency signal and the extractive compressor when the dataset's sentence selector
 exists; dynakrag needs ``results/policies/<dataset>-<generator>.joblib`` and is skipped with a
@@ -190,7 +190,7 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
     from dynakrag_lite.compression import load_selector
     from dynakrag_lite.generators.cache import CallCache
     from dynakrag_lite.experiments.artifacts import default_policy_path
-    from dynakrag_lite.experiments.cli import check_selector
+    from dynakrag_lite.experiments.commands import check_selector
     from dynakrag_lite.config import ControlConfig, Environment
     from dynakrag_lite.generators.cache import CachedGenerator
     from dynakrag_lite.pipeline import extractive_compressor
@@ -249,7 +249,8 @@ def prepare_method(method: str, setup, raw, eval_qs: Sequence, args, tmp: Path
 def run_method_rows(method: str, env, raw, policy, demos, questions: Sequence) -> list[dict]:
     """One row per question: the counters' differences around it, ledger and wall time."""
     from dynakrag_lite.config import RunSettings
-    from dynakrag_lite.experiments.run import run_method, score
+    from dynakrag_lite.experiments.run import score
+    from dynakrag_lite.methods import run_method
     raw.llama.reset()  # start cold: the previous method's last prompt must not be reused
     rows = []
     for q in questions:

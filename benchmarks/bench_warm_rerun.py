@@ -18,7 +18,7 @@ that made those calls. For each committed run folder (``results/experiments/<dat
   time limit is not stored), and the cache's own hit/miss counters
   (:class:`~dynakrag_lite.generators.cache.CallCache` ``hits``/``misses``/``writes``, which also see
   option scoring) read around every question by a thin wrapper: the child is this script in
-  ``--child`` mode, which patches ``experiments._run_question`` / ``cli.evaluate`` /
+  ``--child`` mode, which patches ``experiments._run_question`` / ``commands.evaluate`` /
   ``pipeline.build_setup`` to take the readings and the times, then calls
   ``dynakrag_lite.experiments.cli.main`` with the recorded arguments (``--plain`` runs
   ``python -m dynakrag_lite`` itself: no per-question counts, no setup/loop split). Any live
@@ -319,7 +319,7 @@ def child_main(report_path: str, argv: list[str]) -> int:
     written to ``report_path`` at exit. Patches only wrap; they change no result."""
     import atexit
     rec: dict[str, Any] = {"t_start_main": time.time(), "questions": []}
-    from dynakrag_lite.experiments import cli, run as experiments
+    from dynakrag_lite.experiments import cli, commands, run as experiments
     from dynakrag_lite import pipeline
     held: dict[str, Any] = {"cache": None, "backend": None}
 
@@ -367,7 +367,7 @@ def child_main(report_path: str, argv: list[str]) -> int:
         atomic_write_json(report_path, rec, indent=None)
 
     pipeline.build_setup = build_setup
-    cli.evaluate = evaluate  # the name the command's EvaluationSetup.run calls
+    commands.evaluate = evaluate  # the name the command's EvaluationSetup.run calls
     experiments._run_question = run_question
     atexit.register(dump)
     return cli.main(argv)

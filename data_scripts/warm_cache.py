@@ -53,8 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: E402
-                                           evaluation_setup, run_reporting_errors,
-                                           training_recipe)
+                                           run_reporting_errors)
+from dynakrag_lite.experiments.commands import evaluation_setup, training_recipe  # noqa: E402
 from dynakrag_lite.experiments.fingerprint import (FingerprintError,  # noqa: E402
                                                    check_recorded_run)
 from dynakrag_lite.experiments.selection import selection_of  # noqa: E402

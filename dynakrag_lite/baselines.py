@@ -16,7 +16,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 from . import prompts
 from .actions import stop_answer
@@ -95,23 +95,21 @@ def _reader(state: EvidenceState, env: Environment, trace: list[StepTrace], reas
 
 
 # -- Fixed-K ----------------------------------------------------------------------------
-FIXED_K_VARIANTS: dict[str, int] = {"fixed_k3": 3, "fixed_k6": 6}
-
-
 def default_k(env: Environment) -> int:
     """Fixed-K's K when none is given: ``2 * per_action`` (6 with the paper's budgets)."""
     return min(2 * env.config.per_action, env.config.max_docs)
 
 
 def run_fixed_k(question: str, env: Environment, k: int | None = None,
-                qid: str = "", method: str = "fixed_k") -> MethodResult:
+                qid: str = "") -> MethodResult:
     """Standard RAG: the top-K documents for the question (dedup by id and normalized title),
     then one answer call on them, no compression.
 
     The paper does not state K. We report the token-matched pair K = 3 (one retrieval
     action's worth: IRCoT's and Self-Ask's first search) and K = 6 (the default,
     ``2 * per_action``: room for one retrieval action per hop of a two-hop question, at half
-    of ``max_docs``), registered as ``fixed_k3`` / ``fixed_k6`` (``method`` names the result).
+    of ``max_docs``), the runs ``fixed_k3`` / ``fixed_k6`` (``evaluate --method fixed_k
+    --fixed-k 3``).
     Going to 12 is not a stronger baseline for small readers: in our reader test
     (shared/notes/offline-models.md, 1.5B model, 40 HotpotQA questions) top-12 scored F1
     .466 against .469 for top-3 at ~4x the tokens and time. The paper's Fixed-K token count
@@ -131,7 +129,7 @@ def run_fixed_k(question: str, env: Environment, k: int | None = None,
         state = _append_docs(state, added, state.question, "fixed_k")
         trace.append(_step(before, state, RETRIEVE, query=state.question, note=f"top-{k}"))
     state, prediction = _reader(state, env, trace, "fixed_k")
-    return MethodResult(method, prediction, state, trace, (), time.perf_counter() - t0,
+    return MethodResult("fixed_k", prediction, state, trace, (), time.perf_counter() - t0,
                         extra={"k": k, "answer_source": "reader", "stop_reason": "fixed_k",
                                "parse_fallbacks": {}})
 
@@ -395,24 +393,3 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
                                "repeated_followups": repeated, "forced_final": forced_call,
                                "demo_copies": demo_copies, "n_demos": len(demos),
                                "parse_fallbacks": dict(fallbacks)})
-
-
-BASELINES: dict[str, Callable[..., MethodResult]] = {
-    "fixed_k": run_fixed_k,
-    "ircot": run_ircot,
-    "self_ask": run_self_ask,
-}
-# Every name run_baseline accepts: the registry plus the Fixed-K pair.
-BASELINE_NAMES: tuple[str, ...] = tuple(BASELINES) + tuple(FIXED_K_VARIANTS)
-
-
-def run_baseline(name: str, question: str, env: Environment, qid: str = "",
-                 **kw) -> MethodResult:
-    """Run a baseline by name: a :data:`BASELINES` key or a :data:`FIXED_K_VARIANTS` name
-    (``fixed_k3`` / ``fixed_k6``: :func:`run_fixed_k` with that K, under that name)."""
-    if name in FIXED_K_VARIANTS:
-        return run_fixed_k(question, env, k=FIXED_K_VARIANTS[name], qid=qid, method=name,
-                           **kw)
-    if name not in BASELINES:
-        raise ValueError(f"unknown baseline {name!r}; choose from {sorted(BASELINE_NAMES)}")
-    return BASELINES[name](question, env, qid=qid, **kw)

@@ -12,15 +12,16 @@ from typing import Sequence
 
 import pytest
 
-from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lite.baselines import (BASELINES, COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE,
-                                     default_k, run_baseline, run_fixed_k, run_ircot,
-                                     run_self_ask)
+from dynakrag_lite.config import ControlConfig, Environment, RunSettings
+from dynakrag_lite.baselines import (COT_STEP, FOLLOW_UP, INTERMEDIATE, RETRIEVE, default_k,
+                                     run_fixed_k, run_ircot, run_self_ask)
 from dynakrag_lite.controller import MethodResult
+from dynakrag_lite.methods import METHODS, run_method
 from dynakrag_lite.data.corpus import normalize_title
 from dynakrag_lite.generators.base import Generation, Generator
 from helpers import require_model
 
+BASELINES = ("fixed_k", "ircot", "self_ask")
 N_QUESTIONS = 2  # per baseline with the real generator: a shared 2-core CPU is slow
 
 
@@ -123,7 +124,7 @@ def test_baselines_end_to_end_with_real_generator(name, questions, retriever, re
     cfg = env.config
     for q in questions[:N_QUESTIONS]:
         before = gen.calls
-        res = run_baseline(name, q.question, env, qid=q.id)
+        res = run_method(RunSettings(method=name), q, env)
         _check_invariants(res, env, gen.calls - before)
         assert res.method == name and res.state.qid == q.id
         assert res.state.docs, "every baseline retrieves for a library question"
@@ -145,7 +146,7 @@ def test_tight_budgets_are_respected_with_real_generator(name, questions, retrie
     gen = CountingGenerator(real_generator)
     env = _env(retriever, gen, per_action=2, max_docs=3, retrieval_cap=1)
     q = questions[N_QUESTIONS]
-    res = run_baseline(name, q.question, env, qid=q.id)
+    res = run_method(RunSettings(method=name), q, env)
     _check_invariants(res, env, gen.calls)
     assert len(res.state.docs) <= 3 and res.state.ledger.retrieval_calls <= 1
 
@@ -158,8 +159,8 @@ GARBAGE = ["", "   \n\n", "%%%@@@ \x00 ###", "So the answer is:", "Follow up:",
 @pytest.mark.parametrize("name", sorted(BASELINES))
 @pytest.mark.parametrize("reply", GARBAGE, ids=[f"garbage{i}" for i in range(len(GARBAGE))])
 def test_malformed_replies_never_crash(name, reply, questions, retriever):
-    res, _ = run_scripted(lambda q, env: run_baseline(name, q, env), [reply],
-                          questions[0].question, retriever)
+    res, _ = run_scripted(lambda q, env: run_method(RunSettings(method=name), questions[0], env),
+                          [reply], questions[0].question, retriever)
     assert res.state.docs  # a fallback still gathers evidence for the reader
 
 
@@ -247,10 +248,11 @@ def test_self_ask_search_budget_forces_a_final_answer(questions, retriever):
     assert res.prediction == "Forced" and res.extra["answer_source"] == "forced"
 
 
-def test_registry_names():
-    assert set(BASELINES) == {"fixed_k", "ircot", "self_ask"}
-    with pytest.raises(ValueError):
-        run_baseline("nope", "q?", Environment(None, None))
+def test_one_registry_holds_every_method_and_refuses_others():
+    assert set(BASELINES) <= set(METHODS)
+    assert list(METHODS) == ["dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle"]
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        run_method(RunSettings(method="nope"), None, Environment(None, None))
 
 
 def test_self_ask_keeps_a_closed_book_answer_when_no_search_is_allowed(questions, retriever):

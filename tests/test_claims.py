@@ -169,3 +169,44 @@ def test_no_chapter_speaks_of_issue_numbers_or_shows_a_literal_glue_role():
             if w.endswith("output") and "{glue:" in t]
     assert not issues, f"a reader has no issue tracker: {issues}"
     assert not glue, f"an output shows an unrendered glue role: {glue}"
+
+
+EVERY_DATASET = re.compile(r"\b(all three|three|every|each|all) (datasets?|benchmarks)\b", re.I)
+# words that state a comparison's outcome (the old "ties" / "matches" among them)
+OUTCOME = re.compile(r"\b(ties?|tied|matches|beats?|better|worse|no better|equivalent|"
+                     r"inconclusive|outperforms?|wins?|loses)\b", re.I)
+
+
+def _markdown_prose() -> list[tuple[str, str]]:
+    texts = [(p.name, p.read_text("utf-8")) for p in (ROOT / "README.md",
+                                                     ROOT / "results" / "README.md")]
+    return texts + [(p.name, _markdown(p)) for p in CHAPTERS]
+
+
+def generalised_outcomes(text: str, computed: list[str]) -> list[str]:
+    """Sentences that state an outcome for every dataset at once in prose, unless the
+    sentence is (part of) one of the ``computed`` sentences, which give each dataset's own
+    numbers. A verdict "on all three datasets" that holds on one of them went stale before
+    (12's reader-stop rule); per-dataset sentences are computed, so they cannot."""
+    flat = [_flat(c) for c in computed]
+    out = []
+    blocks = re.split(r"\n\s*\n|\n\s*(?:[*-]|\d+\.|#+)\s", text)  # paragraphs, items, headings
+    for sentence in (s for b in blocks for s in re.split(r"(?<=[.!?])\s+", _flat(b))):
+        if EVERY_DATASET.search(sentence) and OUTCOME.search(sentence) and not any(
+                sentence.strip() in c for c in flat):
+            out.append(sentence.strip()[:200])
+    return out
+
+
+def test_no_prose_states_one_verdict_for_every_dataset(sentences):
+    found = [f"{where}: {s}" for where, text in _markdown_prose()
+             for s in generalised_outcomes(text, sentences)]
+    assert not found, ("state each dataset's own result (computed, as claim_sentences does), "
+                       "not one word for all of them:\n" + "\n".join(found))
+
+
+def test_the_generalisation_check_catches_the_old_reader_stop_sentence():
+    old = ("The signals do rank states, but no rule beats its own shuffle on any of the three "
+           "datasets. The rule that does best stops at depth 2 on each dataset.")
+    assert generalised_outcomes("Learned choice ties uniform on every dataset.", [])
+    assert generalised_outcomes(old, []) and not generalised_outcomes(old, [old])

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dynakrag_lite.actions import apply_action
-from dynakrag_lite.config import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment, RunSettings
 from dynakrag_lite.controller import UniformChooser, run_controller
 from dynakrag_lite.data.corpus import Corpus, gold_titles
 from dynakrag_lite.data.schema import Paragraph, Question
@@ -219,8 +219,8 @@ def test_every_ablation_runs_end_to_end(library_questions, library_retriever, tr
     """The paper's ablation switches, through the same evaluate() the CLI uses."""
     from dynakrag_lite.experiments.run import evaluate
     env = Environment(library_retriever, ScriptedGenerator(), ControlConfig(**ablation))
-    summary = evaluate(library_questions[50:52], "dynakrag", env, tmp_path, policy=trained[1],
-                       progress=False)
+    summary = evaluate(library_questions[50:52], RunSettings(method="dynakrag"), env, tmp_path,
+                       policy=trained[1], progress=False)
     assert summary["n"] == 2
     import json
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]

@@ -92,9 +92,9 @@ def lines_of(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
 
 
-def run(qs, env, out, method="fixed_k", **kw):
-    return evaluate(qs, method, env, out, dataset="library", generator="scripted",
-                    progress=False, **kw)
+def run(qs, env, out, method="fixed_k", fixed_k=None, seed=13, **kw):
+    s = RunSettings(method=method, generator="scripted", fixed_k=fixed_k, seed=seed)
+    return evaluate(qs, s, env, out, dataset="library", progress=False, **kw)
 
 
 # -- subprocess helpers -----------------------------------------------------------------
@@ -104,6 +104,7 @@ sys.path[:0] = [{tests!r}, {repo!r}]
 from pathlib import Path
 from helpers import ScriptedGenerator
 from test_experiments import lexical_env
+from dynakrag_lite.config import RunSettings
 from dynakrag_lite.experiments.run import evaluate
 
 class Gen(ScriptedGenerator):
@@ -119,8 +120,8 @@ class Gen(ScriptedGenerator):
         return super().generate(messages, max_tokens, stop)
 
 qs, env = lexical_env(Gen())
-evaluate(qs[:{n}], {method!r}, env, {out!r}, dataset="library", generator="scripted",
-         progress=False)
+evaluate(qs[:{n}], RunSettings(method={method!r}, generator="scripted"), env, {out!r},
+         dataset="library", progress=False)
 """
 
 
@@ -525,7 +526,7 @@ def test_diagnostics_count_verdicts_stops_and_actions(library_questions, library
                                                       tmp_path, reply, verdict):
     env = _library_env(library_retriever, sufficiency=reply)
     qs = library_questions[:3]
-    summary = evaluate(qs, "uniform", env, tmp_path, progress=False)
+    summary = evaluate(qs, RunSettings(method="uniform"), env, tmp_path, progress=False)
     d = summary["diagnostics"]
     for key in ("questions", "errors", "error_types", "stop_reasons", "actions_mean",
                 "sufficiency", "parse_fallbacks", "vetoes"):
@@ -550,13 +551,15 @@ def test_diagnostics_of_baselines_and_fallbacks(library_questions, library_retri
     # a chain model that never follows the format: IRCoT and Self-Ask fallbacks, empty answers
     env = _library_env(library_retriever, answer="")
     qs = library_questions[:2]
-    s = evaluate(qs, "ircot", env, tmp_path / "ircot", progress=False)["diagnostics"]
+    s = evaluate(qs, RunSettings(method="ircot"), env, tmp_path / "ircot",
+                 progress=False)["diagnostics"]
     assert s["parse_fallbacks"]["answer"] == 2  # empty predictions
     assert sum(s["stop_reasons"].values()) == 2
     assert set(s["stop_reasons"]) <= {"concluded", "empty_thought", "max_steps", "max_docs",
                                       "retrieval_cap"}
     assert "empty_thought" in s["stop_reasons"]  # an empty CoT reply ends the chain
-    s = evaluate(qs, "fixed_k", env, tmp_path / "fixed_k", progress=False)["diagnostics"]
+    s = evaluate(qs, RunSettings(method="fixed_k"), env, tmp_path / "fixed_k",
+                 progress=False)["diagnostics"]
     assert s["stop_reasons"] == {"fixed_k": 2} and s["actions_mean"] == {"retrieve": 1.0}
 
 

@@ -173,7 +173,7 @@ def test_plot_sr_curve():
 def real_runs(library_questions, library_retriever, tmp_path_factory):
     from helpers import ScriptedGenerator
 
-    from dynakrag_lite.config import ControlConfig, Environment
+    from dynakrag_lite.config import ControlConfig, Environment, RunSettings
     from dynakrag_lite.data.sources import split_questions
     from dynakrag_lite.experiments.run import evaluate
     from dynakrag_lite.policy import train_policy
@@ -185,8 +185,8 @@ def real_runs(library_questions, library_retriever, tmp_path_factory):
                           min_samples_leaf=2, n_jobs=1)
     root = tmp_path_factory.mktemp("runs")
     for m in ("dynakrag", "uniform", "oracle"):
-        evaluate(evals[:3], m, env, root / m, policy=policy, dataset="library",
-                 generator="scripted", progress=False)
+        evaluate(evals[:3], RunSettings(method=m, generator="scripted"), env, root / m,
+                 policy=policy, dataset="library", progress=False)
     return load_runs(root), evals[:3]
 
 

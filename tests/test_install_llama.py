@@ -5,10 +5,14 @@ recorded ``llama_print_system_info`` strings and probe the build that is install
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -148,14 +152,40 @@ def _built_wheels() -> list[Path]:
     return sorted(install_llama.WHEELS.glob("llama_cpp_python-*/llama_cpp_python-*.whl"))
 
 
+def _wheel_of_installed(dest: Path) -> Path:
+    """The installed llama_cpp_python packed back into a wheel (its RECORD's files, its own
+    METADATA and WHEEL tag): the same binaries and Requires-Dist a built wheel carries. Used
+    when `make llama` kept an installed build and compiled nothing, as on a machine whose
+    interpreter already had a proven build."""
+    dist = importlib.metadata.distribution("llama_cpp_python")
+    root = Path(dist.locate_file(""))
+    info = next(f for f in dist.files if f.name == "WHEEL").parent
+    tag = next(ln.split(":", 1)[1].strip() for ln in dist.read_text("WHEEL").splitlines()
+               if ln.startswith("Tag:"))
+    whl = dest / f"llama_cpp_python-{dist.version}-{tag}.whl"
+    skip = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+    record = []
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in dist.files:
+            if ".." in f.parts or "__pycache__" in f.parts or (
+                    f.parent == info and f.name in skip):
+                continue
+            data = (root / f).read_bytes()
+            z.writestr(f.as_posix(), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{f.as_posix()},sha256={digest.decode()},{len(data)}")
+        record.append(f"{info.as_posix()}/RECORD,,")
+        z.writestr(f"{info.as_posix()}/RECORD", "\n".join(record) + "\n")
+    return whl
+
+
 def test_a_built_variant_is_proved_in_a_fresh_venv_without_its_dependencies(tmp_path):
     """The proof `make install` runs, in a venv that has none of the wheel's dependencies (no
     numpy, no diskcache): it installs them itself and decodes. Before, every fresh AVX-512
     machine lost the fast build here to a missing diskcache."""
     require_model("smollm2-135m")
-    wheels = _built_wheels()
-    if not wheels:
-        missing("no wheel built in .cache/wheels (make llama builds one)")
+    require_llama()
+    wheels = _built_wheels() or [_wheel_of_installed(tmp_path)]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = str(venv / "bin" / "python")
@@ -167,3 +197,13 @@ def test_a_built_variant_is_proved_in_a_fresh_venv_without_its_dependencies(tmp_
             assert "SIGILL" in info["error"], info  # only the CPU may refuse a build
             continue
         assert info.get("decoded") is not None and info["version"] == install_llama.VERSION
+
+
+def test_the_installed_build_packs_into_a_wheel_with_its_binaries_and_dependencies(tmp_path):
+    """The fallback of the fresh-venv proof: what it proves is the installed build itself."""
+    require_llama()
+    whl = _wheel_of_installed(tmp_path)
+    assert any(r.startswith("diskcache") for r in install_llama.wheel_requirements(whl))
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+    assert any(n.startswith("llama_cpp/") and ".so" in n for n in names), names[:20]

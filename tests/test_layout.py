@@ -21,11 +21,13 @@ PKG = ROOT / "dynakrag_lite"
 LAB = ROOT / "dynakrag_lab"
 OWN_PACKAGES = ("dynakrag_lite", "dynakrag_lab")
 TOOLING = ("training", "experiments")
-MAX_MODULE_LINES = 650
-# A ceiling, lowered as dynakrag_lite sheds code: issue 34 aims at 12,000 lines; what is left
-# above that is what the method runs on (generators, data, run folders, training), not lab code.
-# 12,300 before experiments/configs.py (issue 42: experiments named in files, 180 lines).
-MAX_LITE_LINES = 12_490
+MAX_MODULE_LINES = 650  # the lab's modules
+MAX_LITE_MODULE_LINES = 500  # dynakrag_lite's (issue 42)
+# A ceiling, lowered as dynakrag_lite sheds code: issues 34 and 42 aim at 12,000 lines; what
+# is left above that is what the method runs on (generators, data, run folders, training).
+# 12,310 before experiments/configs.py (issue 42: experiments named in files, 180 lines, with
+# evaluate --config in cli.py and storage.relative_path).
+MAX_LITE_LINES = 12_505
 # The taught method: the modules chapters 1-11 build the controller from, and the training
 # recipe; demonstrations are the baselines' own few-shot examples (baselines imports them).
 # Everything else in dynakrag_lite (data, generators, storage, the run machinery, the command
@@ -33,7 +35,7 @@ MAX_LITE_LINES = 12_490
 METHOD_MODULES = ("state", "config", "evidence", "bridge", "actions", "validity", "sufficiency",
                   "compression", "features", "forest", "policy", "controller", "oracle",
                   "baselines", "demonstrations", "trajectories", "pipeline", "prompts",
-                  "metrics", "retriever", "text", "training/recipe")
+                  "metrics", "retriever", "text", "training/recipe", "methods")
 MIN_METHOD_SHARE = 0.40
 MAX_DATA_SCRIPTS = 15
 
@@ -76,6 +78,9 @@ def test_no_module_is_longer_than_the_limit():
     long = {str(p.relative_to(ROOT)): n for p in modules(PKG) + modules(LAB)
             if (n := lines(p)) > MAX_MODULE_LINES}
     assert not long, f"split these (over {MAX_MODULE_LINES} lines): {long}"
+    long = {str(p.relative_to(ROOT)): n for p in modules(PKG)
+            if (n := lines(p)) > MAX_LITE_MODULE_LINES}
+    assert not long, f"split these (over {MAX_LITE_MODULE_LINES} lines): {long}"
 
 
 def test_dynakrag_lite_stays_small_and_mostly_method():

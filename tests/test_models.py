@@ -51,7 +51,8 @@ def test_chunks_are_assembled_in_order_and_sha256_verified(fake_model, tmp_path)
     assert p.read_bytes() == content
     sidecar = p.with_name(p.name + ".sha256")
     assert entry.sha256 in sidecar.read_text()
-    assert not list(p.parent.glob("*.part")), "temp file left behind"
+    assert sorted(f.name for f in p.parent.iterdir()) == ["fake.gguf", "fake.gguf.sha256"], \
+        "temp file left behind"
 
 
 def test_second_call_trusts_sidecar_without_rehashing(fake_model, tmp_path, monkeypatch):
@@ -85,7 +86,7 @@ def test_tampered_chunk_gives_clear_integrity_error(fake_model, tmp_path):
     assert entry.sha256 in msg and "pip install --force-reinstall" in msg
     assert "dkl_fakechunk_part-pkg2==1.0" in msg
     cache = tmp_path / "cache"
-    assert not (cache / "fake.gguf").exists() and not list(cache.glob("*.part"))
+    assert not (cache / "fake.gguf").exists() and not list(cache.glob("*.tmp"))
 
 
 def test_missing_chunk_package_names_the_pip_command(fake_model, tmp_path):

@@ -87,7 +87,7 @@ def test_paper_runs_name_runs_this_project_produces():
     named runs of results/configs/base.toml), and its methods are ones experiments.evaluate
     accepts."""
     from dynakrag_lite.experiments.configs import Config
-    from dynakrag_lite.experiments.run import METHODS
+    from dynakrag_lite.methods import METHODS
     base = Config.load(Path(__file__).resolve().parents[1] / "results/configs/base.toml")
     main = paper_table()
     assert set(main.run.dropna()) <= set(METHODS)

@@ -8,6 +8,7 @@ import pytest
 
 from dynakrag_lite import sufficiency as S
 from dynakrag_lite.training import calibration as C
+from dynakrag_lite.training import estimator as E
 from dynakrag_lite.actions import apply_action
 from dynakrag_lite.config import ControlConfig, Environment
 from dynakrag_lite.features import state_features
@@ -96,13 +97,13 @@ def test_learned_estimator_learns_a_separable_problem(kind):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, len(S.LEARNED_FEATURE_NAMES)))
     y = (X[:, 3] + 0.5 * X[:, 7] > 0).astype(float)
-    est = C.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
+    est = E.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
     assert C.auc(est.predict(X[300:]), y[300:]) > 0.9
-    again = C.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
+    again = E.fit_estimator(X[:300], y[:300], kind=kind, seed=13)
     assert np.allclose(est.predict(X[300:]), again.predict(X[300:]))  # seeded
-    oof = C.oof_estimator_scores(X, y, groups=np.arange(400) // 4, folds=4, kind=kind)
+    oof = E.oof_estimator_scores(X, y, groups=np.arange(400) // 4, folds=4, kind=kind)
     assert C.auc(oof, y) > 0.85
-    one_class = C.fit_estimator(X[:10], np.ones(10))
+    one_class = E.fit_estimator(X[:10], np.ones(10))
     assert np.all(one_class.predict(X[:3]) == 1.0)
 
 
@@ -171,7 +172,7 @@ def test_margin_signal_writes_a_gap_only_when_insufficient():
 
 def test_learned_signal_needs_no_call_for_its_verdict():
     X = np.stack([S.learned_features(state_with(n)) for n in (1, 2, 3, 6, 7, 8)])
-    est = C.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
+    est = E.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
     env = env_with(S.SufficiencySignal("learned", threshold=0.5, estimator=est))
     s = apply_action(state_with(8), "sufficiency_check", env)
     assert s.sufficiency.sufficient and s.ledger.llm_calls == 0 and env.generator.calls == []
@@ -229,7 +230,7 @@ def test_policy_keeps_its_signal_through_save_and_load(tmp_path):
                                 float(i % 2), 0.0, 3) for i in range(20)],
                         questions=[f"q{i}" for i in range(20)])
     X = np.stack([S.learned_features(state_with(n)) for n in (1, 2, 3, 6, 7, 8)])
-    est = C.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
+    est = E.fit_estimator(X, np.array([0, 0, 0, 1, 1, 1]), kind="logistic")
     sig = S.SufficiencySignal("learned", threshold=0.4, estimator=est)
     pol = train_policy(data, n_estimators=5, min_samples_leaf=2, n_jobs=1, sufficiency=sig)
     assert pol.meta["sufficiency"]["kind"] == "learned"

@@ -20,7 +20,7 @@ import pytest
 
 from dynakrag_lite.generators.cache import CallCache
 from dynakrag_lite.experiments.cli import main
-from dynakrag_lite.config import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment, RunSettings
 from dynakrag_lite.training.concurrency import check_workers
 from dynakrag_lite.experiments.run import evaluate
 from dynakrag_lite.experiments.folder import read_predictions
@@ -135,8 +135,8 @@ def server_env(srv, retriever, cache_file: Path) -> Environment:
 
 
 def run(qs, method, env, out, workers):
-    return evaluate(qs, method, env, out, dataset="library", generator="m", progress=False,
-                    workers=workers)
+    return evaluate(qs, RunSettings(method=method, generator="m", workers=workers), env, out,
+                    dataset="library", progress=False)
 
 
 # -- same rows, same order, real overlap ---------------------------------------------------

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import pytest
 
 from dynakrag_lite.generators.cache import CallCache
-from dynakrag_lite.config import ControlConfig, Environment
+from dynakrag_lite.config import ControlConfig, Environment, RunSettings
 from dynakrag_lite.experiments.run import evaluate
 from dynakrag_lite.generators.spec import make_generator
 
@@ -105,8 +105,9 @@ def test_two_workers_against_llama_server_write_what_a_sequential_run_writes(
                              max_retries=0)
         gen.inner = timed = Timed(gen.inner)
         env = Environment(library_retriever, gen, CONFIG)
-        summaries[workers] = evaluate(qs, METHOD, env, tmp_path / f"w{workers}", dataset="library",
-                                      generator=MODEL, progress=False, workers=workers)
+        s = RunSettings(method=METHOD, generator=MODEL, workers=workers)
+        summaries[workers] = evaluate(qs, s, env, tmp_path / f"w{workers}", dataset="library",
+                                      progress=False)
         calls[workers] = timed.calls
         # Shown with -s or on failure: with a server that computes one request at a time,
         # the latencies add up to more than the busy time once requests wait in its queue.

@@ -30,7 +30,6 @@ import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
@@ -41,6 +40,7 @@ from .paper import DATASETS, paper_table
 from .plots import paired_forest_figure
 from .results import is_partial, run_names, run_status, transfer_folder
 from .transfer import VERDICT_WORDS, pair_text, reader_limit_reading
+from .verdicts import holm
 
 __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
@@ -66,19 +66,6 @@ def _p(p: float) -> str:
 
 
 # -- multiple comparisons -----------------------------------------------------------------------
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (family-wise error), in the input order."""
-    p = np.asarray(p_values, dtype=float)
-    m = len(p)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted.tolist()
-
-
 VERSUS_COLUMNS = ("dataset", "reader", "n", "diff", "lo", "hi", "p", "verdict", "p_holm",
                   "verdict_holm", "partial")
 

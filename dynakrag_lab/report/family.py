@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from dynakrag_lite.experiments.folder import RUN_FILE, SUMMARY_FILE, ResultsError
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text
 
-from .appendix import holm
 from .claims import LABELS, fmt_diff, fmt_p
 from .comparison import SEED, paired_difference, paired_rows
 from .results import json_clean, locate, read_run
+from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm,
+                       mde, num as _num, tost, within_words)
 
 __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_names",
            "read_test", "verdict_word", "verdict_text", "read_family", "read_families",
@@ -59,22 +59,7 @@ __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_
 
 TOML = "results/primary_tests.toml"
 OUT = "results/primary/family"
-BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive at this n"
 SEED_FIELD = "{seed}"
-
-
-def _num(x: float, fmt: str = ".3f") -> str:
-    """'.070', '-.011' (``fmt`` "g": '.03'): the book's way of writing a number below 1."""
-    s = format(x, fmt)
-    return s.replace("0.", ".", 1) if s.lstrip("-").startswith("0.") else s
-
-
-def within_words(margin: float) -> str:
-    return f"within ±{_num(margin, 'g')}"
-
-
-def equivalent_word(margin: float) -> str:
-    return f"equivalent {within_words(margin)}"
 
 
 # -- the toml -------------------------------------------------------------------------------------
@@ -145,20 +130,6 @@ def _read(root: str | Path, dataset: str, generator: str, run: str, n: int
 
 
 # -- one test -----------------------------------------------------------------------------------
-def _tost(d: np.ndarray, margin: float, alpha: float) -> tuple[float, float, float]:
-    """(p_tost, lower, upper bound of the t-based 1 - 2 alpha interval) of mean(d) against
-    +-margin (see the module docstring)."""
-    n, diff = len(d), float(d.mean())
-    se = float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan
-    if not se > 0:  # every difference equal (or n = 1): the mean is known exactly or not at all
-        inside = n > 1 and -margin < diff < margin
-        return (0.0 if inside else 1.0), diff, diff
-    p_lower = float(stats.t.sf((diff + margin) / se, n - 1))
-    p_upper = float(stats.t.cdf((diff - margin) / se, n - 1))
-    half = float(stats.t.ppf(1 - alpha, n - 1)) * se
-    return max(p_lower, p_upper), diff - half, diff + half
-
-
 def _spread(x: Sequence[float]) -> dict:
     a = np.asarray(x, dtype=float)
     return {"min": float(a.min()), "max": float(a.max()),
@@ -202,15 +173,14 @@ def read_test(cfg: Mapping, family: str, dataset: str, test: Mapping) -> dict:
     d = a - b
     sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
     alpha, m = float(cfg["alpha"]), float(cfg["equivalence_margin"])
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(float(cfg["power"]))
-    p_tost, tost_lo, tost_hi = _tost(d, m, alpha)
+    p_tost, tost_lo, tost_hi = tost(d, m, alpha)
     tok_a = float(np.mean([float(r["tokens"]) for r, _ in pairs]))
     tok_b = float(np.mean([[float(x["tokens"]) for x in bs] for _, bs in pairs]))
     seed_f1 = b_seed.mean(axis=0).tolist()
     seed_diff = (a[:, None] - b_seed).mean(axis=0).tolist()
     out.update(ci=fmt_diff(pd_), mean_a=pd_.mean_a, mean_b=pd_.mean_b, diff=pd_.diff,
                lo=pd_.lo, hi=pd_.hi, p=pd_.p_value, wins=pd_.wins, losses=pd_.losses, sd_diff=sd,
-               mde=float(z * sd / math.sqrt(len(d))), margin=m, p_tost=p_tost,
+               mde=mde(d, alpha, float(cfg["power"])), margin=m, p_tost=p_tost,
                equivalent=p_tost < alpha,
                tost_lo=tost_lo, tost_hi=tost_hi,
                paper_margin_excluded=bool(tost_hi < out["paper_margin"]),
@@ -223,15 +193,11 @@ def read_test(cfg: Mapping, family: str, dataset: str, test: Mapping) -> dict:
 
 
 def verdict_word(t: Mapping, alpha: float) -> str:
-    """The toml's four words for a complete test with its Holm p; pending tests keep their
-    status."""
+    """The toml's four words (:func:`.verdicts.four_words`) for a complete test with its Holm
+    p; pending tests keep their status."""
     if not t["complete"]:
         return t["status"]
-    if t["p_holm"] < alpha and t["diff"] != 0:
-        return BETTER if t["diff"] > 0 else WORSE
-    if t["equivalent"]:
-        return equivalent_word(t["margin"])
-    return INCONCLUSIVE
+    return four_words(t["diff"], t["p_holm"], t["p_tost"], Rules(alpha, t["margin"], math.nan))
 
 
 def verdict_text(t: Mapping) -> str:
@@ -315,7 +281,7 @@ def family_markdown(report: Mapping) -> str:
                 lines.append(f"| {LABELS.get(t['dataset'], t['dataset'])} | {t['test']} | "
                              f"{per} | {_num(sp['min'])} / {_num(sp['max'])} / "
                              f"{_num(sp['sd'])} |")
-        mixed = [t for t in f["tests"] if not t["one_build"]]
+        mixed = [t for t in f["tests"] if t["complete"] and not t["one_build"]]
         if mixed:
             lines += ["", "Runs not decoded by one recorded llama.cpp build: " + "; ".join(
                 f"{LABELS.get(t['dataset'], t['dataset'])} {t['test']}" for t in mixed) + "."]

@@ -93,7 +93,8 @@ def tau_curve(policy: Policy) -> pd.DataFrame:
     return frame.rename(columns={"veto_threshold": "tau"}).sort_values("tau")
 
 
-def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> None:
+def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split", legend: bool = True,
+                k_labels: bool = False) -> None:
     """The evaluation runs on ``ax``: F1 (95 % interval) against tokens per question (log),
     the stop-at-k schedules joined by a line, the operating point as a star, the points on
     the Pareto front ringed."""
@@ -106,11 +107,14 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
             if not len(sched):
                 continue
             ax.plot(sched["tokens"], sched["f1"], style, color=color, ms=5, label=label)
+            # k above the learned line, below the uniform one: centred off the marker
+            dy = 7 if kind == "schedule" else -12
             for _, r in sched.iterrows():
-                ax.annotate(f"k={int(r['k'])}" + (f" ({r['status']})" if is_partial(r["status"])
-                                                   else ""), (r["tokens"], r["f1"]),
-                            textcoords="offset points", xytext=(4, -10), fontsize=7,
-                            color=color)
+                text = (str(int(r["k"])) if k_labels else f"k={int(r['k'])}") + (
+                    f" ({r['status']})" if is_partial(r["status"]) else "")
+                ax.annotate(text, (r["tokens"], r["f1"]), textcoords="offset points",
+                            xytext=(0, dy) if k_labels else (4, -10),
+                            ha="center" if k_labels else "left", fontsize=7, color=color)
         for i, r in points.reset_index(drop=True).iterrows():
             if "schedule" in r["kind"]:
                 continue
@@ -138,7 +142,7 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split") -> No
     ax.set_ylabel("answer F1 (95 % interval)")
     ax.set_title(title, fontsize=9)
     # under the axes: inside, nine entries covered the points they name
-    if ax.get_legend_handles_labels()[0]:
+    if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
                   frameon=False)
 
@@ -190,6 +194,24 @@ def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]])
         elif title and ncols == 1:
             row[0].set_title(f"{title}: evaluation split", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def pareto_row(panels: Sequence[tuple[str, pd.DataFrame]], width: float = 11.0,
+               height: float = 3.6) -> Figure:
+    """The results chapter's figure: one panel per ``(title, points)`` side by side, one legend
+    for all of them under the panels, and each schedule's k written beside its own marker
+    (above the learned line, below the uniform one) so that no label sits on a point."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
+    handles: dict[str, Any] = {}
+    for (title, points), ax in zip(panels, axes[0]):
+        draw_points(ax, points, title, legend=False, k_labels=True)
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+        ax.set_ylabel("answer F1 (95 % interval)" if ax is axes[0][0] else "")
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, len(handles)),
+               fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig
 
 

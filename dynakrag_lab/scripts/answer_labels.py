@@ -70,7 +70,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: E402
-                                           run_reporting_errors, training_recipe)
+                                           run_reporting_errors)
+from dynakrag_lite.experiments.commands import training_recipe  # noqa: E402
 from dynakrag_lite.policy import Policy  # noqa: E402
 from dynakrag_lite.storage import redact, relative_command  # noqa: E402
 from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite import sufficiency as S  # noqa: E402
 from dynakrag_lite.training import calibration as C  # noqa: E402
+from dynakrag_lite.training.estimator import oof_estimator_scores  # noqa: E402
 from dynakrag_lite.storage import atomic_write_text, relative_command  # noqa: E402
 from dynakrag_lab.studies.diagnostics import summarise_runs  # noqa: E402
 
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
         ya = np.array([float(c.sufficient) for c in all_states])
         ga = np.array([c.qid for c in all_states], dtype=object)
         ra = np.array([c.kind == "reachable" for c in all_states])
-        oof = C.oof_estimator_scores(X, ya, ga, seed=args.seed, train_mask=ra)
+        oof = oof_estimator_scores(X, ya, ga, seed=args.seed, train_mask=ra)
         key = {(c.qid, c.state.doc_ids): i for i, c in enumerate(all_states)}
         sub = np.array([oof[key[(c.qid, c.state.doc_ids)]] for c in states])
         scores["learned"] = sub

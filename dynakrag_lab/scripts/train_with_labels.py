@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dynakrag_lite.experiments.artifacts import register_policy  # noqa: E402
-from dynakrag_lite.experiments.cli import (build_parser, run_reporting_errors,  # noqa: E402
-                                           training_recipe)
+from dynakrag_lite.experiments.cli import build_parser, run_reporting_errors  # noqa: E402
+from dynakrag_lite.experiments.commands import training_recipe  # noqa: E402
 from dynakrag_lite.storage import relative_command  # noqa: E402
 from dynakrag_lab.training_extras import train_with_answer_labels  # noqa: E402
 

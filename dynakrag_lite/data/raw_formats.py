@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import DataError, Paragraph, Question, iter_jsonl
+from .schema import DataError, Paragraph, Question, iter_jsonl, require
 
 __all__ = ["RawLoadReport", "convert_raw_record", "detect_format", "load_raw", "read_raw"]
 
@@ -64,22 +64,8 @@ def detect_format(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _need(obj: dict, key: str, kind: type | tuple, path, line, name: str | None = None) -> Any:
-    name = name or key
-    if key not in obj:
-        raise DataError(path, line, name, "missing")
-    value = obj[key]
-    if isinstance(value, bool) and kind in (int, (str, int)):  # bool is an int in Python
-        raise DataError(path, line, name, "expected a number or string, got bool")
-    if not isinstance(value, kind):
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        raise DataError(path, line, name, f"expected {'/'.join(k.__name__ for k in kinds)}, "
-                        f"got {type(value).__name__}")
-    return value
-
-
 def _answers(obj: dict, path, line) -> tuple[str, ...]:
-    answer = _need(obj, "answer", str, path, line)
+    answer = require(obj, "answer", str, path, line)
     if not answer.strip():
         raise DataError(path, line, "answer", "empty answer")
     aliases = obj.get("answer_aliases") or []
@@ -94,23 +80,23 @@ def _answers(obj: dict, path, line) -> tuple[str, ...]:
 
 
 def _question_text(obj: dict, path, line) -> str:
-    text = _need(obj, "question", str, path, line)
+    text = require(obj, "question", str, path, line)
     if not text.strip():
         raise DataError(path, line, "question", "empty question")
     return text.strip()
 
 
 def _from_context(obj: dict, dataset: str, path, line) -> Question:
-    qid = _need(obj, "_id", (str, int), path, line)
+    qid = require(obj, "_id", (str, int), path, line)
     text = _question_text(obj, path, line)
     answers = _answers(obj, path, line)
     qtype = obj.get("type")
     if qtype is not None and not isinstance(qtype, str):
         raise DataError(path, line, "type", "expected a string or null")
-    context = _need(obj, "context", list, path, line)
+    context = require(obj, "context", list, path, line)
     if not context:
         raise DataError(path, line, "context", "no paragraphs")
-    facts = _need(obj, "supporting_facts", list, path, line)
+    facts = require(obj, "supporting_facts", list, path, line)
     gold: list[str] = []
     for i, fact in enumerate(facts):
         if (not isinstance(fact, list) or len(fact) < 2 or not isinstance(fact[0], str)
@@ -149,7 +135,7 @@ def _musique_type(qid: str) -> str | None:
 
 
 def _from_musique(obj: dict, path, line) -> Question | None:
-    qid = _need(obj, "id", (str, int), path, line)
+    qid = require(obj, "id", (str, int), path, line)
     answerable = obj.get("answerable", True)
     if not isinstance(answerable, bool):
         raise DataError(path, line, "answerable", "expected true/false")
@@ -157,7 +143,7 @@ def _from_musique(obj: dict, path, line) -> Question | None:
         return None
     text = _question_text(obj, path, line)
     answers = _answers(obj, path, line)
-    raw_pars = _need(obj, "paragraphs", list, path, line)
+    raw_pars = require(obj, "paragraphs", list, path, line)
     if not raw_pars:
         raise DataError(path, line, "paragraphs", "no paragraphs")
     pars: list[Paragraph] = []
@@ -165,8 +151,8 @@ def _from_musique(obj: dict, path, line) -> Question | None:
         pre = f"paragraphs[{i}]"
         if not isinstance(p, dict):
             raise DataError(path, line, pre, "expected an object")
-        title = _need(p, "title", str, path, line, pre + ".title")
-        body = _need(p, "paragraph_text", str, path, line, pre + ".paragraph_text")
+        title = require(p, "title", str, path, line, pre + ".title")
+        body = require(p, "paragraph_text", str, path, line, pre + ".paragraph_text")
         sup = p.get("is_supporting", False)
         if not isinstance(sup, bool):
             raise DataError(path, line, pre + ".is_supporting", "expected true/false")

@@ -62,11 +62,16 @@ class Question:
         return d
 
 
-def _require(obj: dict, key: str, kind: type | tuple, path, line, prefix: str = "") -> Any:
-    name = prefix + key
+def require(obj: dict, key: str, kind: type | tuple, path, line,
+            name: str | None = None) -> Any:
+    """``obj[key]`` if it is of ``kind`` (a bool is no number), else DataError naming the
+    field ``name`` (default ``key``); the normalized and the raw loaders' one field check."""
+    name = name or key
     if key not in obj:
         raise DataError(path, line, name, "missing")
     value = obj[key]
+    if isinstance(value, bool) and kind in (int, (str, int)):  # bool is an int in Python
+        raise DataError(path, line, name, "expected a number or string, got bool")
     if not isinstance(value, kind):
         kinds = kind if isinstance(kind, tuple) else (kind,)
         raise DataError(path, line, name, f"expected {'/'.join(k.__name__ for k in kinds)}, "
@@ -79,21 +84,20 @@ def question_from_dict(obj: Any, path: str | os.PathLike | None = None,
     """Validate one normalized record; raise :class:`DataError` on any defect."""
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
-    qid = _require(obj, "id", (str, int), path, line)
-    # bool is an int to Python, and an empty id cannot name a row of a run folder
-    if isinstance(qid, bool) or not str(qid).strip():
+    qid = require(obj, "id", (str, int), path, line)
+    if not str(qid).strip():  # an empty id cannot name a row of a run folder
         raise DataError(path, line, "id", f"expected a non-empty string or an integer, got "
                         f"{json.dumps(qid)}")
-    text = _require(obj, "question", str, path, line)
+    text = require(obj, "question", str, path, line)
     if not text.strip():
         raise DataError(path, line, "question", "empty question")
-    answers = _require(obj, "answers", list, path, line)
+    answers = require(obj, "answers", list, path, line)
     if not answers or not all(isinstance(a, str) and a.strip() for a in answers):
         raise DataError(path, line, "answers", "needs a non-empty list of non-empty strings")
     qtype = obj.get("type")
     if qtype is not None and not isinstance(qtype, str):
         raise DataError(path, line, "type", "expected a string or null")
-    raw_pars = _require(obj, "paragraphs", list, path, line)
+    raw_pars = require(obj, "paragraphs", list, path, line)
     if not raw_pars:
         raise DataError(path, line, "paragraphs", "no paragraphs")
     pars = []
@@ -101,8 +105,8 @@ def question_from_dict(obj: Any, path: str | os.PathLike | None = None,
         pre = f"paragraphs[{i}]."
         if not isinstance(p, dict):
             raise DataError(path, line, f"paragraphs[{i}]", "expected an object")
-        title = _require(p, "title", str, path, line, pre)
-        body = _require(p, "text", str, path, line, pre)
+        title = require(p, "title", str, path, line, pre + "title")
+        body = require(p, "text", str, path, line, pre + "text")
         if not body.strip():  # as the --corpus loader: an empty document retrieves nothing
             raise DataError(path, line, pre + "text", "empty text")
         sup = p.get("is_supporting", False)

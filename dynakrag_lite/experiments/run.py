@@ -20,60 +20,36 @@ from typing import Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from .. import baselines
 from ..config import Environment, RunSettings
 from ..training.concurrency import check_workers, locked_runner, run_in_order
-from ..controller import MethodResult, UniformChooser, run_controller
+from ..controller import MethodResult
 from ..data.corpus import gold_titles, normalize_title
 from ..data.schema import Question
 from ..generators.base import ReplayMissError
+from ..methods import run_method
 from ..metrics import em_f1, support_recall
 from ..storage import FolderLock, atomic_write_json
-from ..oracle import OracleChooser
 from .diagnostics import diagnostics, trace_diagnostics
 from .folder import (PREDICTIONS_FILE, SUMMARY_FILE, append_row, error_row, is_error, latest_rows,
     read_predictions, repair_predictions)
 from .fingerprint import build_change, check_run_folder, llama_build, run_fingerprint
 from .selection import SELECTION_FIELD
 
-METHODS = ("dynakrag", "fixed_k", "ircot", "self_ask", "uniform", "oracle")
-
 
 class FailedQuestionsWarning(RuntimeWarning):
     """Some questions of an evaluation failed (they are error rows); a caller that reports
     them itself (the command line) can silence this one."""
-SUMMARY_KEYS = ("method", "dataset", "generator", "n", "em", "f1", "support_recall",
-                "all_support_rate", "docs_mean", "tokens_mean", "llm_calls_mean",
-                "retrieval_calls_mean", "seconds_mean")
 
 
-# -- running one question ---------------------------------------------------------------
-def run_method(settings: RunSettings, q: Question, env: Environment, policy=None,
-               demos=None) -> MethodResult:
-    """One question with the settings' method (with their ``fixed_k``, ``seed`` and the
-    uniform chooser's ``stop_after``), all on the same environment. ``demos``: IRCoT's
-    few-shot demonstrations (``demonstrations.build_ircot_demos`` of the training split);
-    None runs IRCoT zero-shot (not the faithful baseline)."""
-    method = settings.method
-    if method == "dynakrag":
-        if policy is None:
-            raise ValueError("method 'dynakrag' needs a policy")
-        return run_controller(q.question, env, policy, q.id, method="dynakrag")
-    if method == "uniform":
-        chooser = UniformChooser(settings.seed, settings.stop_after)
-        return run_controller(q.question, env, chooser, q.id, method="uniform")
-    if method == "oracle":
-        return run_controller(q.question, env, OracleChooser(env, gold_titles(q)), q.id,
-                              method="oracle")
-    if method == "fixed_k":
-        return baselines.run_fixed_k(q.question, env, k=settings.fixed_k, qid=q.id)
-    if method == "ircot":
-        return baselines.run_ircot(q.question, env, qid=q.id, demos=demos)
-    if method == "self_ask":
-        return baselines.run_self_ask(q.question, env, qid=q.id)
-    raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+# The summary's metric means: summary key -> the row field it averages.
+MEANS = {"em": "em", "f1": "f1", "support_recall": "support_recall",
+         "all_support_rate": "all_support", "docs_mean": "n_docs", "tokens_mean": "tokens",
+         "llm_calls_mean": "llm_calls", "retrieval_calls_mean": "retrieval_calls",
+         "seconds_mean": "seconds"}
+SUMMARY_KEYS = ("method", "dataset", "generator", "n", *MEANS)
 
 
+# -- one question's row ------------------------------------------------------------------
 def score(q: Question, result: MethodResult) -> dict:
     """The predictions.jsonl record of one question."""
     em, f1 = em_f1(result.prediction, q.answers)
@@ -127,30 +103,24 @@ def summarize(rows: Sequence[dict], method: str, dataset: str, generator: str) -
     def mean(k):
         return float(np.mean([r[k] for r in ok])) if ok else 0.0
     return {"method": method, "dataset": dataset, "generator": generator, "n": len(ok),
-            "em": mean("em"), "f1": mean("f1"), "support_recall": mean("support_recall"),
-            "all_support_rate": mean("all_support"), "docs_mean": mean("n_docs"),
-            "tokens_mean": mean("tokens"), "llm_calls_mean": mean("llm_calls"),
-            "retrieval_calls_mean": mean("retrieval_calls"), "seconds_mean": mean("seconds"),
-            "errors": len(rows) - len(ok)}
+            **{key: mean(field) for key, field in MEANS.items()}, "errors": len(rows) - len(ok)}
 
 
-def evaluate(questions: Sequence[Question], method: str | RunSettings, env: Environment,
-             out_dir: str | Path, policy=None, dataset: str = "", generator: str = "",
-             fixed_k: int | None = None, seed: int = 13, progress: bool = True,
+def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environment,
+             out_dir: str | Path, policy=None, dataset: str = "", progress: bool = True,
              run_info: dict | None = None, *,
              data_sha256: str | None = None, policy_sha256: str | None = None,
-             summary_extra: dict | None = None, demos=None, workers: int = 1,
+             summary_extra: dict | None = None, demos=None,
              selection: dict | None = None) -> dict:
-    """Run ``method`` on every question of ``questions`` not yet done in ``out_dir``
-    (:mod:`dynakrag_lite.experiments.folder`); return the summary.
+    """Run ``settings.method`` (:func:`dynakrag_lite.methods.run_method`, with the settings'
+    ``generator``, ``fixed_k``, ``seed``, ``workers``, ...) on every question of ``questions``
+    not yet done in ``out_dir`` (:mod:`dynakrag_lite.experiments.folder`); return the summary.
 
-    ``method``: a method's name (with ``generator``, ``fixed_k``, ``seed``, ``workers``) or
-    the run's :class:`~dynakrag_lite.config.RunSettings`. ``run_info`` and ``summary_extra`` go
-    into the summary; ``data_sha256`` / ``policy_sha256`` into the fingerprint (``workers``
-    does not: rows do not depend on it). ``selection``: which questions these are (None: not
-    checked). A folder that cannot be resumed safely is refused before any question runs."""
-    s = method if isinstance(method, RunSettings) else RunSettings(
-        method=method, generator=generator, fixed_k=fixed_k, seed=seed, workers=workers)
+    ``run_info`` and ``summary_extra`` go into the summary; ``data_sha256`` / ``policy_sha256``
+    into the fingerprint (``settings.workers`` does not: rows do not depend on it).
+    ``selection``: which questions these are (None: not checked). A folder that cannot be
+    resumed safely is refused before any question runs."""
+    s = settings
     check_workers(s.workers, env.generator)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

