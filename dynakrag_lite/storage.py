@@ -282,11 +282,17 @@ def redact(arg: str) -> str:
     return _SECRET_KV.sub(lambda m: m.group(1) + "=***", arg)
 
 
-def _relative(path: str, base: Path) -> str:
+def relative_path(path: str | os.PathLike, base: str | os.PathLike) -> str:
+    """``path`` relative to the folder ``base``, for a record: a path inside ``base`` (symlinks
+    resolved) as the part under it; any other path without resolving symlinks, so that a
+    ``../shared`` linked elsewhere stays ``../shared`` rather than the link's target."""
+    base = Path(base).resolve()
     try:
-        return os.path.relpath(Path(path).resolve(), base)
+        real = Path(path).resolve()
+        return os.path.relpath(real if real.is_relative_to(base) else os.path.abspath(path),
+                               base)
     except ValueError:  # another drive (Windows)
-        return path
+        return str(path)
 
 
 def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite",
@@ -313,11 +319,11 @@ def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite
             continue
         a = redact(a)
         if os.path.isabs(a):
-            a = _relative(a, base)
+            a = relative_path(a, base)
         else:
             e = _EMBEDDED_PATH.match(a)
             if e:
-                a = e.group("head") + _relative(e.group("path"), base)
+                a = e.group("head") + relative_path(e.group("path"), base)
         out.append(shlex.quote(a))
     return " ".join(out)
 

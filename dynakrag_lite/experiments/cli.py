@@ -8,6 +8,7 @@
     evaluate        --data FILE --method NAME [--policy P] --generator SPEC [--limit N]
                     [--out DIR] [--no-compression] [--no-sufficiency] [--retrieval-cap N]
                     [--compressor llm|extractive --selector FILE] [--workers N]
+    evaluate        --config results/configs/NAME.toml --run RUN [FLAGS]  (a run named in a file)
     models          list | fetch NAME                           (bundled offline GGUF models)
     cache merge     SRC DST [--missing-ok] [--vacuum]           (LLM call cache files)
     policy-manifest [--check | --update] [FOLDER | FILE ...]    (results/policies/MANIFEST.sha256)
@@ -51,6 +52,7 @@ from ..sufficiency import SIGNAL_CHOICES
 from ..training.recipe import train
 from .artifacts import register_policy
 from .commands import evaluation_setup, training_recipe
+from .configs import expand_config
 from .maintenance import add_maintenance_commands
 from .run import FailedQuestionsWarning
 from .selection import NON_NEGATIVE, add_split_options
@@ -274,6 +276,9 @@ def add_evaluate_command(sub) -> None:
                    help="questions run at once; > 1 only with a server generator "
                    "(openai:<model>@<base_url>); predictions.jsonl keeps the "
                    "question order")
+    p.add_argument("--config", metavar="FILE.toml", help="take the settings of --run from this "
+                   "config (results/configs/); flags given besides win (configs.expand_config)")
+    p.add_argument("--run", metavar="NAME", help="a run of --config ([runs.NAME])")
     p.add_argument("--replay-only", action="store_true",
                    help="never call the model: a call missing from the LLM call "
                    "cache stops the run with an error naming the question (as "
@@ -358,8 +363,10 @@ def run_reporting_errors(func: Callable[..., int], *args,
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # evaluate --config FILE --run NAME: the config's flags, recorded as such
+    argv = expand_config(list(sys.argv[1:] if argv is None else argv), parser)
+    args = parser.parse_args(argv)
     args.argv = argv  # what ran, for the records (relative paths, no credentials)
     if args.replay_only:
         os.environ[REPLAY_ONLY_ENV] = "1"  # read by every cached call of this process
