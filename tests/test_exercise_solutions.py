@@ -139,7 +139,8 @@ def output_text(cells: list) -> str:
                 parts.append("".join(o["text"]))
             for mime, v in (o.get("data") or {}).items():
                 v = "".join(v) if isinstance(v, list) else v
-                if mime in ("text/plain", "text/html") or mime.endswith("record/text/plain"):
+                if mime in ("text/plain", "text/html", "text/markdown") \
+                        or mime.endswith("record/text/plain"):
                     parts.append(re.sub(r"<[^>]+>", " ", v) if mime == "text/html" else v)
     return "\n".join(parts)
 
@@ -298,6 +299,14 @@ def test_rules_on_a_stated_answer():
     literal = _nb("It fell to 0.22, in 7 of 8 states.", "Predict: does it fall?",
                   "MAE 0.290 -> 0.221; 7 of 8\n")
     assert _check(literal) == ([], True)
+
+
+def test_code_made_markdown_states_an_answer_and_printed_text_does_not():
+    nb = _nb("The cell below states it.", "Predict: does it fall?", "MAE 0.290 -> 0.221\n")
+    assert _check(nb) == ([], False)  # a printed number alone is not a stated answer
+    nb["cells"][1]["outputs"].append({"output_type": "display_data", "metadata": {}, "data": {
+        "text/markdown": "The MAE fell from 0.290 to 0.221.", "text/plain": "<Markdown>"}})
+    assert _check(nb) == ([], True)
 
 
 def test_rules_on_stale_numbers():
