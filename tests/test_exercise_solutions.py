@@ -138,7 +138,8 @@ def output_text(cells: list) -> str:
                 parts.append("".join(o["text"]))
             for mime, v in (o.get("data") or {}).items():
                 v = "".join(v) if isinstance(v, list) else v
-                if mime in ("text/plain", "text/html") or mime.endswith("record/text/plain"):
+                if mime in ("text/plain", "text/html", "text/markdown") \
+                        or mime.endswith("record/text/plain"):
                     parts.append(re.sub(r"<[^>]+>", " ", v) if mime == "text/html" else v)
     return "\n".join(parts)
 
@@ -204,14 +205,24 @@ def unbacked(sol: Solution, glue: dict, values: list[float]) -> list[str]:
     return problems
 
 
+def made_markdown(cells: list) -> str:
+    """The markdown the cells display (``IPython.display.Markdown``): prose a code cell writes."""
+    return "\n".join("".join(v) if isinstance(v, list) else v for c in cells
+                     for o in c.get("outputs", [])
+                     for mime, v in (o.get("data") or {}).items() if mime == "text/markdown")
+
+
 def states_a_result(sol: Solution, glue: dict, values: list[float]) -> bool:
-    """Rule 2: a glued value, or a number from the outputs that the exercise does not give."""
+    """Rule 2: a glued value, or a number from the outputs that the exercise does not give,
+    stated in the solution's text or in markdown its answer cells write (a chapter without
+    glue roles states measured numbers in code-made prose: book-style note, section 2)."""
     if any(m.group("key") in glue for m in GLUE_ROLE.finditer(sol.text)):
         return True
     given = set(re.findall(r"\d[\d,.]*\d|\d", sol.exercise))
+    printed = stated_numbers(made_markdown(sol.answer_cells))
     return any(n.rstrip("%") not in given and backed(n, values)
                and float(n.rstrip("%").replace(",", "")) not in (0, 1)
-               for n in stated_numbers(sol.text))
+               for n in stated_numbers(sol.text) + printed)
 
 
 def number(path: Path) -> str:
@@ -284,6 +295,14 @@ def test_rules_on_a_stated_answer():
     literal = _nb("It fell to 0.22, in 7 of 8 states.", "Predict: does it fall?",
                   "MAE 0.290 -> 0.221; 7 of 8\n")
     assert _check(literal) == ([], True)
+
+
+def test_code_made_markdown_states_an_answer_and_printed_text_does_not():
+    nb = _nb("The cell below states it.", "Predict: does it fall?", "MAE 0.290 -> 0.221\n")
+    assert _check(nb) == ([], False)  # a printed number alone is not a stated answer
+    nb["cells"][1]["outputs"].append({"output_type": "display_data", "metadata": {}, "data": {
+        "text/markdown": "The MAE fell from 0.290 to 0.221.", "text/plain": "<Markdown>"}})
+    assert _check(nb) == ([], True)
 
 
 def test_rules_on_stale_numbers():
