@@ -51,7 +51,7 @@ NON_PROJECT_FILES: frozenset[str] = frozenset()
 # chapter converted to printed output or code-made markdown leaves it (the test below fails
 # until it does), and no chapter joins it.
 GLUE_ALLOWED = frozenset({
-    "08_value_model", "09_controller", "10_compression", "11_baselines", "11b_walkthrough",
+    "11_baselines", "11b_walkthrough",
 })
 
 

@@ -32,7 +32,7 @@ CHAPTERS = sorted(BOOK.glob("[0-9][0-9]*_*.ipynb"))
 # Chapters whose asking exercises still have solutions that state no measured answer (rule 2
 # only; rule 1 holds everywhere). Convert a chapter, then remove it here. (98: the diagnosis
 # appendix, being written when this rule came in.)
-UNCONVERTED = {"00", "07", "09", "11", "11b", "12", "99"}
+UNCONVERTED = {"00", "07", "11", "11b", "12", "99"}
 
 FENCE_ADMONITION = r"(?P<fence>`{3,}|:{3,})\{admonition\} (?P<kind>Exercise|Solution) (?P<id>[\w.]+)"
 GLUE_ROLE = re.compile(r"\{glue(?::text|:)?\}`(?P<key>[^`:]+(?:::[^`:]+)?)(?::[^`]*)?`")
