@@ -104,7 +104,7 @@ book: install llm-cache
 experiments: install
 	$(PY) data_scripts/run_experiments.py
 	$(PY) dynakrag_lab/scripts/diagnostic_table.py --dataset hotpotqa
-	$(PY) dynakrag_lab/scripts/results_readme.py
+	$(PY) python -m dynakrag_lab.readme
 
 bench: install
 	$(PY) benchmarks/bench_retrieval.py

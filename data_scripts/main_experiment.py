@@ -194,7 +194,7 @@ def main() -> int:
     ap.add_argument("--compressor", choices=("extractive", "llm"), default="extractive",
                     help="terminal compression of the controller runs (dynakrag, uniform, "
                     "oracle); extractive needs results/selectors/<dataset>-sentence-selector"
-                    ".joblib (dynakrag_lab/scripts/compression_diagnostics.py builds it)")
+                    ".joblib (python -m dynakrag_lab.studies.selector builds it)")
     args = ap.parse_args()
     runs = [r for r in args.runs.split(",") if r]
     unknown = [r for r in runs if r not in RUNS]

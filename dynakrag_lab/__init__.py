@@ -9,7 +9,7 @@ decide how it should be built:
   concept figures the book draws;
 * :mod:`dynakrag_lab.studies`: offline studies of the controller (the control diagnosis, the
   horizon and stop-target studies, answer labels, the answer stage, run behaviour);
-* :mod:`dynakrag_lab.training_extras`: answer labels merged into saved trajectories, and
+* :mod:`dynakrag_lab.studies.answer_labels.files`: answer labels merged into saved trajectories, and
   training a policy with them;
 * ``dynakrag_lab/scripts/``: their command lines, run from the checkout's root as
   ``python dynakrag_lab/scripts/<name>.py``.

@@ -1,6 +1,6 @@
 """Answer labels for saved trajectories (dynakrag_lab.studies.answer_labels and
-dynakrag_lab/scripts/answer_labels.py; their format, merge and training with them:
-dynakrag_lab.training_extras): a replay along the chosen actions gives
+python -m dynakrag_lab.studies.answer_labels; their format, merge and training with them:
+dynakrag_lab.studies.answer_labels.files): a replay along the chosen actions gives
 collection's prefixes and answer F1s, resumably, one JSONL row per question.
 
 No model runs here: the reader is a fake whose replies depend on the prompt (sufficiency
@@ -30,7 +30,7 @@ from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import sha256_file
 from dynakrag_lite.training.files import load_training_data, save_training_data
 from dynakrag_lite.trajectories import collect
-from dynakrag_lab.training_extras import (AnswerLabelError, merge_answer_labels,
+from dynakrag_lab.studies.answer_labels.files import (AnswerLabelError, merge_answer_labels,
                                           read_label_file, row_truncated)
 from dynakrag_lab.studies.answer_labels import (label_questions, make_header, plan_labels,
                                                 with_answer_labels)
@@ -607,7 +607,7 @@ def test_train_from_data_merges_the_labels_and_records_them_in_the_policy(
     rec = lab.meta["answer_labels"]
     assert rec["sha256"] == sha256_file(labels) and rec["file"].endswith("l.jsonl")
     assert (rec["labelled"], rec["missing"], rec["not_reproduced"]) == (4, 0, 0)
-    assert rec["command"].startswith("python dynakrag_lab/scripts/train_with_labels.py "
+    assert rec["command"].startswith("python -m dynakrag_lab.studies.answer_labels.train "
                                      "--answer-labels")
     assert "--answer-labels" not in lab.meta["command"]  # the train part alone
     capsys.readouterr()

@@ -90,7 +90,7 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
     assert against["fixed_k3"]["tokens"]["diff"] == pytest.approx(850 - 400)
     md = out.with_suffix(".md").read_text()
     assert "| 4 **(chosen)** |" in md and "fixed_k3" in md
-    assert "python dynakrag_lab/scripts/answer_stage.py" in rep["command"]
+    assert "python -m dynakrag_lab.studies.answer_stage" in rep["command"]
 
 
 def test_script_names_the_missing_twin(tmp_path):

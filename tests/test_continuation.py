@@ -14,7 +14,7 @@ from dynakrag_lite.state import initial_state
 from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.trajectories import collect, collect_question, sr
-from dynakrag_lab.studies.stop_replay import lambda_sweep, replay_outcomes
+from dynakrag_lab.studies.stop_rule import lambda_sweep, replay_outcomes
 
 from helpers import ScriptedGenerator
 

@@ -8,7 +8,7 @@ from dynakrag_lab.studies.diagnosis import (ChoiceState, choice_metrics, choice_
                                             constant_chooser, diagnose_choice, feature_constancy,
                                             forest_chooser, oracle_chooser, realized_gain,
                                             stop_at_k, stop_auc, verdict)
-from dynakrag_lab.studies.horizon import (HorizonState, diagnose_horizon, horizon_identity,
+from dynakrag_lab.studies.diagnosis.horizon import (HorizonState, diagnose_horizon, horizon_identity,
                                           horizon_returns, horizon_states, horizon_verdict,
                                           importance_terms, offline_value, question_bootstrap,
                                           taken_returns)

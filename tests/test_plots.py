@@ -1,5 +1,5 @@
 """The result plots (dynakrag_lab.report.plots): λ sweeps with their Pareto fronts and
-labels that never overlap, the stop-rule sweeps of dynakrag_lab/scripts/stop_rule.py reports,
+labels that never overlap, the stop-rule sweeps of python -m dynakrag_lab.studies.stop_rule reports,
 paired forest plots; each returns a Figure holding the labelled elements it promises."""
 import math
 from pathlib import Path
@@ -176,13 +176,13 @@ def test_annotate_lambdas_keeps_two_curves_on_one_axes_apart():
     assert second[0].get_position()[1] < 0  # below its point, as asked
 
 
-# -- the lambda sweeps of dynakrag_lab/scripts/stop_rule.py reports, one panel per dataset ----
+# -- the lambda sweeps of python -m dynakrag_lab.studies.stop_rule reports, one panel per dataset ----
 REPO = Path(__file__).resolve().parents[1]
 STOP_RULE_DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
 def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
-    """A report shaped like dynakrag_lab/scripts/stop_rule.py's: each rule's grid at two veto
+    """A report shaped like python -m dynakrag_lab.studies.stop_rule's: each rule's grid at two veto
     thresholds, the chosen pair marked ``best``. The level rule stops at one point for every
     lambda; the gain rule walks from the costly to the cheap end."""
     def row(rule, lam, tau, f1, tokens, best=False):

@@ -1,5 +1,5 @@
 """The selection rule and its two stop rules (policy.select), and the trajectories saved for
-re-tuning without model calls (training.files save/load, dynakrag_lab/scripts/stop_rule.py)."""
+re-tuning without model calls (training.files save/load, python -m dynakrag_lab.studies.stop_rule)."""
 import json
 
 import numpy as np

@@ -1,11 +1,11 @@
-"""The stop-target study (dynakrag_lab.studies.stop_targets): targets, the stop rule, the
+"""The stop-target study (dynakrag_lab.studies.diagnosis.stop_targets): targets, the stop rule, the
 exact random stop and the out-of-fold study, on hand-built paths."""
 import numpy as np
 import pytest
 
 from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lab.studies.diagnosis import question_paths
-from dynakrag_lab.studies.stop_targets import (oof_scores, path_targets, random_at_tokens,
+from dynakrag_lab.studies.diagnosis.stop_targets import (oof_scores, path_targets, random_at_tokens,
                                                random_outcomes, rule_outcomes, study, target_curve)
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 

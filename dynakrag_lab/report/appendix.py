@@ -36,10 +36,11 @@ import pandas as pd
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, verdict
-from .headline import join_words, pair_rows, readers, short_names
-from .paper import DATASETS, paper_table
+from .headline import join_words, pair_rows, short_names
+from .names import DATASETS, label, readers, run_names, transfer_folder
+from .paper import paper_table
 from .plots import paired_forest_figure
-from .results import is_partial, run_names, run_status, transfer_folder
+from .results import is_partial, run_status
 from .transfer import VERDICT_WORDS, pair_text, reader_limit_reading
 
 __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
@@ -50,11 +51,6 @@ __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_
            "tradeoff_figure", "cap_sweep_figure", "transfer_figure", "reader_limit_markdown"]
 
 ALPHA = 0.05
-LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
-
-
-def _label(dataset: str) -> str:
-    return LABELS.get(dataset, dataset)
 
 
 def _ci(diff: float, lo: float, hi: float) -> str:
@@ -66,6 +62,8 @@ def _p(p: float) -> str:
 
 
 # -- multiple comparisons -----------------------------------------------------------------------
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values (family-wise error), in the input order."""
     p = np.asarray(p_values, dtype=float)
@@ -124,7 +122,7 @@ def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakra
         return (f"On none of the {k} dataset x reader pairs does the interval of `{run}` minus "
                 f"`{other}` leave 0 with p < {alpha:g}: learned action choice ties chance on "
                 "every one.")
-    names = join_words(f"{_label(r.dataset)}/{short[r.reader]} "
+    names = join_words(f"{label(r.dataset)}/{short[r.reader]} "
                        f"({COMPARATIVE.get(r.verdict, r.verdict)}, "
                        f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p)})"
                        for r in apart.itertuples())
@@ -136,7 +134,7 @@ def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakra
             f"adjusted for the {k} pairs of this table (Holm), "
             + (f"no pair is left apart from chance: learned action choice ties chance on all "
                f"{k}." if survive.empty else
-               f"{len(survive)} remain ({join_words(_label(d) for d in survive.dataset)})."))
+               f"{len(survive)} remain ({join_words(label(d) for d in survive.dataset)})."))
 
 
 def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
@@ -170,14 +168,14 @@ def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = 
     oracle, which chooses with the gold support labels, is visibly not an upper bound."""
     if headroom.empty:
         return f"No dataset has complete `{upper}`, `{run}` and `{other}` runs yet."
-    per = "; ".join(f"{_label(r.dataset)} (n = {r.n}): `{upper}` "
+    per = "; ".join(f"{label(r.dataset)} (n = {r.n}): `{upper}` "
                     f"{_ci(r.upper, r.upper_lo, r.upper_hi)}, `{run}` "
                     f"{_ci(r.run, r.run_lo, r.run_hi)}" for r in headroom.itertuples())
     above = headroom[headroom.run > headroom.upper]
     clear = int((headroom.upper_lo > 0).sum())
     return (f"F1 minus `{other}`'s, paired: {per}. The oracle's own margin leaves 0 on "
             f"{clear} of {len(headroom)} datasets, "
-            + (f"and on {join_words(_label(d) for d in above.dataset)} the controller's "
+            + (f"and on {join_words(label(d) for d in above.dataset)} the controller's "
                f"margin is larger than the oracle's. "
                if len(above) else "and nowhere is the controller's margin larger than the "
                "oracle's. ")
@@ -187,6 +185,8 @@ def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = 
 
 
 # -- how the controller stopped -------------------------------------------------------------------
+
+
 def stop_profile_view(profiles: pd.DataFrame) -> pd.DataFrame:
     """:func:`~.headline.stop_profiles` as a short table: per dataset and reader, questions,
     how many stopped by the controller's own choice after one retrieval, how many ran to the
@@ -194,7 +194,7 @@ def stop_profile_view(profiles: pd.DataFrame) -> pd.DataFrame:
     documents."""
     short = short_names(profiles.reader)
     return pd.DataFrame({
-        "dataset": profiles.dataset.map(_label), "reader": profiles.reader.map(short),
+        "dataset": profiles.dataset.map(label), "reader": profiles.reader.map(short),
         "n": profiles.n, "stopped after 1 retrieval": profiles.after_one_retrieval,
         "ran to step cap": profiles.at_step_cap,
         "Fixed-K(3)'s documents": profiles.same_docs_as_fixed_k3,
@@ -236,11 +236,11 @@ def table1_view(summaries: pd.DataFrame, runs: Sequence[str] = TABLE1_RUNS,
     cols: dict[str, list[str]] = {}
     for d in datasets:
         p = paper[(paper.dataset == d) & paper.run.notna()].set_index("run").f1
-        cols[f"{_label(d)} paper"] = [f"{p[r]:.3f}" if r in p.index else "-" for r in runs]
+        cols[f"{label(d)} paper"] = [f"{p[r]:.3f}" if r in p.index else "-" for r in runs]
         for g in sorted(summaries.generator[summaries.dataset == d].unique()):
             mine = summaries[(summaries.dataset == d) & (summaries.generator == g)]
             mine = mine.set_index("run")
-            cols[f"{_label(d)} {short[g]}"] = [
+            cols[f"{label(d)} {short[g]}"] = [
                 f"{mine.f1[r]:.3f}" + ("*" if is_partial(str(mine.status[r])) else "")
                 if r in mine.index and mine.n[r] > 0 else "-" for r in runs]
     view = pd.DataFrame(cols, index=pd.Index(list(runs), name="run"))
@@ -266,7 +266,7 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
             ax.annotate(str(r[col]), (r.tokens_mean, r.f1), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
         for d, c in colors.items():
-            ax.scatter([], [], color=c, label=_label(d))
+            ax.scatter([], [], color=c, label=label(d))
         ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -274,6 +274,8 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
 
 
 # -- ablations ------------------------------------------------------------------------------------
+
+
 def ablation_means(summaries: pd.DataFrame, reader: str,
                    runs: Sequence[str] = ("dynakrag", "dynakrag-no_compression",
                                           "dynakrag-no_sufficiency", "uniform"),
@@ -288,8 +290,8 @@ def ablation_means(summaries: pd.DataFrame, reader: str,
         if len(have) < 2:
             continue
         p = paper[paper.dataset == d].set_index("run")
-        out[f"{_label(d)} paper"] = [p.f1.get(r, math.nan) for r in runs]
-        out[f"{_label(d)} ours"] = [have.f1.get(r, math.nan) for r in runs]
+        out[f"{label(d)} paper"] = [p.f1.get(r, math.nan) for r in runs]
+        out[f"{label(d)} ours"] = [have.f1.get(r, math.nan) for r in runs]
     variants = paper.drop_duplicates("run").set_index("run").variant
     return pd.DataFrame(out, index=pd.Index([variants.get(r, r) for r in runs],
                                             name="variant")).round(3)
@@ -305,21 +307,21 @@ def cap_sweep_figure(summaries: pd.DataFrame):
     paper = paper_table("ablations")
     is_cap = paper.run.str.startswith("dynakrag-cap")
     for d, g in paper[is_cap].groupby("dataset", sort=False):
-        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="o", label=f"paper: {_label(d)}")
+        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="o", label=f"paper: {label(d)}")
     mine = summaries[summaries.run.str.startswith("dynakrag-cap") & (summaries.n > 0)]
     short = short_names(summaries.generator)
     for (d, g_), g in mine.groupby(["dataset", "generator"], sort=False):
         g = g.sort_values("run")
         partial = " (partial)" if any(is_partial(str(s)) for s in g.status) else ""
         axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="s", ls="--",
-                     label=f"ours: {_label(d)} {short[g_]}{partial}")
+                     label=f"ours: {label(d)} {short[g_]}{partial}")
     axes[0].set(xticks=[1, 2, 3], xlabel="retrieval cap", ylabel="F1",
                 title="Retrieval-cap sweep")
     axes[0].legend(fontsize=6)
     variants = paper[~is_cap]
     wide = variants.pivot(index="variant", columns="dataset", values="f1").reindex(
         variants.variant.unique())
-    wide.rename(columns=_label).plot.barh(ax=axes[1])
+    wide.rename(columns=label).plot.barh(ax=axes[1])
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     axes[1].set(xlabel="F1 (paper)", title="Component ablations, paper")
     fig.tight_layout()
@@ -337,7 +339,7 @@ def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
     helps = made[made.verdict == A_BETTER]
     hurts = made[made.verdict == A_WORSE]
     k = len(made)
-    moved = [f"{_label(r.dataset)}/{short[r.reader]} without `{r.run}` "
+    moved = [f"{label(r.dataset)}/{short[r.reader]} without `{r.run}` "
              f"({'helps' if r.verdict == A_BETTER else 'hurts'}: full minus ablation "
              f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p_value)})"
              for r in pd.concat([helps, hurts]).itertuples()]
@@ -364,7 +366,7 @@ def diagnosis_view(table: pd.DataFrame) -> pd.DataFrame:
     share of held-out decisions where the forest picks the probe and where the probe is
     strictly best, the support gain per decision of each chooser, the F1 stop AUC."""
     view = table[list(DIAGNOSIS_SHOWN)].rename(columns=DIAGNOSIS_SHOWN)
-    view["dataset"] = view.dataset.map(_label)
+    view["dataset"] = view.dataset.map(label)
     view["reader"] = view.reader.map(short_names(view.reader))
     return view.round(3).reset_index(drop=True)
 
@@ -416,6 +418,8 @@ def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:
 
 
 # -- stop targets ---------------------------------------------------------------------------------
+
+
 def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
     """Per dataset of :func:`~.records.stop_targets_table`, the target (and training) with the
     highest F1 over a random stop at equal tokens, with its operating point: the share
@@ -424,7 +428,7 @@ def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for d, g in targets.groupby("dataset", sort=False):
         r = g.loc[g["over random"].idxmax()]
-        rows.append({"dataset": _label(d), "target": f"{r.target}/{r.training}",
+        rows.append({"dataset": label(d), "target": f"{r.target}/{r.training}",
                      "over random": round(float(r["over random"]), 3),
                      "stop early": f"{r['stop early']:.0%}", "F1": round(float(r.F1), 3),
                      "token ratio": round(float(r["token ratio"]), 2),
@@ -447,11 +451,13 @@ def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -
             if rates else "No answer-labelled question yet") + (
         f". Run as stop rules, the targets' operating points beat a random stop at equal "
         f"tokens with the interval above 0 on {len(clear)} of {n} datasets"
-        + (f" ({join_words(_label(d) for d in clear)})" if clear else "")
+        + (f" ({join_words(label(d) for d in clear)})" if clear else "")
         + ", and each point is picked on the scores it is judged on, which flatters it.")
 
 
 # -- generator transfer ---------------------------------------------------------------------------
+
+
 def transfer_figure(pairs: pd.DataFrame):
     """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
     each transferred run minus the run it is read against, labelled with short generator
@@ -460,7 +466,7 @@ def transfer_figure(pairs: pd.DataFrame):
     if f1.empty:
         return None
     short = short_names([*f1.answer_generator, *f1.policy_generator, *f1.other_generator])
-    labels = [f"{_label(r.dataset)}: {short[r.answer_generator]} with "
+    labels = [f"{label(r.dataset)}: {short[r.answer_generator]} with "
               f"{short[r.policy_generator]}'s policy vs {short[r.other_generator]}/{r.other_run}"
               for r in f1.itertuples()]
     return paired_forest_figure(f1.assign(label=labels), label="label",
@@ -490,7 +496,7 @@ def transfer_markdown(pairs: pd.DataFrame) -> str:
             parts.append(f"against {whose} ({short.get(r.other_generator, r.other_generator)}/"
                          f"dynakrag) {COMPARATIVE.get(r.verdict, 'no measurable difference')}, "
                          f"{_ci(r.diff, r.lo, r.hi)}")
-        out.append(f"* {_label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
+        out.append(f"* {label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
                    + "; ".join(parts) + ".")
     return "\n".join(out)
 
@@ -508,13 +514,15 @@ def reader_limit_markdown(pairs: pd.DataFrame, small: str, big: str) -> str:
                                 & (on.other_run == "dynakrag")])
         f1_native, f1_own = pick("f1", big), pick("f1", small)
         sr_native, sr_own = pick("support_recall", big), pick("support_recall", small)
-        out.append(f"* {_label(d)}: {reader_limit_reading(f1_native, f1_own, sr_native, sr_own)}"
+        out.append(f"* {label(d)}: {reader_limit_reading(f1_native, f1_own, sr_native, sr_own)}"
                    f" (support recall against the policy's native run: {sr_native['result']}; "
                    f"against the reader's own policy: {sr_own['result']}).")
     return "\n".join(out) or "* No reverse transfer has been run yet."
 
 
 # -- the answer stage -----------------------------------------------------------------------------
+
+
 def answer_stage_markdown(report: Mapping) -> str:
     """One bullet per read-once root and run of an answer-stage report
     (``results/diagnostics/answer-stage/*.json``): the rule's F1 and its share answered from
@@ -537,6 +545,8 @@ def answer_stage_markdown(report: Mapping) -> str:
 
 
 # -- what the reproduction did not find -----------------------------------------------------------
+
+
 def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
                        train_sizes: Mapping[str, int]) -> str:
     """What the committed runs do not show, as bullets with every count computed: no
@@ -548,7 +558,7 @@ def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
     count = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
     apart = int((versus.verdict != NO_DIFFERENCE).sum()) if len(versus) else 0
     held = int((versus.verdict_holm != NO_DIFFERENCE).sum()) if len(versus) else 0
-    sizes = join_words(f"{n} ({_label(d)})" for d, n in train_sizes.items())
+    sizes = join_words(f"{n} ({label(d)})" for d, n in train_sizes.items())
     return "\n".join([
         f"* A win over the best baseline: over the {len(done)} complete comparisons of a "
         f"controller with the best baseline of its dataset and reader it wins {count['wins']}, "
@@ -561,6 +571,8 @@ def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
 
 
 # -- cost of a probe ------------------------------------------------------------------------------
+
+
 def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
     """What ``cost_model`` (a policy's :class:`~dynakrag_lite.policy.CostModel`) charges a
     ``sufficiency_check`` on a state of ``n_docs`` documents, and a retrieval action."""
@@ -570,6 +582,8 @@ def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
 
 
 # -- what to run next -----------------------------------------------------------------------------
+
+
 def next_commands(records: Mapping[str, Mapping], runs: Iterable[str], reader: str,
                   train_sizes: Mapping[str, int] | None = None,
                   transfer_to: str = "openai:gpt-4o-mini@https://api.openai.com/v1"
@@ -592,7 +606,7 @@ def next_commands(records: Mapping[str, Mapping], runs: Iterable[str], reader: s
                   f"--n-eval {records['hotpotqa']['n_eval']} --eval-limit "
                   f"{records['hotpotqa']['n_eval']} --runs dynakrag"]
     lines += ["# then the reports and the appendix that read them",
-              "python dynakrag_lab/scripts/results_readme.py && "
-              "python dynakrag_lab/scripts/pareto.py && "
+              "python -m dynakrag_lab.readme && "
+              "python -m dynakrag_lab.report.pareto && "
               "python data_scripts/execute_chapters.py 98"]
     return lines

@@ -35,18 +35,13 @@ from dynakrag_lite.experiments.diagnostics import row_diagnostics
 from dynakrag_lite.policy import Policy
 
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
-from .paper import ABLATION_RUNS, DATASETS
+from .names import (ALWAYS_CONTINUE, BASELINES, CONTINUATION, DATASETS, GRID, SCHEDULES, readers,
+                    run_names)
+from .paper import ABLATION_RUNS
 from .pareto import pareto_points, tau_curve
 from .records import policy_path
-from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, locate, paired_table,
-                      read_run, run_names, transfer_folder)
+from .results import NOT_RUN, best_baseline, is_partial, load_summaries, paired_table, read_run
 
-# The paper's baselines (uniform-valid included); the oracle reads gold labels and dynakrag-*
-# runs are ablations or controllers, so none of them can be "the best baseline".
-BASELINES = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform")
-CONTINUATION = "dynakrag-cont"
-ALWAYS_CONTINUE = "dynakrag-cont-stop4"  # the same learned choices, never stopping early
-SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
 STOP_CHOSEN = "stop_answer_chosen"
 STEP_CAP = "max_steps"
@@ -60,18 +55,6 @@ HEADLINE_COLUMNS = ("dataset", "reader", "run", "status", "n", "baseline", "base
                     "f1_run", "f1_baseline", "f1_diff", "f1_lo", "f1_hi", "f1_p", "em_diff",
                     "em_lo", "em_hi", "sr_diff", "sr_lo", "sr_hi", "token_ratio", "verdict",
                     "outcome")
-
-
-def readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
-    """(dataset, reader) of every generator folder that is not a transfer folder, in the
-    paper's dataset order, then by reader."""
-    base = locate(root)
-    if not base.is_dir():
-        return []
-    found = [(p.parent.name, p.name) for p in base.glob("*/*") if p.is_dir()
-             and transfer_folder(p.name) is None and run_names(p.parent.name, p.name, root)]
-    order = {d: i for i, d in enumerate(DATASETS)}
-    return sorted(found, key=lambda dg: (order.get(dg[0], len(order)), dg[0], dg[1]))
 
 
 def _blank(dataset: str, reader: str, run: str, status: str, why: str) -> dict:
@@ -337,12 +320,6 @@ def pareto_panels(root: str | Path = EXPERIMENTS_DIR, results_root: str | Path =
     return panels
 
 
-# The runs issue 24 asks of every reader on every dataset: the controllers, the controls,
-# the baselines and the stop-at-k schedules.
-GRID = ("dynakrag", CONTINUATION, *SCHEDULES, "uniform", "oracle", "fixed_k3", "fixed_k6",
-        "ircot", "self_ask")
-
-
 def grid_status(reader: str, root: str | Path = EXPERIMENTS_DIR,
                 datasets: Sequence[str] = DATASETS, runs: Sequence[str] = GRID
                 ) -> pd.DataFrame:
@@ -358,6 +335,8 @@ def still_to_run(grid: pd.DataFrame) -> dict[str, list[str]]:
 
 
 # -- ablations ----------------------------------------------------------------------------------
+
+
 def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
                    runs: Sequence[str] = ABLATION_RUNS[1:], base: str = "dynakrag"
                    ) -> pd.DataFrame:
@@ -453,6 +432,8 @@ def ablation_counts(pairs: pd.DataFrame, metric: str = "f1") -> dict[str, int]:
 
 
 # -- the reading ------------------------------------------------------------------------------
+
+
 def _verdict_words(v: str) -> str:
     return COMPARATIVE.get(v, v)
 

@@ -7,12 +7,12 @@ shown or kept in pyplot's global figure list; in a notebook, make the figure the
 expression of a cell (or ``display`` it) after ``import matplotlib.pyplot``.
 
 * :func:`lambda_sweep_figure`: the cost/quality curve of
-  :func:`~dynakrag_lab.studies.stop_replay.lambda_sweep` (mean tokens against F1, and SR), one
+  :func:`~dynakrag_lab.studies.stop_rule.lambda_sweep` (mean tokens against F1, and SR), one
   annotated point per lambda, the Pareto front connected, baselines as separate markers
   (:func:`pareto_front` picks the front); :func:`annotate_lambdas` labels the points of any
   such curve on an axes of one's own, with labels of nearby points staggered apart
   (:func:`place_labels`);
-* :func:`stop_rule_sweeps_figure`: the λ sweeps of ``dynakrag_lab/scripts/stop_rule.py``
+* :func:`stop_rule_sweeps_figure`: the λ sweeps of ``python -m dynakrag_lab.studies.stop_rule``
   reports, one panel per dataset, F1 against tokens, one line per stop rule, the chosen λ
   ringed and the Pareto front of both rules marked (tidy rows from
   :func:`~dynakrag_lab.report.results.stop_rule_table`);
@@ -232,7 +232,7 @@ def lambda_sweep_figure(frame: Any,
                         title: str | None = None) -> Figure:
     """The cost/quality (Pareto) curve of a lambda sweep.
 
-    ``frame``: :func:`~dynakrag_lab.studies.stop_replay.lambda_sweep`'s DataFrame (or records)
+    ``frame``: :func:`~dynakrag_lab.studies.stop_rule.lambda_sweep`'s DataFrame (or records)
     with ``lam``, ``tokens`` (mean total tokens per question), ``f1`` and optionally ``sr``,
     ``veto_threshold`` and ``best`` (the cross-validated choice, ringed). One panel plots F1
     against tokens, a second SR against tokens when ``sr`` is present (``show_sr`` forces it
@@ -366,7 +366,7 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
                             panel_size: tuple[float, float] = (4.8, 3.9)) -> Figure:
     """The λ sweeps of several datasets' stop-rule reports, one panel per dataset.
 
-    ``reports``: per dataset, a ``dynakrag_lab/scripts/stop_rule.py`` report (the JSON, read) or its
+    ``reports``: per dataset, a ``python -m dynakrag_lab.studies.stop_rule`` report (the JSON, read) or its
     :func:`~.results.stop_rule_table`. Each panel plots the cross-validated F1 against mean
     tokens per question: one line per stop rule through its λ values in increasing order (at
     the veto threshold τ the rule chose, given in the panel title), every λ labelled by

@@ -97,7 +97,7 @@ def policy_record(policy: Policy | str | Path) -> dict[str, Any]:
             "dataset": m.get("dataset")}
 
 
-# -- the control diagnosis (issue 24; dynakrag_lab/scripts/control_diagnosis.py) ---------------
+# -- the control diagnosis (issue 24; python -m dynakrag_lab.studies.diagnosis) ---------------
 def diagnosis_report(root: str | Path = RESULTS_ROOT) -> dict | None:
     """``results/diagnostics/control-diagnosis.json``, or None when it was not measured."""
     path = results_path(DIAGNOSIS_FILE, root=root)
@@ -247,7 +247,7 @@ def lambda_effect(grid: pd.DataFrame | list, tau: float) -> dict[str, Any]:
 def stop_rule_reports(root: str | Path = RESULTS_ROOT, generator: str = "qwen2.5-coder-0.5b"
                       ) -> dict[str, dict]:
     """``results/diagnostics/<dataset>-<generator>-stop-rule.json`` (written by
-    ``dynakrag_lab/scripts/stop_rule.py``) of every dataset that has one, by dataset."""
+    ``python -m dynakrag_lab.studies.stop_rule``) of every dataset that has one, by dataset."""
     folder = results_path("diagnostics", root=root)
     suffix = f"-{generator}-stop-rule.json"
     return {p.name[:-len(suffix)]: json.loads(p.read_text(encoding="utf-8"))

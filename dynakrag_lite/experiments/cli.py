@@ -95,7 +95,7 @@ def _add_control(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-docs-up-to", type=int, default=0, metavar="K",
                    help="answer from the documents, uncompressed, when the final state holds at "
                    "most K of them (0: always compress, the paper's; chosen by "
-                   "dynakrag_lab/scripts/answer_stage.py)")
+                   "python -m dynakrag_lab.studies.answer_stage)")
 
 
 def _check_settings(s: RunSettings) -> None:
@@ -104,7 +104,7 @@ def _check_settings(s: RunSettings) -> None:
     if s.compressor == "extractive" and not s.selector:
         raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
                          "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
-                         "dynakrag_lab/scripts/compression_diagnostics.py)")
+                         "python -m dynakrag_lab.studies.selector)")
     if s.answer_docs_up_to < 0:
         raise ValueError(f"--answer-docs-up-to {s.answer_docs_up_to}: a number of documents, "
                          "0 or more")
@@ -343,7 +343,7 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       help="also write the collected trajectories here (.npz, no "
                       "pickle), with the run's settings and the sufficiency "
                       "calibration states: --from-data rebuilds a policy and "
-                      "dynakrag_lab/scripts/stop_rule.py re-tunes from it, without model "
+                      "python -m dynakrag_lab.studies.stop_rule re-tunes from it, without model "
                       "calls")
     once.add_argument("--from-data", default=None, metavar="FILE.npz",
                       help="collect nothing: build the policy from trajectories "

@@ -1,7 +1,7 @@
 """The answer stage decided on training questions, then read once where the choice never looked
 (issue 24, part 2: "the full documents where the question's shape needs them"):
 
-    python dynakrag_lab/scripts/answer_stage.py --dataset hotpotqa --reader qwen2.5-coder-1.5b \
+    python -m dynakrag_lab.studies.answer_stage --dataset hotpotqa --reader qwen2.5-coder-1.5b \
         --choose-on results/diagnostics/answer-stage \
         --check results/experiments results/diagnostics/check-set
 
@@ -19,13 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa: E402
+from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,
                                    relative_command)
-from dynakrag_lab.report.comparison import compare_runs, paired_rows  # noqa: E402
-from dynakrag_lab.report.results import read_run, run_names  # noqa: E402
-from dynakrag_lab.studies.answer_stage import (FULL_SUFFIX, choose_full_up_to,  # noqa: E402
+from dynakrag_lab.report.comparison import compare_runs, paired_rows
+from dynakrag_lab.report.results import read_run, run_names
+from dynakrag_lab.studies.answer_stage import (FULL_SUFFIX, choose_full_up_to,
                                                report_markdown, rule_curve, rule_rows, rule_summary,
                                                same_walk)
 
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     curve = rule_curve(pairs)
     k = choose_full_up_to(curve)
     report = {"command": relative_command(list(argv if argv is not None else sys.argv[1:]),
-                                          prefix="python dynakrag_lab/scripts/answer_stage.py"),
+                                          prefix="python -m dynakrag_lab.studies.answer_stage"),
               "dataset": args.dataset, "reader": args.reader,
               "choose_on": {"root": args.choose_on, "run": args.run, "n": len(pairs),
                             "differing": differing, "k": k,

@@ -54,11 +54,11 @@ from sklearn.preprocessing import StandardScaler
 from dynakrag_lite.features import STATE_FEATURE_NAMES, question_shape
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.training.files import load_training_data_bytes
-from dynakrag_lab.training_extras import merge_answer_labels
+from dynakrag_lab.studies.answer_labels.files import merge_answer_labels
 
-from ..report.comparison import compare_runs, paired_difference, paired_rows
-from ..report.results import read_run
-from .diagnosis import question_folds, question_paths
+from dynakrag_lab.report.comparison import compare_runs, paired_difference, paired_rows
+from dynakrag_lab.report.results import read_run
+from dynakrag_lab.studies.diagnosis import question_folds, question_paths
 
 __all__ = ["QUESTION_FEATURES", "SCORE_FEATURES", "ROUTER_FEATURES", "MODELS", "TAUS",
            "ONE_SHOT_RUN", "MULTI_STEP_RUN", "BASELINE_RUNS", "RouterQuestion",

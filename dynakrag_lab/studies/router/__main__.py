@@ -1,7 +1,7 @@
 """A question-level router (one-shot or multi-step, Adaptive-RAG style), trained on the training
 questions by cross-validation and read once on the evaluation split (issue 35, item 2):
 
-    nice python dynakrag_lab/scripts/router.py --out results/diagnostics/router.json
+    nice python -m dynakrag_lab.studies.router --out results/diagnostics/router.json
 
 No model call: the training labels are the answer F1s saved with the trajectories
 (``results/trajectories/<dataset>-<reader>.npz`` and its ``.answer-f1.jsonl``), the evaluation
@@ -18,12 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,  # noqa: E402
+from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,
                                    relative_command)
-from dynakrag_lab.report.results import json_clean  # noqa: E402
-from dynakrag_lab.studies import router as R  # noqa: E402
+from dynakrag_lab.report.results import json_clean
+from dynakrag_lab.studies import router as R
 
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 NAMES = {"one_shot": "always one-shot", "multi_step": "always multi-step",
@@ -189,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run(args)
     seconds = time.perf_counter() - t0
     command = relative_command(list(argv if argv is not None else sys.argv[1:]),
-                               prefix="python dynakrag_lab/scripts/router.py")
+                               prefix="python -m dynakrag_lab.studies.router")
     out = Path(args.out)
     atomic_write_json(out, json_clean({"command": command, "seconds": seconds,
                                   "settings": {"folds": args.folds, "seed": args.seed,

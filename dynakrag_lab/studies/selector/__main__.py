@@ -1,7 +1,7 @@
 """Measure the compressors on a benchmark's TRAINING split (never the evaluation split), and
 build that benchmark's sentence selector for the extractive compressor.
 
-    python dynakrag_lab/scripts/compression_diagnostics.py --dataset hotpotqa \
+    python -m dynakrag_lab.studies.selector --dataset hotpotqa \
         --generator qwen2.5-coder-0.5b --llm-questions 15 --k-docs 6 \
         --out results/diagnostics/compression.json \
         --selector-out results/selectors/hotpotqa-sentence-selector.joblib
@@ -44,19 +44,18 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dynakrag_lite import prompts  # noqa: E402
-from dynakrag_lite.compression import (ExtractiveCompressor, SentenceSelector,  # noqa: E402
+from dynakrag_lite import prompts
+from dynakrag_lite.compression import (ExtractiveCompressor, SentenceSelector,
                                        build_compression, render_evidence, sentence_features,
                                        validate_snippets)
-from dynakrag_lite.data.corpus import normalize_title  # noqa: E402
-from dynakrag_lite.data.sources import data_dir  # noqa: E402
-from dynakrag_lite.metrics import f1_score  # noqa: E402
-from dynakrag_lite.pipeline import build_setup  # noqa: E402
-from dynakrag_lite.state import RetrievedDoc  # noqa: E402
-from dynakrag_lite.text import paragraph_sentences  # noqa: E402
-from dynakrag_lab.studies.selector import (LABEL_Q_OVERLAP, answer_in,  # noqa: E402
+from dynakrag_lite.data.corpus import normalize_title
+from dynakrag_lite.data.sources import data_dir
+from dynakrag_lite.metrics import f1_score
+from dynakrag_lite.pipeline import build_setup
+from dynakrag_lite.state import RetrievedDoc
+from dynakrag_lite.text import paragraph_sentences
+from dynakrag_lab.studies.selector import (LABEL_Q_OVERLAP, answer_in,
                                            label_sentences, make_model, register_selector,
                                            snippet_stats, training_rows)
 

@@ -10,20 +10,22 @@ same way (a run resumed elsewhere whose reader replied differently): it is count
 (``differing``) and left out.
 
 K is chosen on training questions (:func:`choose_full_up_to`) and then read once on questions
-the choice never saw (``dynakrag_lab/scripts/answer_stage.py``). K = 0 is the paper's answer stage
+the choice never saw (``python -m dynakrag_lab.studies.answer_stage``). K = 0 is the paper's answer stage
 (always the snippets); K at the document cap is no compression. A run uses a K with
 ``ControlConfig.answer_docs_up_to`` (``evaluate --answer-docs-up-to K``).
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..report.comparison import paired_difference, paired_rows
-from ..report.results import is_partial
+from dynakrag_lab.report.comparison import paired_difference, paired_rows
+from dynakrag_lab.report.results import is_partial
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_summary", "rule_curve",
            "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure",
@@ -101,7 +103,7 @@ def choose_full_up_to(curve: pd.DataFrame) -> int:
 
 
 def report_markdown(report: Mapping, level: int = 1) -> str:
-    """A report of ``dynakrag_lab/scripts/answer_stage.py`` as Markdown: the curve K chose on,
+    """A report of ``python -m dynakrag_lab.studies.answer_stage`` as Markdown: the curve K chose on,
     then one table per read-once root (the rule minus every other run); its title at heading
     ``level``."""
     h = "#" * level
@@ -198,3 +200,20 @@ def read_once_markdown(report: Mapping) -> str:
                    f"{chk['share_full']:.0%} from the documents): F1 {chk['f1']:.3f}; minus "
                    + "; minus ".join(parts) + ".")
     return "\n".join(out)
+
+
+def answer_stage_section(root: Path) -> str | None:
+    """The answer-stage rule (``python -m dynakrag_lab.studies.answer_stage``): K chosen on training
+    questions, then read once; every report under ``diagnostics/answer-stage/``, or None."""
+    reports = sorted((root / "diagnostics" / "answer-stage").glob("*.json"))
+    if not reports:
+        return None
+    lines = ["## Answer stage: full documents up to K, snippets above\n",
+             "A controller run and its `--no-compression` twin walk the same trajectories, so "
+             "the rule \"answer from the full documents when the final state holds at most K "
+             "of them\" is measured exactly from the two runs, without a model call. K is chosen "
+             "on training questions, then read once on the evaluation split and the check set "
+             "(paired bootstrap 95 %).\n"]
+    for path in reports:
+        lines.append(report_markdown(json.loads(path.read_text()), level=3))
+    return "\n".join(lines)

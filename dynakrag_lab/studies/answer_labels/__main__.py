@@ -4,32 +4,32 @@ question (``dynakrag_lab.studies.answer_labels``).
 
     # label every HotpotQA 1.5B training question that lacks answer F1s (the collection
     # command is read from the file; run it again, on any machine, to continue)
-    DYNAKRAG_N_THREADS=2 nice -n 10 python dynakrag_lab/scripts/answer_labels.py \\
+    DYNAKRAG_N_THREADS=2 nice -n 10 python -m dynakrag_lab.studies.answer_labels \\
         results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz
 
     # what a run would label (no model, no index)
-    python dynakrag_lab/scripts/answer_labels.py \\
+    python -m dynakrag_lab.studies.answer_labels \\
         results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz --dry-run
 
     # a slice (positions in the file's question list), the command from the policy
-    python dynakrag_lab/scripts/answer_labels.py \\
+    python -m dynakrag_lab.studies.answer_labels \\
         results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz \\
         --policy results/policies/hotpotqa-qwen2.5-coder-1.5b.joblib --start 80 --stop 190
 
     # label a finished question again (e.g. a row written before rows counted the generations
     # the time limit cut): only it (--stop 0), in a new row that wins
-    python dynakrag_lab/scripts/answer_labels.py \\
+    python -m dynakrag_lab.studies.answer_labels \\
         results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz --stop 0 --redo 5a79b525554299029c4b5f67
 
     # label again the questions whose replay did not reproduce the file, in rows that record
     # the replay's own states (the merge then uses each as the path its replay took)
-    python dynakrag_lab/scripts/answer_labels.py \\
+    python -m dynakrag_lab.studies.answer_labels \\
         results/trajectories/hotpotqa-qwen2.5-coder-1.5b.npz --stop 0 --redo-unreproduced
 
     # use them
-    python dynakrag_lab/scripts/control_diagnosis.py --trajectories X.npz \\
+    python -m dynakrag_lab.studies.diagnosis --trajectories X.npz \\
         --answer-labels X.answer-f1.jsonl
-    python dynakrag_lab/scripts/train_with_labels.py --answer-labels X.answer-f1.jsonl \\
+    python -m dynakrag_lab.studies.answer_labels.train --answer-labels X.answer-f1.jsonl \\
         --from-data X.npz ...
 
 The setup is the collection run's: its command line (``--command "python -m dynakrag_lite train
@@ -67,17 +67,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from dynakrag_lite.experiments.cli import (build_parser, command_args,  # noqa: E402
+from dynakrag_lite.experiments.cli import (build_parser, command_args,
                                            run_reporting_errors, training_recipe)
-from dynakrag_lite.policy import Policy  # noqa: E402
-from dynakrag_lite.storage import redact, relative_command  # noqa: E402
-from dynakrag_lite.training.files import load_training_data_bytes  # noqa: E402
-from dynakrag_lite.training.recipe import (collection_run, from_data_problems,  # noqa: E402
+from dynakrag_lite.policy import Policy
+from dynakrag_lite.storage import redact, relative_command
+from dynakrag_lite.training.files import load_training_data_bytes
+from dynakrag_lite.training.recipe import (collection_run, from_data_problems,
                                            training_setup)
-from dynakrag_lab.training_extras import TOLERANCE, read_label_file  # noqa: E402
-from dynakrag_lab.studies.answer_labels import (check_header, default_label_path,  # noqa: E402
+from dynakrag_lab.studies.answer_labels.files import TOLERANCE, read_label_file
+from dynakrag_lab.studies.answer_labels import (check_header, default_label_path,
                                                 label_questions, make_header, plan_labels,
                                                 unreproduced_without_states)
 

@@ -35,12 +35,12 @@ Row: ``{"qid", "reproduced", "truncated": int, "mismatch": null | {"prefix", "st
 "tokens", "features"}], "seconds"}`` (NaN is written as null; rows written before ``answer``,
 ``tokens`` and ``features`` existed lack them).
 
-:func:`~dynakrag_lab.training_extras.merge_answer_labels` (the file format and the merge;
-``dynakrag_lab/scripts/train_with_labels.py`` trains with them) and
+:func:`~dynakrag_lab.studies.answer_labels.files.merge_answer_labels` (the file format and the merge;
+``python -m dynakrag_lab.studies.answer_labels.train`` trains with them) and
 :func:`with_answer_labels` put the labels into a :class:`~dynakrag_lite.trajectories.TrainingData`
 (``f1_now``, ``answer_tokens``, then ``f1_end`` and the gains as ``collect_question`` sets
-them); ``dynakrag_lab/scripts/control_diagnosis.py --answer-labels`` uses them too.
-``dynakrag_lab/scripts/answer_labels.py`` is the command line.
+them); ``python -m dynakrag_lab.studies.diagnosis --answer-labels`` uses them too.
+``python -m dynakrag_lab.studies.answer_labels`` is the command line.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ from dynakrag_lite.state import initial_state
 from dynakrag_lite.storage import LockedError
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.validity import valid_actions
-from dynakrag_lab.training_extras import (KIND, TOLERANCE, AnswerLabelError, has_answer_f1,
+from dynakrag_lab.studies.answer_labels.files import (KIND, TOLERANCE, AnswerLabelError, has_answer_f1,
                                           merge_answer_labels, parse_label_bytes,
                                           row_truncated, within_tolerance)
 
@@ -412,7 +412,7 @@ def label_questions(data: TrainingData, questions: dict[str, Question], env: Env
 def unreproduced_without_states(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The questions whose latest row (``LabelFile.rows``) did not reproduce the file and is
     older than rows keeping the replay's states: relabelled, they count
-    (:func:`~dynakrag_lab.training_extras.replayed_path`)."""
+    (:func:`~dynakrag_lab.studies.answer_labels.files.replayed_path`)."""
     return [q for q, r in rows.items() if not r["reproduced"] and any(
         "features" not in x for x in r["prefixes"])]
 

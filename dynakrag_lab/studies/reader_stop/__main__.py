@@ -3,14 +3,14 @@
 Score the reader's answer at every depth of the continuation controller's stop-at-k schedules
 (one line per question and depth, resumable; one llama.cpp call pair each):
 
-    DYNAKRAG_N_THREADS=1 nice python dynakrag_lab/scripts/reader_stop.py collect \\
+    DYNAKRAG_N_THREADS=1 nice python -m dynakrag_lab.studies.reader_stop collect \\
         --dataset hotpotqa --root results/experiments \\
         --out results/diagnostics/reader-stop/hotpotqa-qwen2.5-coder-1.5b-eval.jsonl
 
 (``--root results/diagnostics/train-split`` for the training questions' schedules). Then choose
 each rule's parameter on the training grid and read the evaluation grid once (no model call):
 
-    python dynakrag_lab/scripts/reader_stop.py report --dataset hotpotqa \\
+    python -m dynakrag_lab.studies.reader_stop report --dataset hotpotqa \\
         --out results/diagnostics/reader-stop/hotpotqa-qwen2.5-coder-1.5b.json
 """
 from __future__ import annotations
@@ -22,14 +22,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from dynakrag_lite.data import Corpus, load_dataset  # noqa: E402
-from dynakrag_lite.generators import make_generator  # noqa: E402
-from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
-from dynakrag_lab.report.claims import READER, stop_grid  # noqa: E402
-from dynakrag_lab.report.results import json_clean, read_run  # noqa: E402
-from dynakrag_lab.studies import reader_stop as R  # noqa: E402
+from dynakrag_lite.data import Corpus, load_dataset
+from dynakrag_lite.generators import make_generator
+from dynakrag_lite.storage import atomic_write_json, relative_command
+from dynakrag_lab.report.claims import READER, stop_grid
+from dynakrag_lab.report.results import json_clean, read_run
+from dynakrag_lab.studies import reader_stop as R
 
 FOLDER = "results/diagnostics/reader-stop"
 TRAIN_ROOT = "results/diagnostics/train-split"

@@ -50,7 +50,7 @@ from dynakrag_lite.actions import final_answer_prompt
 from dynakrag_lite.metrics import normalize_answer
 from dynakrag_lite.sufficiency import reply_confidence
 
-from ..report.claims import StopGrid, stop_shuffle
+from dynakrag_lab.report.claims import StopGrid, stop_shuffle
 
 __all__ = ["RULES", "read_scores", "collect", "ReaderGrid", "reader_grid", "stop_depths",
            "choose_parameter", "stop_label", "stop_model_features", "fit_stop_model",

@@ -1,7 +1,7 @@
 """Which stop rule, and which lambda? Cross-validated on the training questions only, from saved
 trajectories (no model call):
 
-    python dynakrag_lab/scripts/stop_rule.py \\
+    python -m dynakrag_lab.studies.stop_rule \\
         --trajectories results/trajectories/hotpotqa-qwen2.5-coder-0.5b.npz
 
 The trajectories come from ``python -m dynakrag_lite train ... --save-data FILE``. For each
@@ -21,14 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from dynakrag_lite.policy import STOP_RULES  # noqa: E402
-from dynakrag_lite.storage import atomic_write_json, relative_command  # noqa: E402
-from dynakrag_lite.training.tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID,  # noqa: E402
+from dynakrag_lite.experiments.artifacts import RESULTS
+from dynakrag_lite.policy import STOP_RULES
+from dynakrag_lite.storage import atomic_write_json, relative_command
+from dynakrag_lite.training.tuning import (CONTINUATION_GRID, GAIN_LAMBDA_GRID,
                                            LAMBDA_GRID, VETO_GRID, tune_continuation)
-from dynakrag_lite.training.files import load_training_data  # noqa: E402
-from dynakrag_lite.trajectories import TrainingData  # noqa: E402
+from dynakrag_lite.training.files import load_training_data
+from dynakrag_lite.trajectories import TrainingData
 
 
 def compare(data: TrainingData, folds: int = 5, metric: str = "f1", trees: int = 300,
@@ -80,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown stop rule(s) {unknown}; one of {STOP_RULES}")
     result = compare(data, args.folds, args.metric, args.trees, rules, args.token_price)
     out = Path(args.out) if args.out else \
-        ROOT / "results" / "diagnostics" / f"{path.stem}-stop-rule.json"
+        RESULTS / "diagnostics" / f"{path.stem}-stop-rule.json"
     atomic_write_json(out, {
         "trajectories": relative_command([str(path)], prefix=""),
         "questions": len(data.questions), "samples": len(data.samples),
         "metric": args.metric, "folds": args.folds, "rules": result,
-        "command": relative_command(["python", "dynakrag_lab/scripts/stop_rule.py"]
+        "command": relative_command(["python", "python -m dynakrag_lab.studies.stop_rule"]
                                     + (argv if argv is not None else sys.argv[1:]),
                                     prefix="")})
     for rule in result:

@@ -39,7 +39,7 @@ import numpy as np
 from dynakrag_lite.policy import make_forest
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 
-from .diagnosis import RF, question_folds, question_paths
+from dynakrag_lab.studies.diagnosis import RF, question_folds, question_paths
 
 TARGETS: tuple[str, ...] = ("sr", "f1", "f1_best", "f1_now")
 # The done-when's window for "the stop adapts": share of questions stopping before the end.

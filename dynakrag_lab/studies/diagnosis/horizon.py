@@ -16,7 +16,7 @@ from sklearn.metrics import r2_score
 from dynakrag_lite.training.tuning import replay_decisions
 from dynakrag_lite.trajectories import TrainingData
 
-from .diagnosis import (TIE, Chooser, ChoiceState, constant_chooser, fit_value_policy,
+from dynakrag_lab.studies.diagnosis import (TIE, Chooser, ChoiceState, constant_chooser, fit_value_policy,
                         forest_chooser, question_folds, realized_gain)
 
 # The options the uniform-valid rollout draws from (trajectories.collect_question: every valid

@@ -10,7 +10,7 @@ documents (what a final state holds) or given ones; the features are
 regression or gradient boosting (scikit-learn, :func:`make_model`), saved with joblib and its
 metadata (:meth:`~dynakrag_lite.compression.SentenceSelector.save`).
 
-``dynakrag_lab/scripts/compression_diagnostics.py`` trains the committed selectors with these
+``python -m dynakrag_lab.studies.selector`` trains the committed selectors with these
 functions and measures them with :func:`snippet_stats` (the numbers are in
 :mod:`dynakrag_lite.compression`'s docstring). The core only loads a trained selector
 (``build_setup(..., selector=FILE)``); training one is the lab's.

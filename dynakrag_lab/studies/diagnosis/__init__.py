@@ -424,4 +424,3 @@ def verdict(r: dict) -> list[str]:
                     "stop features (the continuation forest cannot tell when continuing pays)")
     out.append("Signal lost in: " + ("; ".join(lost) if lost else "no single place") + ".")
     return out
-

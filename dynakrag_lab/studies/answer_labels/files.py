@@ -1,6 +1,6 @@
 """Answer labels in training: the file format of the reader's answer F1 at every prefix of
 saved trajectories, their merge into a :class:`~dynakrag_lite.trajectories.TrainingData`, and
-:func:`train_with_answer_labels` (``dynakrag_lab/scripts/train_with_labels.py``: ``train
+:func:`train_with_answer_labels` (``python -m dynakrag_lab.studies.answer_labels.train``: ``train
 --from-data X.npz`` with the labels merged in first).
 
 A labels file is JSONL: line 1 a header (the trajectories file's sha256, the collection command,
@@ -15,7 +15,7 @@ gains as ``collect_question`` sets them. A question whose replay did not reprodu
 counts as the path its replay took, when its row kept the replay's states
 (:func:`replayed_path`). Producing the labels (a replay with answer calls, resumable) is the
 lab's too: :mod:`dynakrag_lab.studies.answer_labels` and
-``dynakrag_lab/scripts/answer_labels.py``.
+``python -m dynakrag_lab.studies.answer_labels``.
 """
 from __future__ import annotations
 
