@@ -62,8 +62,6 @@ def _p(p: float) -> str:
 
 
 # -- multiple comparisons -----------------------------------------------------------------------
-
-
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values (family-wise error), in the input order."""
     p = np.asarray(p_values, dtype=float)
@@ -185,8 +183,6 @@ def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = 
 
 
 # -- how the controller stopped -------------------------------------------------------------------
-
-
 def stop_profile_view(profiles: pd.DataFrame) -> pd.DataFrame:
     """:func:`~.headline.stop_profiles` as a short table: per dataset and reader, questions,
     how many stopped by the controller's own choice after one retrieval, how many ran to the
@@ -274,8 +270,6 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
 
 
 # -- ablations ------------------------------------------------------------------------------------
-
-
 def ablation_means(summaries: pd.DataFrame, reader: str,
                    runs: Sequence[str] = ("dynakrag", "dynakrag-no_compression",
                                           "dynakrag-no_sufficiency", "uniform"),
@@ -418,8 +412,6 @@ def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:
 
 
 # -- stop targets ---------------------------------------------------------------------------------
-
-
 def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
     """Per dataset of :func:`~.records.stop_targets_table`, the target (and training) with the
     highest F1 over a random stop at equal tokens, with its operating point: the share
@@ -456,8 +448,6 @@ def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -
 
 
 # -- generator transfer ---------------------------------------------------------------------------
-
-
 def transfer_figure(pairs: pd.DataFrame):
     """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
     each transferred run minus the run it is read against, labelled with short generator
@@ -521,8 +511,6 @@ def reader_limit_markdown(pairs: pd.DataFrame, small: str, big: str) -> str:
 
 
 # -- the answer stage -----------------------------------------------------------------------------
-
-
 def answer_stage_markdown(report: Mapping) -> str:
     """One bullet per read-once root and run of an answer-stage report
     (``results/diagnostics/answer-stage/*.json``): the rule's F1 and its share answered from
@@ -545,8 +533,6 @@ def answer_stage_markdown(report: Mapping) -> str:
 
 
 # -- what the reproduction did not find -----------------------------------------------------------
-
-
 def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
                        train_sizes: Mapping[str, int]) -> str:
     """What the committed runs do not show, as bullets with every count computed: no
@@ -571,8 +557,6 @@ def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
 
 
 # -- cost of a probe ------------------------------------------------------------------------------
-
-
 def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
     """What ``cost_model`` (a policy's :class:`~dynakrag_lite.policy.CostModel`) charges a
     ``sufficiency_check`` on a state of ``n_docs`` documents, and a retrieval action."""
@@ -582,8 +566,6 @@ def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
 
 
 # -- what to run next -----------------------------------------------------------------------------
-
-
 def next_commands(records: Mapping[str, Mapping], runs: Iterable[str], reader: str,
                   train_sizes: Mapping[str, int] | None = None,
                   transfer_to: str = "openai:gpt-4o-mini@https://api.openai.com/v1"

@@ -335,8 +335,6 @@ def still_to_run(grid: pd.DataFrame) -> dict[str, list[str]]:
 
 
 # -- ablations ----------------------------------------------------------------------------------
-
-
 def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
                    runs: Sequence[str] = ABLATION_RUNS[1:], base: str = "dynakrag"
                    ) -> pd.DataFrame:
@@ -432,8 +430,6 @@ def ablation_counts(pairs: pd.DataFrame, metric: str = "f1") -> dict[str, int]:
 
 
 # -- the reading ------------------------------------------------------------------------------
-
-
 def _verdict_words(v: str) -> str:
     return COMPARATIVE.get(v, v)
 
