@@ -62,6 +62,11 @@ REMOVED_STUDIES = (
      "re-running the first questions of committed run folders in scratch folders and "
      "comparing them (`dynakrag_lab/scripts/rerun_check.py`; report "
      "`diagnostics/rerun-check.json`)"),
+    ("lab-answer-labels-study", "8a4223e0f089cb70b62d24327eacfdb40337c740",
+     "the reader's answer F1 at every prefix of the saved trajectories by a replay with "
+     "answer calls, resumable, and training with those F1s (`dynakrag_lab/studies/"
+     "answer_labels/`; the labels `trajectories/*.answer-f1.jsonl` stay, read by "
+     "`dynakrag_lab.report.answer_labels`)"),
 )
 
 

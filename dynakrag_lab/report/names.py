@@ -8,7 +8,9 @@ A run folder is ``<root>/<dataset>/<generator>/<run>``; a generator folder named
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Iterable
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
@@ -27,11 +29,17 @@ ALWAYS_CONTINUE = SCHEDULES[-1]
 # the baselines and the stop-at-k schedules.
 GRID = ("dynakrag", CONTINUATION, *SCHEDULES, "uniform", "oracle", "fixed_k3", "fixed_k6",
         "ircot", "self_ask")
+# The question-level router's two strategies: answer after the first retrieval, or walk on.
+ONE_SHOT_RUN = SCHEDULES[0]
+MULTI_STEP_RUN = CONTINUATION
 # The core runs of the grid of results/README.md's plan (every dataset and reader), and the
 # ablations beside them.
 GRID_METHODS = ("fixed_k3", "fixed_k6", "dynakrag", "uniform", "oracle", "ircot", "self_ask")
 ABLATIONS = ("dynakrag-no_compression", "dynakrag-no_sufficiency", "dynakrag-cap1",
              "dynakrag-cap2", "dynakrag-cap3")
+# The stop reasons a prediction row records: the controller chose to stop, or hit the cap.
+STOP_CHOSEN = "stop_answer_chosen"
+STEP_CAP = "max_steps"
 # Table order of the runs (others follow by name).
 RUN_ORDER = ("fixed_k", "fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag",
              "oracle")
@@ -83,3 +91,20 @@ def readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
              and transfer_folder(p.name) is None and run_names(p.parent.name, p.name, root)]
     order = {d: i for i, d in enumerate(DATASETS)}
     return sorted(found, key=lambda dg: (order.get(dg[0], len(order)), dg[0], dg[1]))
+
+
+def short_names(names: Iterable[str]) -> dict[str, str]:
+    """Each name without the stem all of them share, cut at a hyphen
+    (``qwen2.5-coder-0.5b`` -> ``0.5b`` beside ``qwen2.5-coder-1.5b``); a lone name stays."""
+    names = sorted(set(names))
+    stem = os.path.commonprefix(names) if len(names) > 1 else ""
+    stem = stem[:stem.rfind("-") + 1]
+    return {n: n[len(stem):] or n for n in names}
+
+
+def join_words(items: Iterable[str], empty: str = "none") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = [str(x) for x in items]
+    if not items:
+        return empty
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -30,14 +30,14 @@ from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import atomic_write_json
 
 from .comparison import N_RESAMPLES, SEED
-from .names import DATASETS, SCHEDULES, run_names
-from .plots import pareto_front
+from .names import CONTINUATION, DATASETS, SCHEDULES, run_names
+from .annotate import pareto_front
 from .records import policy_path
 from .results import is_partial, load_predictions, run_status
 
 # uniform-valid stopped after k acquisitions: the same horizons with chance action choice
 UNIFORM_SCHEDULES = tuple(f"uniform-stop{k}" for k in (1, 2, 3, 4))
-OPERATING_POINT = "dynakrag-cont"
+OPERATING_POINT = CONTINUATION
 OTHER_RUNS = ("fixed_k3", "fixed_k6", "fixed_k12", "ircot", "self_ask", "uniform", "dynakrag",
               "oracle")
 STYLE = {"fixed_k3": ("s", "#636363"), "fixed_k6": ("s", "#969696"),

@@ -21,8 +21,8 @@ best later F1 gain, F1 now) run as a stop rule along the uniform paths, its thre
 against a random stop at equal tokens and against always continuing, per file and pooled with
 the other files of the same reader (``dynakrag_lab.studies.diagnosis.stop_targets``).
 
-``--answer-labels FILE ...``: answer F1s added later by
-``python -m dynakrag_lab.studies.answer_labels``, each merged into the trajectories file its header
+``--answer-labels FILE ...``: answer F1s added later (``*.answer-f1.jsonl``,
+:mod:`dynakrag_lab.report.answer_labels`), each merged into the trajectories file its header
 names (by sha256; questions the replay did not reproduce are left out), so the stop AUC and
 stop-after-k use every labelled question:
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from dynakrag_lite.storage import relative_command
 from dynakrag_lite.training.files import load_training_data_bytes
 from dynakrag_lite.trajectories import TrainingData
-from dynakrag_lab.studies.answer_labels.files import merge_answer_labels, read_label_file
+from dynakrag_lab.report.answer_labels import merge_answer_labels, read_label_file
 from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose
 from dynakrag_lab.studies.diagnosis.horizon import diagnose_horizon
 from dynakrag_lab.studies.diagnosis.report import (horizon_markdown, markdown, stop_markdown,
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot", type=int, default=2000,
                     help="question-level bootstrap resamples (sections 8 and 9)")
     ap.add_argument("--answer-labels", nargs="+", type=Path, default=[],
-                    help="answer F1 files of python -m dynakrag_lab.studies.answer_labels, each merged "
+                    help="answer F1 files (*.answer-f1.jsonl), each merged "
                     "into the trajectories file it was made for")
     args = ap.parse_args(argv)
     labels = labels_for(args.trajectories, args.answer_labels)  # before hours of work

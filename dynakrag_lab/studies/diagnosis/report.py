@@ -85,7 +85,7 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
     L += ["", "## 4. Stop", "",
           "Continuation forest, out-of-fold AUC for \"continuing raises the final answer's "
           "F1\" (f1 target, the questions with answer F1: those the saved trajectories "
-          "answered, plus python -m dynakrag_lab.studies.answer_labels's with --answer-labels) and \"... "
+          "answered, plus those of the --answer-labels files) and \"... "
           "raises SR\" (sr target, all questions); the rollout's last prefix (stop forced) is "
           "not scored. "
           "Stop-after-k: answer F1 / tokens (ledger + answer call) right after the k-th "
@@ -216,7 +216,7 @@ def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
          "",
          _cost(command, seconds, cpu) + "). No model call: the saved trajectories and the "
          "answer F1 of every prefix "
-         "(`python -m dynakrag_lab.studies.answer_labels`). Only questions whose every prefix has F1. "
+         "(`--answer-labels`). Only questions whose every prefix has F1. "
          f"Cross-validation: GroupKFold by question, {settings['folds']} folds; forests: 300 "
          f"trees, min leaf 8, seed 13; intervals: {settings['boot']} question-level bootstrap "
          "resamples, paired.",

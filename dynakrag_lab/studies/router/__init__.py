@@ -54,11 +54,13 @@ from sklearn.preprocessing import StandardScaler
 from dynakrag_lite.features import STATE_FEATURE_NAMES, question_shape
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 from dynakrag_lite.training.files import load_training_data_bytes
-from dynakrag_lab.studies.answer_labels.files import merge_answer_labels
+from dynakrag_lab.report.answer_labels import merge_answer_labels
 
 from dynakrag_lab.report.comparison import compare_runs, paired_difference, paired_rows
 from dynakrag_lab.report.results import read_run
+from dynakrag_lab.report.names import MULTI_STEP_RUN, ONE_SHOT_RUN
 from dynakrag_lab.studies.diagnosis import question_folds, question_paths
+from dynakrag_lab.studies.router.report import ci, reading, token_diff
 
 __all__ = ["QUESTION_FEATURES", "SCORE_FEATURES", "ROUTER_FEATURES", "MODELS", "TAUS",
            "ONE_SHOT_RUN", "MULTI_STEP_RUN", "BASELINE_RUNS", "RouterQuestion",
@@ -79,8 +81,6 @@ TAUS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.0
 F1_TIE = 0.001  # selection: F1 this close to the best is a tie, broken by fewer tokens
 TIE = 1e-9  # F1 differences below this are equal F1s
 SEED = 13
-ONE_SHOT_RUN = "dynakrag-cont-stop1"
-MULTI_STEP_RUN = "dynakrag-cont"
 BASELINE_RUNS: tuple[str, ...] = (MULTI_STEP_RUN, ONE_SHOT_RUN, "uniform", "fixed_k6")
 _COL = {n: i for i, n in enumerate(STATE_FEATURE_NAMES)}
 
@@ -446,65 +446,3 @@ def feature_drift(train: np.ndarray, evaluation: np.ndarray) -> list[dict]:
         out.append({"feature": name, "train": float(a.mean()), "eval": float(b.mean()),
                     "smd": float((b.mean() - a.mean()) / sd) if sd > 0 else 0.0})
     return sorted(out, key=lambda r: -abs(r["smd"]))
-
-
-# -- the reading ---------------------------------------------------------------------------
-def ci(d: dict, fmt: str = "+.3f") -> str:
-    """A difference record as '+.052 [+.005, +.102]'."""
-    return f"{d['diff']:{fmt}} [{d['lo']:{fmt}}, {d['hi']:{fmt}}]"
-
-
-def token_diff(d: dict) -> str:
-    """A token difference record as '+123'."""
-    return f"{d['diff']:+.0f}"
-
-
-def reading(res: dict) -> list[str]:
-    """The report's reading: plain sentences generated from the numbers of
-    ``results/diagnostics/router.json`` (the script writes them to the .md; the book shows
-    them)."""
-    per, pooled = res["per_dataset"], res["pooled"]
-    aucs = [v for r in per.values() for v in r["cv"]["auc"].values()]
-    out = [f"Training signal: out-of-fold AUC for \"multi-step beats one-shot\" is "
-           f"{min(aucs):.2f}-{max(aucs):.2f} over the datasets and models (nested "
-           + ", ".join(f"{d} {r['cv']['nested_auc']:.2f}" for d, r in per.items())
-           + "; one router on the three training sets together: "
-           + ", ".join(f"{k} {v:.2f}" for k, v in pooled["trained_together"]["auc"].items())
-           + "). " + ("That is chance: after one retrieval, the question's shape and the "
-                      "retrieval scores do not tell which questions the longer walk helps."
-                      if max(aucs) < 0.6 else "There is some ranking signal.")]
-    rnd = pooled["cv"]["against"]["random_same_rate"]["f1"]
-    out.append(f"Cross-validated (nested) routing, pooled: F1 {pooled['cv']['f1']:.3f} at a "
-               f"multi-step rate of {pooled['cv']['multi_rate']:.0%}; against a random router "
-               f"at each dataset's same rate {ci(rnd)}"
-               + (" (no better than chance)" if rnd["lo"] <= 0 else " (better than chance)")
-               + ". What the router does is mostly pick the better constant per dataset: "
-               + "; ".join(f"{d}: multi-step on {r['cv']['nested']['multi_rate']:.0%}"
-                           for d, r in per.items()) + ".")
-    gaps = {d: (r["training"]["f1_multi_step"] - r["training"]["f1_one_shot"],
-                r["evaluation"]["against"][MULTI_STEP_RUN]["f1"]["mean_b"]
-                - r["evaluation"]["against"][ONE_SHOT_RUN]["f1"]["mean_b"])
-            for d, r in per.items()}
-    out.append("Label transfer: multi-step minus one-shot F1 is "
-               + "; ".join(f"{d} {a:+.3f} on the training paths (uniform walk) vs {b:+.3f} "
-                           f"on the evaluation runs (the controller's walk)"
-                           for d, (a, b) in gaps.items())
-               + ".")
-    flip = [d for d, (a, b) in gaps.items() if a <= 0 < b]
-    if flip:
-        out[-1] += (" On " + ", ".join(flip) + " the sign flips: the training label says the "
-                    "longer walk does not pay, the controller's walk does, so a router trained "
-                    "on these labels leans to one-shot where the evaluation rewards "
-                    "multi-step.")
-    pe = pooled["evaluation"]["against"]
-    out.append(f"Read once on the evaluation split (pooled, n = {pooled['evaluation']['n']}): "
-               f"routed F1 {pooled['evaluation']['f1']:.3f}, tokens "
-               f"{pooled['evaluation']['tokens']:.0f}; vs {MULTI_STEP_RUN} "
-               f"{ci(pe[MULTI_STEP_RUN]['f1'])} ({pe[MULTI_STEP_RUN]['f1']['verdict']}), "
-               f"vs {ONE_SHOT_RUN} {ci(pe[ONE_SHOT_RUN]['f1'])} "
-               f"({pe[ONE_SHOT_RUN]['f1']['verdict']}), vs the random router at the same "
-               f"rates {ci(pe['random_same_rate']['f1'])}. The router's score against the "
-               f"evaluation's own \"multi-step beats one-shot\": AUC "
-               + ", ".join(f"{d} {r['evaluation']['auc']:.2f} ({r['evaluation']['helps_rate']:.0%}"
-                           f" positive)" for d, r in per.items()) + ".")
-    return out

@@ -21,12 +21,9 @@ import numpy as np
 from dynakrag_lite.storage import (atomic_write_json, atomic_write_text,
                                    relative_command)
 from dynakrag_lab.report.results import json_clean
+from dynakrag_lab.report.names import DATASETS
 from dynakrag_lab.studies import router as R
-
-DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
-NAMES = {"one_shot": "always one-shot", "multi_step": "always multi-step",
-         "random_same_rate": "random, same multi-step rate"}
-
+from dynakrag_lab.studies.router.report import markdown
 
 
 def study_dataset(ds: str, args) -> tuple[dict, list, dict]:
@@ -83,94 +80,6 @@ def run(args) -> dict:
 
 
 # -- the report --------------------------------------------------------------------------------
-_ci, _tok, reading = R.ci, R.token_diff, R.reading
-
-
-def markdown(res: dict, command: str, seconds: float, args) -> str:
-    per, pooled = res["per_dataset"], res["pooled"]
-    L = ["# Question-level router: one-shot or multi-step (issue 35, item 2)", "",
-         f"Command: `{command}` ({seconds:.0f} s, one job). No model call: training labels "
-         "from `results/trajectories/<dataset>-" + args.reader + ".npz` + `.answer-f1.jsonl`, "
-         f"evaluation outcomes from the committed rows of `{R.ONE_SHOT_RUN}` (one-shot) and "
-         f"`{R.MULTI_STEP_RUN}` (multi-step) in `{args.experiments}`. Method: "
-         "`dynakrag_lab/studies/router.py`.", "",
-         "**Label** (per training question): multi-step helps = F1 at the end of the saved "
-         "(uniform-valid) path > F1 at its first prefix (one retrieval, three documents); a tie "
-         "goes to one-shot. **Features** (computed identically from a training prefix and an "
-         "evaluation row): `features.question_shape` of the question (14) and the first three "
-         "documents' retrieval scores rounded to 4 decimals (sorted, mean, gaps 1-2 and 1-3). "
-         "**Model**: logistic regression or a random forest (300 trees, min leaf 8) for "
-         "P(helps); route multi-step when P > tau; (model, tau in 0.05..0.95) chosen by mean "
-         f"routed F1 over GroupKFold ({args.folds} folds by question), F1 ties within "
-         f"{R.F1_TIE} broken by fewer tokens. The CV numbers against the baselines are "
-         "*nested* (each outer fold chooses on its own training questions). Intervals: paired "
-         "bootstrap 95 % over questions (`comparison.paired_difference`, 10,000 resamples); "
-         "the random router is the exact expectation at the same multi-step share.", "",
-         "## 1. Training questions, cross-validated", "",
-         "| dataset | n | helps / hurts | AUC logreg / forest | nested AUC | chosen (all folds) "
-         "| routed F1 (nested) | tokens | multi-step | vs one-shot | vs multi-step | vs random "
-         "same rate | oracle F1 |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    rows = [(d, r["cv"], r["cv"]["nested"]) for d, r in per.items()] + \
-        [("pooled", None, pooled["cv"])]
-    for d, cv, a in rows:
-        ag = a["against"]
-        head = (f"{cv['positive_rate']:.0%} / {cv['hurts_rate']:.0%} | "
-                f"{cv['auc']['logreg']:.2f} / {cv['auc']['forest']:.2f} | "
-                f"{cv['nested_auc']:.2f} | {cv['choice']['model']}, tau "
-                f"{cv['choice']['tau']:.2f} (F1 {cv['choice']['f1']:.3f}) |"
-                if cv else "— | — | — | — |")
-        L.append(f"| {d} | {a['n']} | {head} {a['f1']:.3f} | {a['tokens']:.0f} | "
-                 f"{a['multi_rate']:.0%} | {_ci(ag['one_shot']['f1'])} | "
-                 f"{_ci(ag['multi_step']['f1'])} | {_ci(ag['random_same_rate']['f1'])} | "
-                 f"{a['oracle_f1']:.3f} |")
-    tt = pooled["trained_together"]
-    L += ["", f"One router trained on the three training sets together (n = {tt['n']}, "
-          f"{tt['positive_rate']:.0%} helps): out-of-fold AUC "
-          + ", ".join(f"{k} {v:.2f}" for k, v in tt["auc"].items())
-          + f", nested {tt['nested_auc']:.2f}. Strongest single features (training AUC, no "
-          "folds): " + "; ".join(f"{d}: " + ", ".join(f"{x['feature']} {x['auc']:.2f}"
-                                                      for x in r["feature_aucs"][:3])
-                                  for d, r in per.items()) + ".",
-          "", "## 2. Evaluation split, read once", "",
-          "Routed F1 per question = the chosen run's F1, paired by question id. Differences "
-          "are routed minus the other (F1 with 95 % interval; tokens, mean).", "",
-          "| dataset | n | router | multi-step | routed F1 | tokens | vs " + R.MULTI_STEP_RUN
-          + " | vs " + R.ONE_SHOT_RUN + " | vs uniform | vs fixed_k6 | vs random same rate "
-          "| AUC on eval label (positive) | oracle F1 |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    evs = [(d, r["evaluation"], r["cv"]["choice"]) for d, r in per.items()] + \
-        [("pooled", pooled["evaluation"], None)]
-    for d, e, ch in evs:
-        ag = e["against"]
-        cells = []
-        for name in (R.MULTI_STEP_RUN, R.ONE_SHOT_RUN, "uniform", "fixed_k6",
-                     "random_same_rate"):
-            cells.append(f"{_ci(ag[name]['f1'])}; {_tok(ag[name]['tokens'])} tok"
-                         if name in ag else "—")
-        L.append(f"| {d} | {e['n']} | "
-                 + (f"{ch['model']}, tau {ch['tau']:.2f}" if ch else "—")
-                 + f" | {e['multi_rate']:.0%} | {e['f1']:.3f} | {e['tokens']:.0f} | "
-                 + " | ".join(cells) + f" | {e['auc']:.2f} ({e['helps_rate']:.0%}) | "
-                 f"{e['oracle_f1']:.3f} |")
-    L += ["", "## 3. Checks", ""]
-    for d, r in per.items():
-        sr, e = r["score_recovery"], r["evaluation"]
-        L.append(f"- **{d}**: training {r['training']['n']} of "
-                 f"{r['training']['questions_in_file']} questions have answer F1 on every "
-                 f"prefix; the scores recovered from the npz (max, 3 mean - max - min, min) "
-                 f"match the stored rank_gap_1_3 on {sr['n']} first prefixes that read the "
-                 f"ranking's top three (max |diff| {sr['max_abs_diff']:.1e}); "
-                 f"{e['same_first_docs']}/{e['n']} evaluation questions have the same first "
-                 f"three documents in both runs; largest train-vs-eval feature shift: "
-                 + ", ".join(f"{x['feature']} {x['smd']:+.2f} sd" for x in e["drift"][:3])
-                 + ".")
-    L += ["", "## 4. Reading", ""] + [f"- {s}" for s in reading(res)] + [
-        "- Caveats: the training label's multi-step is the uniform-valid walk (the "
-        "controller's own depth cannot be replayed on these paths) and its F1s are answers "
-        "from the documents, while the evaluation runs answer from the compressor's snippets; "
-        "the evaluation AUC is a reading on few positives, nothing was chosen on it.", ""]
-    return "\n".join(L)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "models": R.MODELS, "taus": R.TAUS,
                                                "features": R.ROUTER_FEATURES,
                                                "reader": args.reader}, **res}))
-    atomic_write_text(out.with_suffix(".md"), markdown(res, command, seconds, args))
+    atomic_write_text(out.with_suffix(".md"), markdown(res, command, seconds, args, R.F1_TIE))
     print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     return 0
 

@@ -1,7 +1,7 @@
-"""Answer labels in training: the file format of the reader's answer F1 at every prefix of
-saved trajectories, their merge into a :class:`~dynakrag_lite.trajectories.TrainingData`, and
-:func:`train_with_answer_labels` (``python -m dynakrag_lab.studies.answer_labels.train``: ``train
---from-data X.npz`` with the labels merged in first).
+"""Answer labels: the file format of the reader's answer F1 at every prefix of saved
+trajectories (``results/trajectories/<dataset>-<reader>.answer-f1.jsonl``) and their merge into
+a :class:`~dynakrag_lite.trajectories.TrainingData`, which the control diagnosis and the router
+read.
 
 A labels file is JSONL: line 1 a header (the trajectories file's sha256, the collection command,
 the reader's model id, the label kind), then one row per question, appended; a question's latest
@@ -13,9 +13,8 @@ generation cut by the time limit) is no label. Row: ``{"qid", "reproduced", "tru
 The merge makes the rows ``f1_now`` and ``answer_tokens`` per prefix, then ``f1_end`` and the
 gains as ``collect_question`` sets them. A question whose replay did not reproduce the file
 counts as the path its replay took, when its row kept the replay's states
-(:func:`replayed_path`). Producing the labels (a replay with answer calls, resumable) is the
-lab's too: :mod:`dynakrag_lab.studies.answer_labels` and
-``python -m dynakrag_lab.studies.answer_labels``.
+(:func:`replayed_path`). The labels were produced by a replay with answer calls, a finished
+study whose code is at the git tag ``lab-answer-labels-study`` (results/README.md).
 """
 from __future__ import annotations
 
@@ -24,20 +23,15 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dynakrag_lite.config import RunSettings
-from dynakrag_lite.policy import Policy
-from dynakrag_lite.storage import relative_command
 from dynakrag_lite.trajectories import PrefixSample, TrainingData, finish_prefixes
-from dynakrag_lite.training.recipe import train
 
 __all__ = ["KIND", "TOLERANCE", "AnswerLabelError", "LabelFile",
            "parse_label_bytes", "read_label_file", "row_truncated", "has_answer_f1",
-           "within_tolerance", "replayed_path", "merge_answer_labels", "label_merger",
-           "train_with_answer_labels"]
+           "within_tolerance", "replayed_path", "merge_answer_labels"]
 
 KIND = "answer_f1"
 # Retrieval scores are float32: the same documents scored on another machine or after an
@@ -52,6 +46,8 @@ class AnswerLabelError(ValueError):
 
 
 # -- the file ----------------------------------------------------------------------------------
+
+
 @dataclass
 class LabelFile:
     """A labels file as read: its header (None for a new or empty file), each question's latest
@@ -159,6 +155,8 @@ def within_tolerance(a: float, b: float, tol: float) -> bool:
 
 
 # -- the merge ---------------------------------------------------------------------------------
+
+
 def replayed_path(row: Mapping[str, Any], n_features: int) -> list[PrefixSample] | None:
     """The prefixes of the path a non-reproduced replay took, from its row (features, SR, ledger
     tokens, answer F1 and tokens; ``onestep`` NaN, the ends left to ``finish_prefixes``), or
@@ -264,30 +262,3 @@ def merge_answer_labels(data: TrainingData, path: str | Path, npz_sha256: str | 
 
 def _num(v: Any) -> float:
     return math.nan if v is None else float(v)
-
-
-# -- training ----------------------------------------------------------------------------------
-def label_merger(path: str | Path, command: str | None = None
-                 ) -> Callable[[TrainingData, str], tuple[TrainingData, dict]]:
-    """The ``relabel`` step of :func:`dynakrag_lite.training.recipe.train` for the labels file
-    ``path``: (data, the trajectories file's sha256) -> (data with the labels merged, the
-    record the policy's meta keeps under ``answer_labels``: the counts, the file, its sha256
-    and ``command``, the lab's command line that trained with them)."""
-    def relabel(data: TrainingData, npz_sha256: str) -> tuple[TrainingData, dict]:
-        data, record = merge_answer_labels(data, path, npz_sha256=npz_sha256)
-        record["file"] = relative_command([str(path)], prefix="")
-        if command is not None:
-            record["command"] = command
-        return data, record
-    return relabel
-
-
-def train_with_answer_labels(s: RunSettings, path: str | Path, command: str | None = None
-                             ) -> tuple[Policy, Path, dict]:
-    """``train --from-data`` (``s``) with the answer F1s of ``path`` merged into the
-    trajectories first, before the cut to this split's training questions: as
-    :func:`~dynakrag_lite.training.recipe.train`, (policy, its path, the run's report)."""
-    if not s.from_data:
-        raise ValueError("--answer-labels adds answer F1s to saved trajectories: it needs "
-                         "--from-data FILE.npz")
-    return train(s, relabel=label_merger(path, command))
