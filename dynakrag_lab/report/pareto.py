@@ -217,7 +217,7 @@ def pareto_summary(points: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
+def records_json(frame: pd.DataFrame) -> list[dict]:
     """Rows as dicts rounded to 6 decimals, a missing value as null (NaN is not JSON)."""
     return json.loads(frame.round(6).to_json(orient="records"))
 
@@ -234,8 +234,8 @@ def write_figure(dataset: str, generator: str, out_dir: Path) -> Path | None:
     png = out_dir / f"pareto-{dataset}-{generator}.png"
     fig.savefig(png, dpi=110)
     atomic_write_json(png.with_suffix(".json"), {
-        "dataset": dataset, "generator": generator, "points": _records(points),
-        "tau_curve": [] if curve is None else _records(curve),
+        "dataset": dataset, "generator": generator, "points": records_json(points),
+        "tau_curve": [] if curve is None else records_json(curve),
         "summary": pareto_summary(points), "command": "python -m dynakrag_lab.report.pareto"})
     return png
 

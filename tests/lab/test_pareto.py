@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import LAB_SCRIPTS, load_script
 
 from dynakrag_lab.report.pareto import (OPERATING_POINT, SCHEDULES, pareto_figure, pareto_points,
-                                        pareto_summary)
+                                        pareto_summary, records_json)
 
 
 def write_run(root: Path, run: str, f1: list[float], tokens: float, stop_note: str = "") -> None:
@@ -63,9 +62,8 @@ def test_the_figure_draws_points_and_schedule_line(tree: Path):
     assert np.allclose(line.get_xdata(), [400, 800, 1200, 1600])
 
 
-def test_pareto_script_writes_a_missing_value_as_json_null():
-    script = load_script("pareto", folder=LAB_SCRIPTS)
-    rows = script.records(pd.DataFrame({"run": ["uniform"], "k": [float("nan")],
-                                        "f1": [0.1234567]}))
+def test_pareto_figure_json_writes_a_missing_value_as_null():
+    rows = records_json(pd.DataFrame({"run": ["uniform"], "k": [float("nan")],
+                                      "f1": [0.1234567]}))
     assert rows == [{"run": "uniform", "k": None, "f1": 0.123457}]
     json.dumps(rows, allow_nan=False)  # strict JSON: raises on a NaN

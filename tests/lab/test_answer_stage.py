@@ -9,7 +9,8 @@ import pytest
 
 from dynakrag_lab.studies.answer_stage import choose_full_up_to, rule_curve, rule_rows, same_walk
 
-from helpers import LAB_SCRIPTS, load_script
+from dynakrag_lab.studies.answer_stage import __main__ as stage_cli
+from dynakrag_lab.studies.answer_stage import answer_stage_section
 
 
 def row(qid: str, n_docs: int, f1: float, tokens: int, docs: tuple[str, ...] | None = None
@@ -75,9 +76,8 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
     write(check, "dynakrag-no_compression", FULL)
     write(check, "fixed_k3", [row(q, 3, 0.5, 400) for q in "abcd"])
     out = tmp_path / "report.json"
-    mod = load_script("answer_stage", folder=LAB_SCRIPTS)
-    assert mod.main(["--dataset", "hotpotqa", "--reader", "g", "--choose-on", str(train),
-                     "--check", str(check), "--out", str(out)]) == 0
+    assert stage_cli.main(["--dataset", "hotpotqa", "--reader", "g", "--choose-on", str(train),
+                          "--check", str(check), "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep["choose_on"]["k"] == 4 and rep["choose_on"]["n"] == 4
     (chk,) = rep["checks"]
@@ -96,19 +96,16 @@ def test_script_chooses_on_one_root_and_reads_the_other_against_every_run(tmp_pa
 def test_script_names_the_missing_twin(tmp_path):
     write(tmp_path, "dynakrag", SNIPPETS)
     with pytest.raises(SystemExit, match="dynakrag-no_compression"):
-        load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
-                                                              str(tmp_path)])
+        stage_cli.main(["--reader", "g", "--choose-on", str(tmp_path)])
 
 
 def test_results_readme_shows_every_answer_stage_report(tmp_path):
     train = tmp_path / "diagnostics" / "answer-stage"
     write(train, "dynakrag", SNIPPETS)
     write(train, "dynakrag-no_compression", FULL)
-    readme = load_script("results_readme", folder=LAB_SCRIPTS)
-    assert readme.answer_stage_section(tmp_path) is None  # no report yet: no section
-    load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
-                                                          str(train)])
-    text = readme.answer_stage_section(tmp_path)
+    assert answer_stage_section(tmp_path) is None  # no report yet: no section
+    stage_cli.main(["--reader", "g", "--choose-on", str(train)])
+    text = answer_stage_section(tmp_path)
     assert text.startswith("## Answer stage")
     assert "### Answer stage" in text and "#### K chosen" in text
     assert "| 4 **(chosen)** |" in text
@@ -123,9 +120,8 @@ def test_read_once_rows_draw_as_a_forest_and_the_curve_marks_the_chosen_k(tmp_pa
         write(root, "dynakrag", SNIPPETS)
         write(root, "dynakrag-no_compression", FULL)
     out = tmp_path / "r.json"
-    load_script("answer_stage", folder=LAB_SCRIPTS).main(["--reader", "g", "--choose-on",
-                                                          str(train), "--check", str(check),
-                                                          "--out", str(out)])
+    stage_cli.main(["--reader", "g", "--choose-on", str(train), "--check", str(check),
+                    "--out", str(out)])
     rep = json.loads(out.read_text())
     rows = read_once_pairs(rep)
     assert set(rows.label) == {"eval split: dynakrag rule - dynakrag (snippets)",

@@ -1,15 +1,16 @@
-"""The report scripts read what runs recorded: diagnostic_table.py finds a generator's own and
-policy-transfer run folders, pairs two generators' rows by question, and carries each run's
-cost; results_readme.py's rates leave out rows replayed from the LLM cache, and its Speed
-section renders each benchmark file's figures from whatever keys the file has."""
+"""The writer of results/README.md (python -m dynakrag_lab.readme) reads what runs recorded: its
+rates leave out rows replayed from the LLM cache, its headline and breakdowns pair runs as
+stated, and its Speed section renders each benchmark file's figures from whatever keys the
+file has; the selector study's command line refuses to reuse another split's numbers."""
 import json
 
 import pytest
 
-from helpers import LAB_SCRIPTS, load_script
-
-dt = load_script("diagnostic_table", folder=LAB_SCRIPTS)
-rr = load_script("results_readme", folder=LAB_SCRIPTS)
+from dynakrag_lite.experiments.artifacts import RESULTS
+from dynakrag_lab.readme import __main__ as readme_main
+from dynakrag_lab.readme import plan, runs, speed
+from dynakrag_lab.studies.diagnosis.report import control_diagnosis_section
+from dynakrag_lab.studies.selector import __main__ as selector_cli
 
 
 def _run(folder, rows, summary=None):
@@ -24,47 +25,17 @@ def _row(qid, f1, sr=0.5, seconds=5.0, **kw):
             "support_recall": sr, "seconds": seconds, "docs": [], "trace": [], **kw}
 
 
-def test_run_folders_are_the_generators_own_and_its_policy_transfer_folders(tmp_path):
-    for name in ("gen-a", "gen-a-policy-gen-b", "gen-ab", "gen-b"):
-        (tmp_path / "ds" / name).mkdir(parents=True)
-    assert [p.name for p in dt.run_folders("ds", "gen-a", tmp_path)] == \
-        ["gen-a", "gen-a-policy-gen-b"]
-
-
-def test_generator_pairs_pair_rows_by_question_and_subtract(tmp_path):
-    _run(tmp_path / "ds" / "big" / "fixed_k3",
-         [_row("q1", 1.0), _row("q2", 0.5), _row("q3", 0.0), {"id": "q4", "error": "x"}])
-    _run(tmp_path / "ds" / "small" / "fixed_k3",
-         [_row("q2", 0.0), _row("q1", 0.5), _row("q4", 1.0)])
-    rows = dt.generator_pairs("ds", "big", "small", tmp_path)
-    f1 = next(r for r in rows if r["metric"] == "f1")
-    # q1 and q2 are paired; q3 has no partner, q4 failed for the big generator
-    assert f1["n"] == 2 and f1["diff"] == pytest.approx(0.5) and f1["big"] == 0.75
-
-
-def test_runs_part_carries_cost_and_the_policy_generator(tmp_path, monkeypatch):
-    monkeypatch.setattr(dt, "ROOT", tmp_path)
-    summary = {"n": 2, "f1": 0.4, "support_recall": 0.5, "tokens_mean": 400.0,
-               "llm_calls_mean": 1.0, "retrieval_calls_mean": 1.0, "seconds_mean": 6.0,
-               "run": {"complete": False}}
-    _run(tmp_path / "ds" / "g-policy-h" / "dynakrag", [_row("q1", 0.4)], summary)
-    out = dt.runs_part("ds", "g", tmp_path)
-    assert out["cost"]["dynakrag"]["complete"] is False
-    assert out["cost"]["dynakrag"]["policy_generator"] == "h"
-    assert out["dynakrag"]["policy_generator"] == "h" and out["dynakrag"]["questions"] == 1
-
-
 def test_seconds_per_question_leaves_out_replayed_and_failed_rows(tmp_path):
     _run(tmp_path / "ircot", [_row("q1", 1.0, seconds=40.0), _row("q2", 0.0, seconds=20.0),
                               _row("q3", 0.0, seconds=0.05),
                               {"id": "q4", "error": "boom", "seconds": 99.0}])
-    assert rr.seconds_per_question(tmp_path) == {"ircot": (30.0, 2)}
-    assert rr.hours_recorded(tmp_path) == pytest.approx(60.05 / 3600)
+    assert plan.seconds_per_question(tmp_path) == {"ircot": (30.0, 2)}
+    assert plan.hours_recorded(tmp_path) == pytest.approx(60.05 / 3600)
 
 
 def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     summary = {"n": 12, "f1": 0.5}
     rows = [_row(f"q{i}", 1.0, type="bridge") for i in range(12)] + \
@@ -74,7 +45,7 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
     _run(exp / "hotpotqa" / "g" / "fixed_k3", worse, summary)
     _run(exp / "musique" / "g" / "fixed_k3",
          [_row("m1", 0.0, type="2hop"), _row("m2", 1.0, type="4hop3")], summary)
-    text = rr.breakdown_section(load_summaries(exp))
+    text = runs.breakdown_section(load_summaries(exp))
     assert text.startswith("## Breakdowns per question type and hop count")
     assert "### hotpotqa, generator `g`" in text and "### musique, generator `g`" in text
     lines = text.splitlines()
@@ -94,12 +65,12 @@ def _headline(tmp_path, monkeypatch, runs: dict) -> str:
     """headline_section over hotpotqa runs {name: (f1, number of questions)} of one generator
     (questions q0..q11), plus ``musique`` runs given under keys "musique/<run>"."""
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     for key, (f1, n) in runs.items():
         ds, run = key.split("/") if "/" in key else ("hotpotqa", key)
         _run(exp / ds / "g" / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
-    return rr.headline_section(load_summaries(exp))
+    return runs.headline_section(load_summaries(exp))
 
 
 def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monkeypatch):
@@ -149,13 +120,13 @@ def _status_run(folder, ids, f1, n_expected=None, policy=None):
 
 def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa" / "g"
     _status_run(exp / "dynakrag", [f"q{i}" for i in range(12)], 1.0, n_expected=15)
     # fixed_k3 being extended: 10 old questions and 2 new ones dynakrag has not reached
     _status_run(exp / "fixed_k3", [f"q{i}" for i in range(10)] + ["n1", "n2"], 0.5,
                 n_expected=15)
-    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
     assert "| `dynakrag` (partial: 12 of 15) | 10 | `fixed_k3` (partial: 12 of 15) |" in row
     assert "partial: k of N" in text  # the rule is stated above the table
@@ -164,13 +135,13 @@ def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_pat
 def test_headline_keeps_a_row_for_a_dataset_whose_controller_is_missing_or_unpaired(
         tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     _status_run(exp / "hotpotqa" / "g" / "fixed_k3", ["q0", "q1"], 0.5)  # dynakrag deleted
     # musique: the re-run has only reached questions no baseline has yet
     _status_run(exp / "musique" / "g" / "dynakrag", ["n1"], 1.0, n_expected=3)
     _status_run(exp / "musique" / "g" / "fixed_k6", ["q0", "q1"], 0.5)
-    text = rr.headline_section(load_summaries(exp))
+    text = runs.headline_section(load_summaries(exp))
     lines = text.splitlines()
     assert next(ln for ln in lines if ln.startswith("| hotpotqa |")).endswith(
         "| not run yet: dynakrag |")
@@ -188,7 +159,7 @@ def test_readme_of_a_results_folder_mid_rerun(tmp_path):
     _status_run(exp / "dynakrag-gain_lam0", ["q0"], 1.0, policy=used)  # its policy: gone
     (exp / "dynakrag-cap2").mkdir()
     (exp / "dynakrag-cap2" / "predictions.jsonl").write_text("")
-    assert rr.main(["--results", str(tmp_path)]) == 0
+    assert readme_main.main(["--results", str(tmp_path)]) == 0
     text = (tmp_path / "README.md").read_text()
     assert "| fixed_k3 | 5 | partial: 5 of 6 |" in text
     pair = next(ln for ln in text.splitlines() if ln.startswith("| fixed_k3 | partial: 5 of 6 |"
@@ -210,7 +181,7 @@ def _rows(text: str, first_cell: str) -> list[list[str]]:
 
 
 def test_bench_header_names_date_cpu_load_averages_and_command():
-    line = rr.bench_header({"date": "2026-12-01T01:00:00+00:00", "cpu_model": "EPYC", "cpus": 2,
+    line = speed.bench_header({"date": "2026-12-01T01:00:00+00:00", "cpu_model": "EPYC", "cpus": 2,
                             "command": "python benchmarks/x.py --n 5",
                             "machine": {"loadavg_start": [0.5, 1, 1.25],
                                         "loadavg_end": [2, 2, 2]}})
@@ -218,10 +189,10 @@ def test_bench_header_names_date_cpu_load_averages_and_command():
     assert "0.50/1.00/1.25 at start, 2.00/2.00/2.00 at end" in line
     assert "`python benchmarks/x.py --n 5`" in line
     # controller.json's names (machine.loadavg_before/after), llama_builds' top-level ones
-    assert "1.00/1.00/1.00 at start" in rr.bench_header(
+    assert "1.00/1.00/1.00 at start" in speed.bench_header(
         {"machine": {"loadavg_before": [1, 1, 1]}})
-    assert "3.00/3.00/3.00 at end" in rr.bench_header({"loadavg_end": [3, 3, 3], "cpu": "X"})
-    bare = rr.bench_header({})
+    assert "3.00/3.00/3.00 at end" in speed.bench_header({"loadavg_end": [3, 3, 3], "cpu": "X"})
+    bare = speed.bench_header({})
     assert "load average not recorded" in bare and "command not recorded" in bare
 
 
@@ -235,7 +206,7 @@ def _method(wall, llm, n=2):
 
 
 def test_prefix_reuse_states_the_wall_over_llm_target_per_method():
-    text = rr.prefix_reuse_section({"methods": {"fast": _method(10.5, 10.0),
+    text = speed.prefix_reuse_section({"methods": {"fast": _method(10.5, 10.0),
                                                 "slow": _method(12.0, 10.0)}})
     (fast,), (slow,) = _rows(text, "`fast`"), _rows(text, "`slow`")
     assert fast[1:11] == ["2", "0", "2.0", "800", "600", "0.250", "10.0", "5.00", "5.25",
@@ -245,7 +216,7 @@ def test_prefix_reuse_states_the_wall_over_llm_target_per_method():
 
 
 def test_prefix_reuse_micro_table_per_call_kind_and_savings_per_token():
-    text = rr.prefix_reuse_section({"micro": {
+    text = speed.prefix_reuse_section({"micro": {
         "docs_per_prompt": 6, "max_tokens": 1,
         "kinds": {"rewrite_same_docs": {"n": 3, "seconds_median": 0.5727,
                                         "prompt_tokens_median": 602, "reused_median": 562,
@@ -260,7 +231,7 @@ def test_prefix_reuse_micro_table_per_call_kind_and_savings_per_token():
 
 
 def test_index_section_one_row_per_factory_with_mib_recall_and_mmap_figures():
-    text = rr.index_section({"n": 1000, "dim": 8, "k": 10, "indexes": [
+    text = speed.index_section({"n": 1000, "dim": 8, "k": 10, "indexes": [
         {"factory": "IVF4,SQ8", "build_seconds": 2.04, "index_bytes": 3 * 2**20,
          "build_peak_rss_mb": 40.4, "search_rss_mb": 5.0, "query_ms": 0.2264,
          "query_ms_single": 0.3367, "recall@10": 0.9754, "mmap_load_seconds": 0.005,
@@ -283,13 +254,13 @@ def _parallel_run(config, rnd, wall):
 
 
 def test_parallel_section_not_measured_partial_and_with_verdict():
-    assert "Not measured yet" in rr.parallel_section(None)
-    partial = rr.parallel_section({"settings": {"rounds": 1}, "runs": [_parallel_run("1x2", 0,
+    assert "Not measured yet" in speed.parallel_section(None)
+    partial = speed.parallel_section({"settings": {"rounds": 1}, "runs": [_parallel_run("1x2", 0,
                                                                                       120.0)]})
     assert _rows(partial, "0") == [["0", "`1x2`", "1 x 2", "6", "0", "120.0", "180.0", "119.0",
                                     "140.0"]]
     assert "No verdict yet" in partial
-    done = rr.parallel_section({
+    done = speed.parallel_section({
         "runs": [_parallel_run("1x2", 0, 120.0), _parallel_run("2x1", 0, 80.0)],
         "summary": {"faster": "2x1", "speedup_2x1_over_1x2": 1.5,
                     "f1_agreement": {"pairs": 6, "same_f1": 5}}})
@@ -298,14 +269,14 @@ def test_parallel_section_not_measured_partial_and_with_verdict():
 
 
 def test_controller_section_compares_decision_ms_with_the_target():
-    text = rr.controller_section({"verdict": {"target_ms": 2.0, "by_predictor": {
+    text = speed.controller_section({"verdict": {"target_ms": 2.0, "by_predictor": {
         "library (FlatForest)": {"median_ms_by_size": {"3": 0.306, "12": 0.3743}},
         "sklearn n_jobs=1": {"median_ms_by_size": {"3": 46.4688, "12": 47.3772}}}}})
     assert _rows(text, "`library (FlatForest)`") == [
         ["`library (FlatForest)`", "0.306", "0.374", "0.374", "yes"]]
     assert _rows(text, "`sklearn n_jobs=1`")[0][-1] == "no"
     # a file without the verdict: the per-size "decision: ..." timings
-    old = rr.controller_section({"sizes": {"6": {"timings": {
+    old = speed.controller_section({"sizes": {"6": {"timings": {
         "decision: valid_actions + choose [library (FlatForest)]": {"median_ms": 2.5},
         "state_features": {"median_ms": 0.04}}}}})
     assert _rows(old, "`library (FlatForest)`") == [
@@ -313,26 +284,26 @@ def test_controller_section_compares_decision_ms_with_the_target():
 
 
 def test_generator_and_llama_build_tables_give_tokens_per_second():
-    gen = rr.generators_section({"results": [
+    gen = speed.generators_section({"results": [
         {"backend": "llama.cpp", "model": "m", "prompt_tokens": 440, "prompt_tok_s": 23.56,
          "decode_tok_s": 8.78, "load_s": 2.03}],
         "skipped": [{"backend": "transformers", "model": "big", "reason": "RAM"}]})
     assert _rows(gen, "llama.cpp") == [["llama.cpp", "`m`", "440", "23.6", "8.8", "2.0"]]
     assert "skipped transformers `big`: RAM" in gen
-    builds = rr.llama_builds_section({"builds": {
+    builds = speed.llama_builds_section({"builds": {
         "portable": {"results": {"m": {"prompt_tok_s": 41.6, "decode_tok_s": 16.5}}},
         "native": {"runs": False, "error": "illegal instruction"}}})
     assert "| model | portable | native |" in builds
     assert _rows(builds, "`m`") == [["`m`", "41.6 / 16.5", "- / -"]]
     assert "`native` did not run: illegal instruction" in builds
-    agree = rr.llama_builds_section({"builds": {}, "agreement": {"m": {
+    agree = speed.llama_builds_section({"builds": {}, "agreement": {"m": {
         "reference": "portable", "prompts": 12, "avx512": {"identical": 11},
         "other": {"error": "exit 1"}}}})
     assert "- `m`, `avx512`: 11 of 12 greedy replies identical to `portable`'s" in agree
     assert "- `m`, `other`: not compared: exit 1" in agree
 
 
-@pytest.mark.parametrize("render", list(rr.BENCH_RENDERERS.values()))
+@pytest.mark.parametrize("render", list(speed.BENCH_RENDERERS.values()))
 @pytest.mark.parametrize("d", [
     {}, {"methods": {"x": {}}, "micro": {"kinds": {"k": {}}, "savings": {}}},
     {"indexes": [{}, "not a row"], "runs": [{}], "summary": {"faster": "2x1"}},
@@ -346,7 +317,7 @@ def test_every_renderer_survives_files_with_missing_keys(render, d):
 def test_speed_section_notes_unreadable_missing_and_unknown_files(tmp_path):
     (tmp_path / "index.json").write_text('{"indexes": [')  # cut short while being written
     (tmp_path / "other.json").write_text("{}")
-    text = rr.speed_section(tmp_path)
+    text = speed.speed_section(tmp_path)
     assert text.startswith("## Speed\n")
     assert "`benchmarks/index.json`: unreadable" in text
     assert "parallel.json`)\n\nNot measured yet" in text
@@ -355,10 +326,10 @@ def test_speed_section_notes_unreadable_missing_and_unknown_files(tmp_path):
 
 
 def test_speed_section_renders_the_committed_benchmark_files():
-    bench = rr.ROOT / "benchmarks"
-    present = [n for n in rr.BENCH_RENDERERS if (bench / n).exists()]
+    bench = RESULTS / "benchmarks"
+    present = [n for n in speed.BENCH_RENDERERS if (bench / n).exists()]
     assert present, "no benchmark file under results/benchmarks"
-    text = rr.speed_section(bench)
+    text = speed.speed_section(bench)
     assert "not rendered" not in text and "unreadable" not in text
     for name in present:
         assert f"(`benchmarks/{name}`)" in text
@@ -377,42 +348,40 @@ def test_speed_section_renders_the_committed_benchmark_files():
 
 
 def test_compression_report_refuses_to_reuse_numbers_of_another_split_or_selector():
-    cd = load_script("compression_diagnostics", folder=LAB_SCRIPTS)
     split = {"train_questions": 674, "fit": 400, "dev": 100, "measure": 174,
              "eval_split_untouched": 150}
     meta = {"train_ids": ["a", "b"], "n_questions": 2, "n_sentences": 50, "n_positive": 3}
     prev = {"split": dict(split), "selector": {"n_questions": 2, "n_sentences": 50,
                                               "n_positive": 3}}
-    assert cd.reuse_problem(prev, split, meta, ["a", "b"]) is None
-    assert "fit part" in cd.reuse_problem(prev, split, meta, ["a", "c"])
+    assert selector_cli.reuse_problem(prev, split, meta, ["a", "b"]) is None
+    assert "fit part" in selector_cli.reuse_problem(prev, split, meta, ["a", "c"])
     old_split = {**split, "train_questions": 724, "measure": 224, "eval_split_untouched": 100}
-    assert "another split" in cd.reuse_problem({**prev, "split": old_split}, split, meta,
+    assert "another split" in selector_cli.reuse_problem({**prev, "split": old_split}, split, meta,
                                                ["a", "b"])
     other = {**prev, "selector": {**prev["selector"], "n_sentences": 49}}
-    assert "n_sentences" in cd.reuse_problem(other, split, meta, ["a", "b"])
+    assert "n_sentences" in selector_cli.reuse_problem(other, split, meta, ["a", "b"])
 
 
 def test_compression_train_limit_keeps_later_training_questions_unread():
-    cd = load_script("compression_diagnostics", folder=LAB_SCRIPTS)
-    train, fit, dev, measure = cd.split_parts(list(range(50)), 20, 5, train_limit=33)
+    train, fit, dev, measure = selector_cli.split_parts(list(range(50)), 20, 5, train_limit=33)
     assert sorted(train) == list(range(33)) and sorted(fit + dev + measure) == list(range(33))
     assert len(fit) == 20 and len(dev) == 5 and not set(fit) & set(dev)
     # without a limit the whole split is cut, as before the option existed
-    assert sorted(cd.split_parts(list(range(50)), 20, 5)[0]) == list(range(50))
+    assert sorted(selector_cli.split_parts(list(range(50)), 20, 5)[0]) == list(range(50))
     with pytest.raises(SystemExit, match="taken number 33"):
-        cd.split_parts(list(range(50)), 30, 3, train_limit=33)
+        selector_cli.split_parts(list(range(50)), 30, 3, train_limit=33)
 
 
 def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_path,
                                                                           monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     for gen, run, f1, n in (("big", "fixed_k3", 0.25, 12), ("big", "fixed_k6", 0.5, 12),
                             ("small", "dynakrag", 0.0, 12), ("small", "fixed_k3", 0.0, 12),
                             ("big-policy-small", "dynakrag", 1.0, 8)):
         _run(exp / gen / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
-    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
     # paired on the 8 common questions with the reader's best baseline, not with the other
     # folder's or the policy generator's runs, and never "not run yet: baselines"
@@ -424,10 +393,10 @@ def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_p
 
 def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(runs, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     _run(exp / "big-policy-small" / "dynakrag", [_row("q0", 1.0)], {"n": 1, "f1": 1.0})
-    text = rr.headline_section(load_summaries(tmp_path / "experiments"))
+    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
     assert "| 0 |" in row and "not paired: not run yet" in row
 
@@ -445,7 +414,7 @@ def test_transfer_folder_section_points_to_the_answer_generators_baselines(tmp_p
     for run in ("fixed_k3", "fixed_k6"):
         _status_run(exp / "big" / run, ["q0", "q1"], 0.5)
     _status_run(exp / "big-policy-small" / "dynakrag", ["q0", "q1"], 1.0)
-    assert rr.main(["--results", str(tmp_path)]) == 0
+    assert readme_main.main(["--results", str(tmp_path)]) == 0
     sec = _section((tmp_path / "README.md").read_text(),
                    "## hotpotqa, generator `big-policy-small`")
     assert "Baselines: see `big`" in sec
@@ -457,7 +426,7 @@ def test_transfer_folder_section_points_to_the_answer_generators_baselines(tmp_p
 def test_transfer_folder_lists_as_missing_only_the_transferred_controller_run(tmp_path):
     exp = tmp_path / "experiments" / "hotpotqa"
     _status_run(exp / "big-policy-small" / "dynakrag-gain", ["q0"], 1.0)  # no dynakrag yet
-    assert rr.main(["--results", str(tmp_path)]) == 0
+    assert readme_main.main(["--results", str(tmp_path)]) == 0
     sec = _section((tmp_path / "README.md").read_text(),
                    "## hotpotqa, generator `big-policy-small`")
     assert "Not in the table: `dynakrag` (not run yet).\n" in sec
@@ -475,7 +444,7 @@ def _transfer_breakdown(tmp_path, runs: dict) -> str:
     for key, (f1, n) in runs.items():
         rows = [_row(f"q{i}", f1, type="bridge") for i in range(n)]
         _run(exp / "hotpotqa" / key, rows, {"n": n, "f1": f1})
-    return rr.breakdown_section(load_summaries(exp), tmp_path)
+    return runs.breakdown_section(load_summaries(exp), tmp_path)
 
 
 def test_breakdown_pairs_a_transferred_run_with_the_answer_generators_best_baseline(tmp_path):
@@ -509,43 +478,32 @@ def test_breakdown_of_a_folder_holding_only_dynakrag_does_not_call_it_missing(tm
     assert "No other run" in sec
 
 
-def test_execute_chapters_reports_the_cells_exception_not_nbclients_preamble():
-    from nbclient.exceptions import CellExecutionError
-    ec = load_script("execute_chapters")
-    err = CellExecutionError("An error occurred while executing the following cell:\n"
-                             "------------------\nimport dynakrag_lite\n------------------\n",
-                             "ModuleNotFoundError", "No module named 'dynakrag_lite'")
-    assert ec.failure_text(err) == "ModuleNotFoundError: No module named 'dynakrag_lite'"
-    assert ec.failure_text(TimeoutError("cell timed out\nafter 1800 s")) == (
-        "TimeoutError: cell timed out after 1800 s")
-
-
 def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_path):
-    assert rr.control_diagnosis_section(tmp_path) is None  # nothing measured: no section
+    assert control_diagnosis_section(tmp_path) is None  # nothing measured: no section
     d = tmp_path / "diagnostics"
     d.mkdir()
     (d / "control-diagnosis.json").write_text(json.dumps({"command": "python a", "results": {
         "hotpotqa/g": {"verdict": ["Choice: ...", "Signal lost in: labels."]}}}))
     (d / "control-diagnosis-horizon.json").write_text(json.dumps({"command": "python b",
         "results": {"musique/g": {"horizon": {"verdict": "Horizon forest: no better."}}}}))
-    text = rr.control_diagnosis_section(tmp_path)
+    text = control_diagnosis_section(tmp_path)
     assert "`diagnostics/control-diagnosis.json` (command: `python a`)" in text
     assert "- **hotpotqa/g**: Signal lost in: labels." in text and "Choice" not in text
     assert "- **musique/g**: Horizon forest: no better." in text
     (d / "control-diagnosis-stop.json").write_text(json.dumps({"command": "python c",
         "results": {"hotpotqa/g": {"stop_targets": {"verdict": "Best target f1_now/own."}},
                     "musique/g": {"stop_targets": {"skipped": "too few questions"}}}}))
-    text = rr.control_diagnosis_section(tmp_path)
+    text = control_diagnosis_section(tmp_path)
     assert "- **hotpotqa/g**: Best target f1_now/own." in text
     assert "- **musique/g**: too few questions" in text
 
 
 def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
-    assert rr.check_set_section(tmp_path) is None  # no check-set run: no section
+    assert runs.check_set_section(tmp_path) is None  # no check-set run: no section
     chk = tmp_path / "diagnostics" / "check-set" / "hotpotqa" / "g"
     _status_run(chk / "dynakrag", ["c0", "c1", "c2", "c3"], 1.0)
     _status_run(chk / "uniform", ["c0", "c1", "c2"], 0.5, n_expected=4)
-    assert rr.main(["--results", str(tmp_path)]) == 0
+    assert readme_main.main(["--results", str(tmp_path)]) == 0
     sec = _section((tmp_path / "README.md").read_text(),
                    "## Check set: questions never read before")
     assert "### hotpotqa, generator `g`" in sec
@@ -558,7 +516,7 @@ def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
     assert any(ln.startswith("| ") and "| uniform | 3 |" in ln for ln in sec.splitlines())
     # without dynakrag (its compressor cannot run there), its no-compression variant pairs
     (chk / "dynakrag").rename(chk / "dynakrag-no_compression")
-    assert rr.main(["--results", str(tmp_path)]) == 0
+    assert readme_main.main(["--results", str(tmp_path)]) == 0
     sec = _section((tmp_path / "README.md").read_text(),
                    "## Check set: questions never read before")
     assert "`dynakrag-no_compression` minus each run" in sec
