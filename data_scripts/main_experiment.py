@@ -6,7 +6,7 @@ command that made it. Resumable: re-running skips finished questions (and a trai
         --train-limit 120 --eval-limit 40 [--runs dynakrag,fixed_k,...] [--jobs 2]
 
 Diagnostic runs on training questions the policy was not trained on (e.g. questions 301-330
-of the training split), for dynakrag_lab/scripts/diagnostic_table.py:
+of the training split, read by results/README.md's cost plan and the reader-stop study):
 
     python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
         --split train --offset 300 --eval-limit 30 --runs ircot,self_ask --compressor llm
@@ -226,8 +226,8 @@ def main() -> int:
         ROOT / "results" / "selectors" / f"{args.dataset}-sentence-selector.joblib"
     if args.compressor == "extractive" and not selector.exists() and \
             any(RUNS[r][1] in CONTROLLER_METHODS for r in runs):
-        raise SystemExit(f"{rel(selector)} missing: build it with data_scripts/"
-                         "compression_diagnostics.py, or pass --compressor llm")
+        raise SystemExit(f"{rel(selector)} missing: build it with python -m "
+                         "dynakrag_lab.studies.selector, or pass --compressor llm")
 
     root = ROOT / args.out_root if args.out_root else \
         ROOT / "results" / "experiments" if args.split == "eval" else \

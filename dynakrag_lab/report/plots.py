@@ -15,7 +15,7 @@ expression of a cell (or ``display`` it) after ``import matplotlib.pyplot``.
 * :func:`stop_rule_sweeps_figure`: the λ sweeps of ``python -m dynakrag_lab.studies.stop_rule``
   reports, one panel per dataset, F1 against tokens, one line per stop rule, the chosen λ
   ringed and the Pareto front of both rules marked (tidy rows from
-  :func:`~dynakrag_lab.report.results.stop_rule_table`);
+  :func:`~dynakrag_lab.report.records.stop_rule_table`);
 * :func:`stop_targets_figure`: section 9 of the control diagnosis, one panel per dataset, F1
   against tokens of each stop target's threshold sweep along the uniform paths, beside the
   random stop's curve;
@@ -203,8 +203,8 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
                             panel_size: tuple[float, float] = (4.8, 3.9)) -> Figure:
     """The λ sweeps of several datasets' stop-rule reports, one panel per dataset.
 
-    ``reports``: per dataset, a ``python -m dynakrag_lab.studies.stop_rule`` report (the JSON, read) or its
-    :func:`~.results.stop_rule_table`. Each panel plots the cross-validated F1 against mean
+    ``reports``: per dataset, a ``python -m dynakrag_lab.studies.stop_rule`` report (the JSON,
+    read) or its :func:`~.records.stop_rule_table`. Each panel plots the cross-validated F1 against mean
     tokens per question: one line per stop rule through its λ values in increasing order (at
     the veto threshold τ the rule chose, given in the panel title), every λ labelled by
     :func:`annotate_lambdas` (λ values on one point share the label; labels of both rules

@@ -284,8 +284,8 @@ STOP_RULE_COLUMNS = ("dataset", "generator", "rule", "lam", "veto_threshold", "f
 
 def stop_rule_table(report: Mapping, dataset: str | None = None,
                     all_thresholds: bool = False) -> pd.DataFrame:
-    """A stop-rule report (the JSON of ``python -m dynakrag_lab.studies.stop_rule``, read with ``json``) as
-    one tidy row per (stop rule, λ), at the veto threshold τ that rule's cross-validation chose
+    """A stop-rule report (the JSON of ``python -m dynakrag_lab.studies.stop_rule``, read with
+    ``json``) as one tidy row per (stop rule, λ), at the veto threshold τ that rule's cross-validation chose
     (``all_thresholds=True``: every (λ, τ) of both grids). Columns
     :data:`STOP_RULE_COLUMNS`: the cross-validated answer F1, support recall ``sr``, mean
     tokens per question, ``early`` (the fraction of questions stopped before the step cap),
@@ -298,8 +298,8 @@ def stop_rule_table(report: Mapping, dataset: str | None = None,
     and ``trajectories``. Pure: reads nothing but ``report``."""
     rules = report.get("rules")
     if not isinstance(rules, Mapping) or not rules:
-        raise ValueError("not a stop-rule report: no 'rules' (python -m dynakrag_lab.studies.stop_rule "
-                         "writes one)")
+        raise ValueError("not a stop-rule report: no 'rules' (python -m "
+                         "dynakrag_lab.studies.stop_rule writes one)")
     stem = Path(str(report.get("trajectories") or "")).stem
     if dataset is None:
         dataset = stem.split("-", 1)[0] or None

@@ -136,8 +136,8 @@ def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) 
     if overlap:
         raise ValueError(f"--selector {selector}: {len(overlap)} evaluation question(s) "
                          f"were among its training questions (e.g. {overlap[0]!r}); build a "
-                         "selector on this split's training questions (dynakrag_lab/"
-                         "scripts/compression_diagnostics.py --n-eval N)")
+                         "selector on this split's training questions (python -m "
+                         "dynakrag_lab.studies.selector --n-eval N)")
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -343,8 +343,8 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       help="also write the collected trajectories here (.npz, no "
                       "pickle), with the run's settings and the sufficiency "
                       "calibration states: --from-data rebuilds a policy and "
-                      "python -m dynakrag_lab.studies.stop_rule re-tunes from it, without model "
-                      "calls")
+                      "python -m dynakrag_lab.studies.stop_rule re-tunes from it, without "
+                      "model calls")
     once.add_argument("--from-data", default=None, metavar="FILE.npz",
                       help="collect nothing: build the policy from trajectories "
                       "saved by --save-data (no model call, no index), cut to this "

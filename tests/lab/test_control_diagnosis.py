@@ -8,10 +8,11 @@ from dynakrag_lab.studies.diagnosis import (ChoiceState, choice_metrics, choice_
                                             constant_chooser, diagnose_choice, feature_constancy,
                                             forest_chooser, oracle_chooser, realized_gain,
                                             stop_at_k, stop_auc, verdict)
-from dynakrag_lab.studies.diagnosis.horizon import (HorizonState, diagnose_horizon, horizon_identity,
-                                          horizon_returns, horizon_states, horizon_verdict,
-                                          importance_terms, offline_value, question_bootstrap,
-                                          taken_returns)
+from dynakrag_lab.studies.diagnosis.horizon import (HorizonState, diagnose_horizon,
+                                                    horizon_identity, horizon_returns,
+                                                    horizon_states, horizon_verdict,
+                                                    importance_terms, offline_value,
+                                                    question_bootstrap, taken_returns)
 from dynakrag_lite.trajectories import PrefixSample, Sample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}

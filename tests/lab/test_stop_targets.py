@@ -5,8 +5,9 @@ import pytest
 
 from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lab.studies.diagnosis import question_paths
-from dynakrag_lab.studies.diagnosis.stop_targets import (oof_scores, path_targets, random_at_tokens,
-                                               random_outcomes, rule_outcomes, study, target_curve)
+from dynakrag_lab.studies.diagnosis.stop_targets import (oof_scores, path_targets,
+                                                         random_at_tokens, random_outcomes,
+                                                         rule_outcomes, study, target_curve)
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}

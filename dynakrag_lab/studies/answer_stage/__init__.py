@@ -10,8 +10,8 @@ same way (a run resumed elsewhere whose reader replied differently): it is count
 (``differing``) and left out.
 
 K is chosen on training questions (:func:`choose_full_up_to`) and then read once on questions
-the choice never saw (``python -m dynakrag_lab.studies.answer_stage``). K = 0 is the paper's answer stage
-(always the snippets); K at the document cap is no compression. A run uses a K with
+the choice never saw (``python -m dynakrag_lab.studies.answer_stage``). K = 0 is the paper's
+answer stage (always the snippets); K at the document cap is no compression. A run uses a K with
 ``ControlConfig.answer_docs_up_to`` (``evaluate --answer-docs-up-to K``).
 """
 from __future__ import annotations
@@ -103,8 +103,8 @@ def choose_full_up_to(curve: pd.DataFrame) -> int:
 
 
 def report_markdown(report: Mapping, level: int = 1) -> str:
-    """A report of ``python -m dynakrag_lab.studies.answer_stage`` as Markdown: the curve K chose on,
-    then one table per read-once root (the rule minus every other run); its title at heading
+    """A report of ``python -m dynakrag_lab.studies.answer_stage`` as Markdown: the curve K
+    chose on, then one table per read-once root (the rule minus every other run); its title at heading
     ``level``."""
     h = "#" * level
     c = report["choose_on"]

@@ -16,8 +16,9 @@ from sklearn.metrics import r2_score
 from dynakrag_lite.training.tuning import replay_decisions
 from dynakrag_lite.trajectories import TrainingData
 
-from dynakrag_lab.studies.diagnosis import (TIE, Chooser, ChoiceState, constant_chooser, fit_value_policy,
-                        forest_chooser, question_folds, realized_gain)
+from dynakrag_lab.studies.diagnosis import (TIE, Chooser, ChoiceState, constant_chooser,
+                                            fit_value_policy, forest_chooser, question_folds,
+                                            realized_gain)
 
 # The options the uniform-valid rollout draws from (trajectories.collect_question: every valid
 # action but stop_answer, which it takes only when forced); importance weights need this set.
