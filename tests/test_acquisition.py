@@ -2,8 +2,6 @@
 actions."""
 from dataclasses import replace
 
-import pytest
-
 from dynakrag_lite.actions import (RewriteInfo, apply_action, check_rewrite, rewrite_fallback,
                                    rewrite_query_detailed)
 from dynakrag_lite.config import ControlConfig, Environment

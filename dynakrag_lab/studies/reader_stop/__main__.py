@@ -82,7 +82,6 @@ def cmd_collect(a: argparse.Namespace) -> int:
     return 0
 
 
-
 def cmd_report(a: argparse.Namespace) -> int:
     grids = {}
     for split, root in (("train", a.train_root), ("eval", a.eval_root)):

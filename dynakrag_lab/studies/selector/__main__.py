@@ -44,13 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-
 from dynakrag_lite import prompts
 from dynakrag_lite.compression import (ExtractiveCompressor, SentenceSelector,
                                        build_compression, render_evidence, sentence_features,
                                        validate_snippets)
 from dynakrag_lite.data.corpus import normalize_title
 from dynakrag_lite.data.sources import data_dir
+from dynakrag_lite.generators.spec import make_generator
 from dynakrag_lite.metrics import f1_score
 from dynakrag_lite.pipeline import build_setup
 from dynakrag_lite.state import RetrievedDoc
@@ -274,7 +274,6 @@ def measure_all(args, out, setup, env, retr, sel, measure):
 
     # -- LLM compressor on the first llm-questions of `measure` ----------------------------
     if args.generator and args.llm_questions:
-        from dynakrag_lite.generators.spec import make_generator
         gen = make_generator(args.generator)
         cfg = env.config
         ls = {"questions": 0, "parsed": 0, "valid": 0, "dropped": Counter(),
@@ -355,7 +354,6 @@ def measure_all(args, out, setup, env, retr, sel, measure):
         ls["examples"] = examples
         out["llm"] = ls
     if args.generator and args.f1_extra:
-        from dynakrag_lite.generators.spec import make_generator
         gen = make_generator(args.generator)
         lo = args.llm_questions
         pairs = list(zip(measure, mdocs))[lo:lo + args.f1_extra]
