@@ -16,7 +16,7 @@ from dynakrag_lab.report import appendix as ap
 from dynakrag_lab.report.claims import comparison_count
 from dynakrag_lab.report.comparison import A_BETTER, A_WORSE, NO_DIFFERENCE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "book" / "98_appendix_diagnosis.ipynb"
 RESULTS = REPO / "results" / "experiments"
 

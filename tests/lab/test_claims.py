@@ -15,7 +15,7 @@ from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_co
                                         stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "results" / "experiments"
 
 

@@ -216,7 +216,7 @@ from dynakrag_lab.report import explorer
 from dynakrag_lab.report.explorer import (render as explorer_render,  # noqa: E402
                                           replay as explorer_replay, widget as explorer_widget)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Every name the book imports from dynakrag_lab.report.explorer (grep "explorer" book/*.ipynb).
 BOOK_NAMES = ("Explorer", "load_runs", "plot_sr_curve", "render_html", "steps_from_record",
               "find_result_sets", "sr_curve")

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
+from dynakrag_lab.report import annotate as A
 from dynakrag_lab.report import plots as P
 
 matplotlib.use("Agg")
@@ -177,7 +178,7 @@ def test_annotate_lambdas_keeps_two_curves_on_one_axes_apart():
 
 
 # -- the lambda sweeps of python -m dynakrag_lab.studies.stop_rule reports, one panel per dataset ----
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STOP_RULE_DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
 
 
@@ -204,7 +205,7 @@ def _stop_rule_report(dataset: str = "toyqa", shift: float = 0.0) -> dict:
 
 
 def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold():
-    from dynakrag_lab.report.results import STOP_RULE_COLUMNS, stop_rule_table
+    from dynakrag_lab.report.records import STOP_RULE_COLUMNS, stop_rule_table
     t = stop_rule_table(_stop_rule_report())
     assert tuple(t.columns) == STOP_RULE_COLUMNS
     assert set(t.dataset) == {"toyqa"} and set(t.generator) == {"qwen2.5-coder-0.5b"}
@@ -221,7 +222,7 @@ def test_stop_rule_table_is_one_row_per_rule_and_lambda_at_the_chosen_threshold(
 
 
 def test_stop_rule_table_refuses_a_report_whose_choice_is_not_in_its_grid():
-    from dynakrag_lab.report.results import stop_rule_table
+    from dynakrag_lab.report.records import stop_rule_table
     report = _stop_rule_report()
     report["rules"]["gain"]["lam"] = 0.02
     with pytest.raises(ValueError, match="missing from"):
@@ -286,8 +287,8 @@ def _assert_labels_readable(fig: Figure) -> None:
             assert frame.x0 <= box.x0 and box.x1 <= frame.x1, a.get_text()
             assert frame.y0 <= box.y0 and box.y1 <= frame.y1, a.get_text()
             assert not any(box.contains(x, y) for x, y in dots), a.get_text()
-            own = P._box_distance(box, *ax.transData.transform(a.xy))
-            assert all(P._box_distance(box, x, y) >= own - 0.5 for x, y in dots), a.get_text()
+            own = A._box_distance(box, *ax.transData.transform(a.xy))
+            assert all(A._box_distance(box, x, y) >= own - 0.5 for x, y in dots), a.get_text()
 
 
 def test_stop_rule_sweeps_keep_crowded_labels_apart_inside_their_panel():
@@ -306,7 +307,7 @@ def test_stop_rule_sweeps_keep_crowded_labels_apart_inside_their_panel():
 
 
 def test_stop_rule_sweeps_refuse_mismatched_or_ambiguous_input():
-    from dynakrag_lab.report.results import stop_rule_table
+    from dynakrag_lab.report.records import stop_rule_table
     with pytest.raises(ValueError, match="no stop-rule reports"):
         P.stop_rule_sweeps_figure([])
     with pytest.raises(ValueError, match="2 dataset names for 1 reports"):
@@ -347,12 +348,12 @@ def test_place_labels_keeps_off_avoided_points_inside_the_axes_and_nearest_its_o
     assert c.xyann == (P.LABEL_GAP, -P.LABEL_GAP)  # right of its point, under it
     neighbour = ax.transData.inverted().transform(
         ax.transData.transform((0.5, 0.2)) + (25 * fig.dpi / 72, 0))
-    assert P._box_distance(c.get_window_extent(), *ax.transData.transform(neighbour)) < \
-        P._box_distance(c.get_window_extent(), *ax.transData.transform((0.5, 0.2)))
+    assert A._box_distance(c.get_window_extent(), *ax.transData.transform(neighbour)) < \
+        A._box_distance(c.get_window_extent(), *ax.transData.transform((0.5, 0.2)))
     P.place_labels([c], below=True, avoid=[tuple(neighbour)], nearest=True)
     box = c.get_window_extent()
-    assert P._box_distance(box, *ax.transData.transform(neighbour)) >= \
-        P._box_distance(box, *ax.transData.transform((0.5, 0.2)))
+    assert A._box_distance(box, *ax.transData.transform(neighbour)) >= \
+        A._box_distance(box, *ax.transData.transform((0.5, 0.2)))
 
 
 def test_stop_rule_sweeps_of_the_committed_reports():

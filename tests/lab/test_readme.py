@@ -8,7 +8,8 @@ import pytest
 
 from dynakrag_lite.experiments.artifacts import RESULTS
 from dynakrag_lab.readme import __main__ as readme_main
-from dynakrag_lab.readme import plan, runs, speed
+from dynakrag_lab.readme import plan, speed
+from dynakrag_lab.readme import runs as run_tables
 from dynakrag_lab.studies.diagnosis.report import control_diagnosis_section
 from dynakrag_lab.studies.selector import __main__ as selector_cli
 
@@ -35,7 +36,7 @@ def test_seconds_per_question_leaves_out_replayed_and_failed_rows(tmp_path):
 
 def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     summary = {"n": 12, "f1": 0.5}
     rows = [_row(f"q{i}", 1.0, type="bridge") for i in range(12)] + \
@@ -45,7 +46,7 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
     _run(exp / "hotpotqa" / "g" / "fixed_k3", worse, summary)
     _run(exp / "musique" / "g" / "fixed_k3",
          [_row("m1", 0.0, type="2hop"), _row("m2", 1.0, type="4hop3")], summary)
-    text = runs.breakdown_section(load_summaries(exp))
+    text = run_tables.breakdown_section(load_summaries(exp))
     assert text.startswith("## Breakdowns per question type and hop count")
     assert "### hotpotqa, generator `g`" in text and "### musique, generator `g`" in text
     lines = text.splitlines()
@@ -65,12 +66,12 @@ def _headline(tmp_path, monkeypatch, runs: dict) -> str:
     """headline_section over hotpotqa runs {name: (f1, number of questions)} of one generator
     (questions q0..q11), plus ``musique`` runs given under keys "musique/<run>"."""
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     for key, (f1, n) in runs.items():
         ds, run = key.split("/") if "/" in key else ("hotpotqa", key)
         _run(exp / ds / "g" / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
-    return runs.headline_section(load_summaries(exp))
+    return run_tables.headline_section(load_summaries(exp))
 
 
 def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monkeypatch):
@@ -120,13 +121,13 @@ def _status_run(folder, ids, f1, n_expected=None, policy=None):
 
 def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa" / "g"
     _status_run(exp / "dynakrag", [f"q{i}" for i in range(12)], 1.0, n_expected=15)
     # fixed_k3 being extended: 10 old questions and 2 new ones dynakrag has not reached
     _status_run(exp / "fixed_k3", [f"q{i}" for i in range(10)] + ["n1", "n2"], 0.5,
                 n_expected=15)
-    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
+    text = run_tables.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
     assert "| `dynakrag` (partial: 12 of 15) | 10 | `fixed_k3` (partial: 12 of 15) |" in row
     assert "partial: k of N" in text  # the rule is stated above the table
@@ -135,13 +136,13 @@ def test_headline_labels_partial_runs_and_pairs_them_on_common_questions(tmp_pat
 def test_headline_keeps_a_row_for_a_dataset_whose_controller_is_missing_or_unpaired(
         tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments"
     _status_run(exp / "hotpotqa" / "g" / "fixed_k3", ["q0", "q1"], 0.5)  # dynakrag deleted
     # musique: the re-run has only reached questions no baseline has yet
     _status_run(exp / "musique" / "g" / "dynakrag", ["n1"], 1.0, n_expected=3)
     _status_run(exp / "musique" / "g" / "fixed_k6", ["q0", "q1"], 0.5)
-    text = runs.headline_section(load_summaries(exp))
+    text = run_tables.headline_section(load_summaries(exp))
     lines = text.splitlines()
     assert next(ln for ln in lines if ln.startswith("| hotpotqa |")).endswith(
         "| not run yet: dynakrag |")
@@ -375,13 +376,13 @@ def test_compression_train_limit_keeps_later_training_questions_unread():
 def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_path,
                                                                           monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     for gen, run, f1, n in (("big", "fixed_k3", 0.25, 12), ("big", "fixed_k6", 0.5, 12),
                             ("small", "dynakrag", 0.0, 12), ("small", "fixed_k3", 0.0, 12),
                             ("big-policy-small", "dynakrag", 1.0, 8)):
         _run(exp / gen / run, [_row(f"q{i}", f1) for i in range(n)], {"n": n, "f1": f1})
-    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
+    text = run_tables.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
     # paired on the 8 common questions with the reader's best baseline, not with the other
     # folder's or the policy generator's runs, and never "not run yet: baselines"
@@ -393,10 +394,10 @@ def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_p
 
 def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeypatch):
     from dynakrag_lab.report.results import load_summaries
-    monkeypatch.setattr(runs, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
     exp = tmp_path / "experiments" / "hotpotqa"
     _run(exp / "big-policy-small" / "dynakrag", [_row("q0", 1.0)], {"n": 1, "f1": 1.0})
-    text = runs.headline_section(load_summaries(tmp_path / "experiments"))
+    text = run_tables.headline_section(load_summaries(tmp_path / "experiments"))
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa | big-policy-small |"))
     assert "| 0 |" in row and "not paired: not run yet" in row
 
@@ -444,7 +445,7 @@ def _transfer_breakdown(tmp_path, runs: dict) -> str:
     for key, (f1, n) in runs.items():
         rows = [_row(f"q{i}", f1, type="bridge") for i in range(n)]
         _run(exp / "hotpotqa" / key, rows, {"n": n, "f1": f1})
-    return runs.breakdown_section(load_summaries(exp), tmp_path)
+    return run_tables.breakdown_section(load_summaries(exp), tmp_path)
 
 
 def test_breakdown_pairs_a_transferred_run_with_the_answer_generators_best_baseline(tmp_path):
@@ -499,7 +500,7 @@ def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_
 
 
 def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):
-    assert runs.check_set_section(tmp_path) is None  # no check-set run: no section
+    assert run_tables.check_set_section(tmp_path) is None  # no check-set run: no section
     chk = tmp_path / "diagnostics" / "check-set" / "hotpotqa" / "g"
     _status_run(chk / "dynakrag", ["c0", "c1", "c2", "c3"], 1.0)
     _status_run(chk / "uniform", ["c0", "c1", "c2"], 0.5, n_expected=4)

@@ -87,7 +87,7 @@ def test_paper_runs_name_runs_this_project_produces():
     RUNS table), and its methods are ones experiments.evaluate accepts."""
     import importlib.util
     from dynakrag_lite.experiments.run import METHODS
-    script = Path(__file__).resolve().parents[1] / "data_scripts" / "main_experiment.py"
+    script = Path(__file__).resolve().parents[2] / "data_scripts" / "main_experiment.py"
     spec = importlib.util.spec_from_file_location("main_experiment", script)
     mx = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mx)
