@@ -80,7 +80,8 @@ def removed_section() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.readme",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=None,
                     help="the results folder to read and whose README.md to write (default: "
                          "this checkout's results/)")

@@ -241,7 +241,8 @@ def write_figure(dataset: str, generator: str, out_dir: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write the cost/quality figure of every dataset x "
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.report.pareto",
+                                 description="Write the cost/quality figure of every dataset x "
                                              "reader that has continuation runs.")
     ap.add_argument("--dataset", default=None)
     ap.add_argument("--generator", default=None)

@@ -64,7 +64,8 @@ def check_root(root: str, dataset: str, reader: str, runs: list[str], k: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.studies.answer_stage",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="hotpotqa")
     ap.add_argument("--reader", default="qwen2.5-coder-1.5b")
     ap.add_argument("--choose-on", default="results/diagnostics/answer-stage",

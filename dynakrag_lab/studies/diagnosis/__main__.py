@@ -82,7 +82,8 @@ def labels_for(paths: list[Path], labels: list[Path]) -> dict[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.studies.diagnosis",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--trajectories", nargs="+", required=True, type=Path,
                     help=".npz files from train --save-data")
     ap.add_argument("--out", type=Path, default=Path("results/diagnostics/control-diagnosis.json"))

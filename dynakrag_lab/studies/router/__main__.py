@@ -83,7 +83,8 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.studies.router",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/diagnostics/router.json")
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
     ap.add_argument("--reader", default="qwen2.5-coder-1.5b")

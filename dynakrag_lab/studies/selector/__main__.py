@@ -141,7 +141,7 @@ def split_parts(train_split: list, n_fit: int, n_dev: int, train_limit: int | No
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.studies.selector")
     ap.add_argument("--dataset", default="hotpotqa")
     ap.add_argument("--generator", default="qwen2.5-coder-0.5b")
     ap.add_argument("--llm-questions", type=int, default=15)

@@ -59,7 +59,8 @@ def curve(result: dict, rule: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.studies.stop_rule",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--trajectories", required=True, help=".npz from train --save-data")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--metric", choices=("f1", "sr"), default="f1")
