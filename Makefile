@@ -98,13 +98,12 @@ book: install llm-cache
 	@echo "Open _build/html/index.html"
 
 # Re-renders the results chapter (12) with full parameters from results/ (its table in
-# results/tables/), the training-split diagnostic table and results/README.md; no model runs
-# unless the runs are missing (produce those with data_scripts/main_experiment.py, see
+# results/tables/) and results/README.md (python -m dynakrag_lab.readme); no model runs unless
+# the runs are missing (produce those with data_scripts/main_experiment.py, see
 # results/README.md).
 experiments: install
 	$(PY) data_scripts/run_experiments.py
-	$(PY) dynakrag_lab/scripts/diagnostic_table.py --dataset hotpotqa
-	$(PY) dynakrag_lab/scripts/results_readme.py
+	$(PY) -m dynakrag_lab.readme
 
 bench: install
 	$(PY) benchmarks/bench_retrieval.py

@@ -13,7 +13,7 @@ here replaces the config's experiment-wide setting of the same name (a run's own
 stay). Each committed experiment has its config, which makes the commands its runs record.
 
 Diagnostic runs on training questions the policy was not trained on (e.g. questions 301-330
-of the training split), for dynakrag_lab/scripts/diagnostic_table.py:
+of the training split, read by results/README.md's cost plan and the reader-stop study):
 
     python data_scripts/main_experiment.py --dataset hotpotqa --generator qwen2.5-coder-0.5b \
         --split train --offset 300 --eval-limit 30 --runs ircot,self_ask --compressor llm
@@ -181,9 +181,8 @@ def main() -> int:
                     "selectors/<dataset>-sentence-selector.joblib)")
     ap.add_argument("--compressor", choices=("extractive", "llm"), default=None,
                     help="terminal compression of the controller runs (dynakrag, uniform, "
-                    "oracle; default: extractive, which needs results/selectors/<dataset>-"
-                    "sentence-selector.joblib, built by dynakrag_lab/scripts/"
-                    "compression_diagnostics.py)")
+                    "oracle); extractive needs results/selectors/<dataset>-sentence-selector"
+                    ".joblib (python -m dynakrag_lab.studies.selector builds it)")
     args = ap.parse_args()
     try:
         return experiment(args)
@@ -225,8 +224,8 @@ def experiment(args: argparse.Namespace) -> int:
     for selector in {s["selector"] for s in map(lambda r: settings(r)[0], controllers)
                      if s["compressor"] == "extractive"}:
         if not (ROOT / selector).exists():
-            raise SystemExit(f"{selector} missing: build it with dynakrag_lab/scripts/"
-                             "compression_diagnostics.py, or pass --compressor llm")
+            raise SystemExit(f"{selector} missing: build it with python -m "
+                             "dynakrag_lab.studies.selector, or pass --compressor llm")
 
     def one(name: str) -> int:
         s, origin = settings(name)

@@ -44,8 +44,8 @@ class ControlConfig:
     min_valid_snippets: int = 1
     min_snippet_docs: int = 2
     # The answer stage: a final state with at most this many documents is answered from the
-    # documents, uncompressed (0: always compress, the paper's; dynakrag_lab/scripts/answer_stage.py
-    # chooses it on training questions).
+    # documents, uncompressed (0: always compress, the paper's; the lab's answer-stage study,
+    # python -m dynakrag_lab.studies.answer_stage, chooses it on training questions).
     answer_docs_up_to: int = 0
     # The sufficiency probe's signal (dynakrag_lite.sufficiency): "text", "margin", "learned"
     # or "answer_conf"; "sufficient" iff score >= threshold (None: the signal's default).

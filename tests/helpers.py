@@ -41,10 +41,6 @@ def missing(reason: str, required_in_ci: bool = True) -> None:
     pytest.skip(reason)
 
 
-# The lab's command lines (dynakrag_lab/scripts/), beside the lab they run.
-LAB_SCRIPTS = "dynakrag_lab/scripts"
-
-
 def load_script(name: str, folder: str = "data_scripts"):
     """Import ``<folder>/<name>.py`` (a script folder, not a package) as a module."""
     path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"

@@ -1,13 +1,10 @@
 """Evidence acquisition: rewrite parsing, rejection and fallback; bridge titles reaching the
-actions; per-action gold accounting of recorded runs."""
+actions."""
 from dataclasses import replace
-
-import pytest
 
 from dynakrag_lite.actions import (RewriteInfo, apply_action, check_rewrite, rewrite_fallback,
                                    rewrite_query_detailed)
 from dynakrag_lite.config import ControlConfig, Environment
-from dynakrag_lab.studies.diagnostics import action_gold_hits
 from dynakrag_lite.prompts import parse_query
 from dynakrag_lite.state import RetrievedDoc, initial_state
 
@@ -131,35 +128,3 @@ def test_bridge_candidates_in_state_use_the_corpus_titles(library_retriever, lib
     keys = corpus_title_keys(library_retriever.corpus)
     assert s.bridge_candidates
     assert normalize_title(s.bridge_candidates[0]) in keys
-
-
-# -- per-action gold accounting ---------------------------------------------------------
-def test_action_gold_hits_on_hand_made_rows():
-    row = {"docs": [{"id": "a", "source": "retrieve_more", "gold": True},
-                    {"id": "b", "source": "retrieve_more", "gold": False},
-                    {"id": "c", "source": "bridge_entity_expand", "gold": False},
-                    {"id": "d", "source": "rewrite_query", "gold": True},
-                    {"id": "e", "source": "retrieve", "gold": True}],  # no step claims it
-           "trace": [{"action": "retrieve_more", "added": ["a", "b"]},
-                     {"action": "sufficiency_check", "added": []},
-                     {"action": "bridge_entity_expand", "added": ["c"]},
-                     {"action": "bridge_entity_expand", "added": []},
-                     {"action": "rewrite_query", "added": ["d"]},
-                     {"action": "stop_answer", "added": []}]}
-    err = {"error": "boom", "docs": [{"id": "z", "source": "retrieve_more", "gold": True}]}
-    out = action_gold_hits([row, err])
-    assert out["retrieve_more"] == {"calls": 1, "docs_added": 2, "gold_added": 1,
-                                    "gold_per_call": 1.0, "gold_per_doc": 0.5}
-    assert out["bridge_entity_expand"]["calls"] == 2
-    assert out["bridge_entity_expand"]["gold_added"] == 0
-    assert out["bridge_entity_expand"]["gold_per_call"] == 0.0
-    assert out["rewrite_query"]["gold_per_doc"] == 1.0
-    assert out["sufficiency_check"]["docs_added"] == 0
-    assert out["sufficiency_check"]["gold_per_doc"] is None
-    assert out["retrieve"] == {"calls": 0, "docs_added": 1, "gold_added": 1,
-                               "gold_per_call": None, "gold_per_doc": 1.0}
-
-
-@pytest.mark.parametrize("bad", [[], [{"error": "x"}]])
-def test_action_gold_hits_empty(bad):
-    assert action_gold_hits(bad) == {}

@@ -134,7 +134,7 @@ def facts() -> list[dict]:
             dataset, _, reader = key.partition("/")
             add("train", r["n_questions"], dataset, reader)
     for path in sorted((RESULTS / "diagnostics" / "answer-stage").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))  # dynakrag_lab/scripts/answer_stage.py
+        r = json.loads(path.read_text(encoding="utf-8"))  # python -m dynakrag_lab.studies.answer_stage
         add("train", r["choose_on"]["n"], r["dataset"], r["reader"])
         add("n", r["choose_on"]["n"], r["dataset"], r["reader"], part="train")
         for chk in r["checks"]:

@@ -38,11 +38,14 @@ METHOD_MODULES = ("state", "config", "evidence", "bridge", "actions", "validity"
                   "metrics", "retriever", "text", "training/recipe", "methods")
 MIN_METHOD_SHARE = 0.40
 MAX_DATA_SCRIPTS = 15
+# The lab's budget (issue 42): studies one package each, finished ones removed (results/README.md
+# names the git tag of each), so the lab stays readable in a sitting.
+MAX_LAB_LINES = 10_500
+MAX_LAB_FILE_LINES = 500
 
 
 def modules(pkg: Path = PKG) -> list[Path]:
-    return sorted(p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts
-                  and p.relative_to(pkg).parts[0] != "scripts")  # the lab's scripts: no modules
+    return sorted(p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def lines(path: Path) -> int:
@@ -83,6 +86,31 @@ def test_no_module_is_longer_than_the_limit():
     assert not long, f"split these (over {MAX_LITE_MODULE_LINES} lines): {long}"
 
 
+def test_the_lab_stays_within_its_line_budget():
+    sizes = {str(p.relative_to(ROOT)): lines(p) for p in modules(LAB)}
+    total = sum(sizes.values())
+    assert total <= MAX_LAB_LINES, \
+        f"dynakrag_lab has {total} lines (at most {MAX_LAB_LINES}): fold repetition, or remove " \
+        "a finished study that neither the book nor results/README.md reads (tag it first)"
+    long = {name: n for name, n in sizes.items() if n > MAX_LAB_FILE_LINES}
+    assert not long, f"split these lab files (over {MAX_LAB_FILE_LINES} lines): {long}"
+
+
+def test_the_lab_runs_as_packages_without_path_hacks():
+    # a study's command line is its package's __main__ (python -m dynakrag_lab.studies.NAME)
+    assert not (LAB / "scripts").exists(), "dynakrag_lab/scripts/: move it into its study"
+    hacks = [str(p.relative_to(ROOT)) for p in modules(LAB)
+             if "sys.path.insert" in p.read_text(encoding="utf-8")]
+    assert not hacks, f"run these as modules (python -m ...), not with sys.path: {hacks}"
+    studies = [p for p in (LAB / "studies").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert studies and not list((LAB / "studies").glob("[!_]*.py")), \
+        "every study is a package under dynakrag_lab/studies/"
+    for study in studies:
+        missing = [f for f in ("__init__.py", "__main__.py", "README.md")
+                   if not (study / f).is_file()]
+        assert not missing, f"dynakrag_lab/studies/{study.name} lacks {missing}"
+
+
 def test_dynakrag_lite_stays_small_and_mostly_method():
     total = sum(lines(p) for p in modules(PKG))
     missing = [m for m in METHOD_MODULES if not (PKG / f"{m}.py").is_file()]
@@ -97,7 +125,7 @@ def test_dynakrag_lite_stays_small_and_mostly_method():
 
 
 def test_data_scripts_keeps_few_scripts():
-    # its README.md is not a script; the lab's command lines live in dynakrag_lab/scripts/
+    # its README.md is not a script; the lab's command lines are its studies' __main__ modules
     scripts = sorted(p.name for p in (ROOT / "data_scripts").iterdir()
                      if p.is_file() and p.name != "README.md")
     assert len(scripts) <= MAX_DATA_SCRIPTS, \

@@ -1,7 +1,6 @@
 """The selection rule and its two stop rules (policy.select), and the trajectories saved for
-re-tuning without model calls (training.files save/load, dynakrag_lab/scripts/stop_rule.py)."""
-import json
-
+re-tuning without model calls (training.files save/load); the lab's stop-rule study is
+tested in tests/lab/test_stop_rule_study.py."""
 import numpy as np
 import pytest
 
@@ -9,7 +8,6 @@ from dynakrag_lite.experiments.cli import build_parser
 from dynakrag_lite.policy import select, train_policy
 from dynakrag_lite.training.tuning import replay_decisions, tune_continuation
 from dynakrag_lite.training.files import load_training_data, save_training_data
-from helpers import LAB_SCRIPTS, load_script
 
 from test_continuation import collected, qs  # noqa: F401  (module-scoped fixtures)
 
@@ -121,21 +119,6 @@ def test_a_file_that_is_not_saved_trajectories_is_named_in_the_error(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="bad.npz"):
         load_training_data(bad)
-
-
-def test_stop_rule_script_writes_both_rules_grids(collected, tmp_path):  # noqa: F811
-    data, _ = collected
-    traj = save_training_data(data, tmp_path / "t.npz")
-    out = tmp_path / "stop.json"
-    script = load_script("stop_rule", folder=LAB_SCRIPTS)
-    assert script.main(["--trajectories", str(traj), "--folds", "3", "--trees", "5",
-                        "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
-    assert set(res["rules"]) == {"level", "gain"}
-    for rule, r in res["rules"].items():
-        assert sum(row["best"] for row in r["grid"]) == 1
-        assert {row["stop_rule"] for row in r["grid"]} == {rule}
-        assert r["best"]["lam"] == r["lam"]
 
 
 def test_command_line_accepts_the_continuation_rule_and_a_stop_at_k_schedule():

@@ -34,11 +34,14 @@ import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
-from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, verdict
-from .headline import join_words, pair_rows, readers, short_names
-from .paper import DATASETS, paper_table
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, fmt_ci, verdict
+from .control import (best_stop_targets, diagnosis_findings, diagnosis_view, horizon_markdown,
+                      stop_targets_markdown)
+from .headline import pair_rows
+from .names import DATASETS, join_words, label, readers, run_names, short_names, transfer_folder
+from .paper import paper_table
 from .plots import paired_forest_figure
-from .results import is_partial, run_names, run_status, transfer_folder
+from .results import is_partial, run_status
 from .transfer import VERDICT_WORDS, pair_text, reader_limit_reading
 from .verdicts import holm
 
@@ -50,15 +53,6 @@ __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_
            "tradeoff_figure", "cap_sweep_figure", "transfer_figure", "reader_limit_markdown"]
 
 ALPHA = 0.05
-LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
-
-
-def _label(dataset: str) -> str:
-    return LABELS.get(dataset, dataset)
-
-
-def _ci(diff: float, lo: float, hi: float) -> str:
-    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def _p(p: float) -> str:
@@ -111,9 +105,9 @@ def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakra
         return (f"On none of the {k} dataset x reader pairs does the interval of `{run}` minus "
                 f"`{other}` leave 0 with p < {alpha:g}: learned action choice ties chance on "
                 "every one.")
-    names = join_words(f"{_label(r.dataset)}/{short[r.reader]} "
+    names = join_words(f"{label(r.dataset)}/{short[r.reader]} "
                        f"({COMPARATIVE.get(r.verdict, r.verdict)}, "
-                       f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p)})"
+                       f"{fmt_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p)})"
                        for r in apart.itertuples())
     survive = table[table.verdict_holm != NO_DIFFERENCE]
     return (f"The interval of `{run}` minus `{other}` leaves 0 on {len(apart)} of the {k} "
@@ -123,7 +117,7 @@ def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakra
             f"adjusted for the {k} pairs of this table (Holm), "
             + (f"no pair is left apart from chance: learned action choice ties chance on all "
                f"{k}." if survive.empty else
-               f"{len(survive)} remain ({join_words(_label(d) for d in survive.dataset)})."))
+               f"{len(survive)} remain ({join_words(label(d) for d in survive.dataset)})."))
 
 
 def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
@@ -157,14 +151,14 @@ def oracle_markdown(headroom: pd.DataFrame, run: str = "dynakrag", other: str = 
     oracle, which chooses with the gold support labels, is visibly not an upper bound."""
     if headroom.empty:
         return f"No dataset has complete `{upper}`, `{run}` and `{other}` runs yet."
-    per = "; ".join(f"{_label(r.dataset)} (n = {r.n}): `{upper}` "
-                    f"{_ci(r.upper, r.upper_lo, r.upper_hi)}, `{run}` "
-                    f"{_ci(r.run, r.run_lo, r.run_hi)}" for r in headroom.itertuples())
+    per = "; ".join(f"{label(r.dataset)} (n = {r.n}): `{upper}` "
+                    f"{fmt_ci(r.upper, r.upper_lo, r.upper_hi)}, `{run}` "
+                    f"{fmt_ci(r.run, r.run_lo, r.run_hi)}" for r in headroom.itertuples())
     above = headroom[headroom.run > headroom.upper]
     clear = int((headroom.upper_lo > 0).sum())
     return (f"F1 minus `{other}`'s, paired: {per}. The oracle's own margin leaves 0 on "
             f"{clear} of {len(headroom)} datasets, "
-            + (f"and on {join_words(_label(d) for d in above.dataset)} the controller's "
+            + (f"and on {join_words(label(d) for d in above.dataset)} the controller's "
                f"margin is larger than the oracle's. "
                if len(above) else "and nowhere is the controller's margin larger than the "
                "oracle's. ")
@@ -181,7 +175,7 @@ def stop_profile_view(profiles: pd.DataFrame) -> pd.DataFrame:
     documents."""
     short = short_names(profiles.reader)
     return pd.DataFrame({
-        "dataset": profiles.dataset.map(_label), "reader": profiles.reader.map(short),
+        "dataset": profiles.dataset.map(label), "reader": profiles.reader.map(short),
         "n": profiles.n, "stopped after 1 retrieval": profiles.after_one_retrieval,
         "ran to step cap": profiles.at_step_cap,
         "Fixed-K(3)'s documents": profiles.same_docs_as_fixed_k3,
@@ -223,11 +217,11 @@ def table1_view(summaries: pd.DataFrame, runs: Sequence[str] = TABLE1_RUNS,
     cols: dict[str, list[str]] = {}
     for d in datasets:
         p = paper[(paper.dataset == d) & paper.run.notna()].set_index("run").f1
-        cols[f"{_label(d)} paper"] = [f"{p[r]:.3f}" if r in p.index else "-" for r in runs]
+        cols[f"{label(d)} paper"] = [f"{p[r]:.3f}" if r in p.index else "-" for r in runs]
         for g in sorted(summaries.generator[summaries.dataset == d].unique()):
             mine = summaries[(summaries.dataset == d) & (summaries.generator == g)]
             mine = mine.set_index("run")
-            cols[f"{_label(d)} {short[g]}"] = [
+            cols[f"{label(d)} {short[g]}"] = [
                 f"{mine.f1[r]:.3f}" + ("*" if is_partial(str(mine.status[r])) else "")
                 if r in mine.index and mine.n[r] > 0 else "-" for r in runs]
     view = pd.DataFrame(cols, index=pd.Index(list(runs), name="run"))
@@ -253,7 +247,7 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
             ax.annotate(str(r[col]), (r.tokens_mean, r.f1), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
         for d, c in colors.items():
-            ax.scatter([], [], color=c, label=_label(d))
+            ax.scatter([], [], color=c, label=label(d))
         ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -275,8 +269,8 @@ def ablation_means(summaries: pd.DataFrame, reader: str,
         if len(have) < 2:
             continue
         p = paper[paper.dataset == d].set_index("run")
-        out[f"{_label(d)} paper"] = [p.f1.get(r, math.nan) for r in runs]
-        out[f"{_label(d)} ours"] = [have.f1.get(r, math.nan) for r in runs]
+        out[f"{label(d)} paper"] = [p.f1.get(r, math.nan) for r in runs]
+        out[f"{label(d)} ours"] = [have.f1.get(r, math.nan) for r in runs]
     variants = paper.drop_duplicates("run").set_index("run").variant
     return pd.DataFrame(out, index=pd.Index([variants.get(r, r) for r in runs],
                                             name="variant")).round(3)
@@ -292,21 +286,21 @@ def cap_sweep_figure(summaries: pd.DataFrame):
     paper = paper_table("ablations")
     is_cap = paper.run.str.startswith("dynakrag-cap")
     for d, g in paper[is_cap].groupby("dataset", sort=False):
-        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="o", label=f"paper: {_label(d)}")
+        axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="o", label=f"paper: {label(d)}")
     mine = summaries[summaries.run.str.startswith("dynakrag-cap") & (summaries.n > 0)]
     short = short_names(summaries.generator)
     for (d, g_), g in mine.groupby(["dataset", "generator"], sort=False):
         g = g.sort_values("run")
         partial = " (partial)" if any(is_partial(str(s)) for s in g.status) else ""
         axes[0].plot(g.run.str[-1].astype(int), g.f1, marker="s", ls="--",
-                     label=f"ours: {_label(d)} {short[g_]}{partial}")
+                     label=f"ours: {label(d)} {short[g_]}{partial}")
     axes[0].set(xticks=[1, 2, 3], xlabel="retrieval cap", ylabel="F1",
                 title="Retrieval-cap sweep")
     axes[0].legend(fontsize=6)
     variants = paper[~is_cap]
     wide = variants.pivot(index="variant", columns="dataset", values="f1").reindex(
         variants.variant.unique())
-    wide.rename(columns=_label).plot.barh(ax=axes[1])
+    wide.rename(columns=label).plot.barh(ax=axes[1])
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     axes[1].set(xlabel="F1 (paper)", title="Component ablations, paper")
     fig.tight_layout()
@@ -324,9 +318,9 @@ def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
     helps = made[made.verdict == A_BETTER]
     hurts = made[made.verdict == A_WORSE]
     k = len(made)
-    moved = [f"{_label(r.dataset)}/{short[r.reader]} without `{r.run}` "
+    moved = [f"{label(r.dataset)}/{short[r.reader]} without `{r.run}` "
              f"({'helps' if r.verdict == A_BETTER else 'hurts'}: full minus ablation "
-             f"{_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p_value)})"
+             f"{fmt_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p_value)})"
              for r in pd.concat([helps, hurts]).itertuples()]
     readers_ = join_words(f"`{g}`" for g in dict.fromkeys(made.reader))
     return (f"{k} ablation pairs were run (with {readers_}). The removed component helps "
@@ -338,106 +332,6 @@ def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
                ": no component moved F1 measurably with these readers."))
 
 
-# -- the offline diagnosis ------------------------------------------------------------------------
-DIAGNOSIS_SHOWN = {"dataset": "dataset", "reader": "reader", "decisions": "decisions",
-                   "probe chosen": "picks probe", "probe best": "probe strictly best",
-                   "gain forest": "forest", "gain uniform": "uniform",
-                   "gain retrieve_more": "retrieve_more", "gain w/o probe": "forest w/o probe",
-                   "gain best": "best", "AUC f1": "stop AUC (F1)"}
-
-
-def diagnosis_view(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`~.records.diagnosis_table` with the columns the appendix shows, renamed: the
-    share of held-out decisions where the forest picks the probe and where the probe is
-    strictly best, the support gain per decision of each chooser, the F1 stop AUC."""
-    view = table[list(DIAGNOSIS_SHOWN)].rename(columns=DIAGNOSIS_SHOWN)
-    view["dataset"] = view.dataset.map(_label)
-    view["reader"] = view.reader.map(short_names(view.reader))
-    return view.round(3).reset_index(drop=True)
-
-
-def diagnosis_findings(table: pd.DataFrame) -> str:
-    """The diagnosis in three findings, each computed from :func:`~.records.diagnosis_table`:
-    the probe wins the choice without adding support; without it the same forest's ranking
-    is not the problem; the F1 stop target is near chance."""
-    n = len(table)
-    below = int((table["gain forest"] < table["gain uniform"]).sum())
-    noprobe = int((table["gain w/o probe"] > table["gain uniform"]).sum())
-    sr_better = int((table["AUC sr on F1"] > table["AUC f1"]).sum())
-    return "\n".join([
-        f"* The forest picks `sufficiency_check` at {table['probe chosen'].min():.0%} to "
-        f"{table['probe chosen'].max():.0%} of the held-out decisions, though the probe is "
-        f"strictly the best action at no more than {table['probe best'].max():.0%} of them: its "
-        "label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks gain "
-        f"less support than a uniform pick in {below} of {n} rows.",
-        f"* With the probe taken out of the choice, the same forest gains more support than "
-        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what ties "
-        "the controller with chance.",
-        f"* The continuation forest trained on answer F1 predicts \"continuing raises F1\" at "
-        f"an AUC of {table['AUC f1'].min():.2f} to {table['AUC f1'].max():.2f} ($0.5$ is "
-        f"chance); trained on support recall it predicts that same event better in "
-        f"{sr_better} of {n} rows."])
-
-
-def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:
-    """The horizon-label diagnosis (:func:`~.records.horizon_table` and its report) in two
-    sentences: how much less the horizon forest picks the probe, and on how many datasets it
-    (and its probe-free version) clears uniform and always-retrieve_more."""
-    t = table.reset_index()
-    hz = [r["horizon"] for r in report["results"].values()]
-    k = t.dataset.nunique()
-    clear = int((t[t.chooser == "horizon forest"].lo > 0).sum())
-    clear_np = int((t[t.chooser == "horizon, no probe"].lo > 0).sum())
-    vs_rm = sum(h["horizon_minus_retrieve_more"]["ci"][0] > 0 for h in hz)
-    probe = max(h["choosers"]["horizon_forest"]["share_sufficiency_check"] for h in hz)
-    onestep = min(h["choosers"]["onestep_forest"]["share_sufficiency_check"] for h in hz)
-    r2 = [h["r2_returns"] for h in hz]
-    return (f"Labels over the remaining horizon stop the forest from picking the probe "
-            f"({probe:.0%} of decisions at most, against {onestep:.0%} or more one step at a "
-            f"time), and the returns are predictable (held-out $R^2$ {min(r2):.2f} to "
-            f"{max(r2):.2f}). Against uniform, the interval of the horizon forest's difference "
-            f"lies above 0 on {clear} of {k} datasets ({clear_np} with the probe taken out of "
-            f"its choice), and above always-`retrieve_more` on {vs_rm}: at the states uniform "
-            "visits the acquisitions are close in value, and a few hundred training questions "
-            "do not separate a good pick from a random one.")
-
-
-# -- stop targets ---------------------------------------------------------------------------------
-def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset of :func:`~.records.stop_targets_table`, the target (and training) with the
-    highest F1 over a random stop at equal tokens, with its operating point: the share
-    stopping early, F1, tokens relative to always continuing, and the difference to the random
-    stop with its 95 % interval."""
-    rows = []
-    for d, g in targets.groupby("dataset", sort=False):
-        r = g.loc[g["over random"].idxmax()]
-        rows.append({"dataset": _label(d), "target": f"{r.target}/{r.training}",
-                     "over random": round(float(r["over random"]), 3),
-                     "stop early": f"{r['stop early']:.0%}", "F1": round(float(r.F1), 3),
-                     "token ratio": round(float(r["token ratio"]), 2),
-                     "minus random [95% CI]": _ci(r["minus random"], r["random lo"],
-                                                  r["random hi"])})
-    return pd.DataFrame(rows)
-
-
-def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -> str:
-    """How rare the event an F1 stop must predict is, and on how many datasets any target's
-    operating point beats the random stop with its interval above 0."""
-    files = {k: r["stop_targets"] for k, r in report["results"].items()
-             if k.endswith("/" + reader) and "targets" in r["stop_targets"]}
-    rates = [f["positive_rate"]["f1"] for f in files.values()]
-    clear = sorted({d for d, lo in zip(targets.dataset, targets["random lo"])
-                    if lo is not None and lo > 0})
-    n = targets.dataset.nunique()
-    return (f"Along the uniform paths, continuing raises the answer's F1 at "
-            f"{min(rates):.0%} to {max(rates):.0%} of the decision prefixes"
-            if rates else "No answer-labelled question yet") + (
-        f". Run as stop rules, the targets' operating points beat a random stop at equal "
-        f"tokens with the interval above 0 on {len(clear)} of {n} datasets"
-        + (f" ({join_words(_label(d) for d in clear)})" if clear else "")
-        + ", and each point is picked on the scores it is judged on, which flatters it.")
-
-
 # -- generator transfer ---------------------------------------------------------------------------
 def transfer_figure(pairs: pd.DataFrame):
     """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
@@ -447,7 +341,7 @@ def transfer_figure(pairs: pd.DataFrame):
     if f1.empty:
         return None
     short = short_names([*f1.answer_generator, *f1.policy_generator, *f1.other_generator])
-    labels = [f"{_label(r.dataset)}: {short[r.answer_generator]} with "
+    labels = [f"{label(r.dataset)}: {short[r.answer_generator]} with "
               f"{short[r.policy_generator]}'s policy vs {short[r.other_generator]}/{r.other_run}"
               for r in f1.itertuples()]
     return paired_forest_figure(f1.assign(label=labels), label="label",
@@ -476,8 +370,8 @@ def transfer_markdown(pairs: pd.DataFrame) -> str:
                 "the reader's own policy"
             parts.append(f"against {whose} ({short.get(r.other_generator, r.other_generator)}/"
                          f"dynakrag) {COMPARATIVE.get(r.verdict, 'no measurable difference')}, "
-                         f"{_ci(r.diff, r.lo, r.hi)}")
-        out.append(f"* {_label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
+                         f"{fmt_ci(r.diff, r.lo, r.hi)}")
+        out.append(f"* {label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
                    + "; ".join(parts) + ".")
     return "\n".join(out)
 
@@ -495,7 +389,7 @@ def reader_limit_markdown(pairs: pd.DataFrame, small: str, big: str) -> str:
                                 & (on.other_run == "dynakrag")])
         f1_native, f1_own = pick("f1", big), pick("f1", small)
         sr_native, sr_own = pick("support_recall", big), pick("support_recall", small)
-        out.append(f"* {_label(d)}: {reader_limit_reading(f1_native, f1_own, sr_native, sr_own)}"
+        out.append(f"* {label(d)}: {reader_limit_reading(f1_native, f1_own, sr_native, sr_own)}"
                    f" (support recall against the policy's native run: {sr_native['result']}; "
                    f"against the reader's own policy: {sr_own['result']}).")
     return "\n".join(out) or "* No reverse transfer has been run yet."
@@ -513,7 +407,7 @@ def answer_stage_markdown(report: Mapping) -> str:
     out = []
     for chk in report["checks"]:
         name = where.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
-        parts = [f"minus always {mode} {_ci(a['f1']['diff'], a['f1']['lo'], a['f1']['hi'])} "
+        parts = [f"minus always {mode} {fmt_ci(a['f1']['diff'], a['f1']['lo'], a['f1']['hi'])} "
                  f"({COMPARATIVE.get(a['f1']['verdict'], 'no measurable difference')})"
                  for mode in ("snippets", "documents")
                  for a in chk["against"] if a["other"] == f"{chk['run']} ({mode})"]
@@ -535,7 +429,7 @@ def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
     count = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
     apart = int((versus.verdict != NO_DIFFERENCE).sum()) if len(versus) else 0
     held = int((versus.verdict_holm != NO_DIFFERENCE).sum()) if len(versus) else 0
-    sizes = join_words(f"{n} ({_label(d)})" for d, n in train_sizes.items())
+    sizes = join_words(f"{n} ({label(d)})" for d, n in train_sizes.items())
     return "\n".join([
         f"* A win over the best baseline: over the {len(done)} complete comparisons of a "
         f"controller with the best baseline of its dataset and reader it wins {count['wins']}, "
@@ -579,7 +473,7 @@ def next_commands(records: Mapping[str, Mapping], runs: Iterable[str], reader: s
                   f"--n-eval {records['hotpotqa']['n_eval']} --eval-limit "
                   f"{records['hotpotqa']['n_eval']} --runs dynakrag"]
     lines += ["# then the reports and the appendix that read them",
-              "python dynakrag_lab/scripts/results_readme.py && "
-              "python dynakrag_lab/scripts/pareto.py && "
+              "python -m dynakrag_lab.readme && "
+              "python -m dynakrag_lab.report.pareto && "
               "python data_scripts/execute_chapters.py 98"]
     return lines

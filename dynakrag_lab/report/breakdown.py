@@ -1,7 +1,7 @@
 """Scores per question type and hop count: each run's EM, F1 and SR within each group of a
 benchmark's questions (HotpotQA's and 2WikiMultiHopQA's question types, MuSiQue's hop counts),
 and the paired F1 difference of DynaKRAG against every other run within each group (chapters
-12-13 and ``results/README.md``, written by ``dynakrag_lab/scripts/results_readme.py``). A group too
+12-13 and ``results/README.md``, written by ``python -m dynakrag_lab.readme``). A group too
 small to read is printed and flagged (:data:`MIN_GROUP_N`), never dropped.
 """
 from __future__ import annotations

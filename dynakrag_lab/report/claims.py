@@ -36,6 +36,7 @@ import pandas as pd
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
 from .comparison import N_RESAMPLES, SEED, PairedDifference, paired_difference, paired_rows
+from .names import DATASETS, LABELS, READER
 from .results import read_run
 from .verdicts import INCONCLUSIVE, TOML, Reading, holm, num, read_differences, rules
 
@@ -44,9 +45,6 @@ __all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShu
            "paired_f1", "f1_difference", "mean_tokens", "pooled_pairs",
            "headline_claims", "claim_sentences", "comparison_count", "study_reads", "fmt_diff", "fmt_p"]
 
-READER = "qwen2.5-coder-1.5b"
-DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
-LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue"}
 # The table's rows, in reading order: the two controllers, chance, the baselines, the bound.
 METHODS = ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3", "fixed_k6", "fixed_k12",
            "ircot", "self_ask", "oracle")

@@ -127,3 +127,8 @@ def compare_runs(rows_a: Iterable[Mapping], rows_b: Iterable[Mapping],
     return {m: paired_difference([float(a[m]) for a, _ in pairs],
                                  [float(b[m]) for _, b in pairs], m, n_resamples, seed)
             for m in metrics}
+
+
+def fmt_ci(diff: float, lo: float, hi: float) -> str:
+    """'+0.052 [+0.005, +0.102]': a difference with its interval."""
+    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"

@@ -23,33 +23,24 @@ Only reads; the verdict rule is :func:`~dynakrag_lab.report.comparison.verdict`.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR, RESULTS
 from dynakrag_lite.experiments.diagnostics import row_diagnostics
-from dynakrag_lite.policy import Policy
 
 from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
-from .paper import ABLATION_RUNS, DATASETS
-from .pareto import pareto_points, tau_curve
-from .records import policy_path
-from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, locate, paired_table,
-                      read_run, run_names, transfer_folder)
+from .continuation import (continuation_readers, continuation_sentences, continuation_table,
+                           grid_status, pareto_panels, still_to_run)
+from .names import (ALWAYS_CONTINUE, BASELINES, CONTINUATION, GRID, SCHEDULES, STEP_CAP,
+                    STOP_CHOSEN, join_words, readers, run_names, short_names)
+from .paper import ABLATION_RUNS
+from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, mean_of, paired_table,
+                      read_run)
 
-# The paper's baselines (uniform-valid included); the oracle reads gold labels and dynakrag-*
-# runs are ablations or controllers, so none of them can be "the best baseline".
-BASELINES = ("fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform")
-CONTINUATION = "dynakrag-cont"
-ALWAYS_CONTINUE = "dynakrag-cont-stop4"  # the same learned choices, never stopping early
-SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
-STOP_CHOSEN = "stop_answer_chosen"
-STEP_CAP = "max_steps"
 WORD = {A_BETTER: "wins", A_WORSE: "loses", NO_DIFFERENCE: "ties"}
 # The check set: ``evaluate --split train --offset`` runs on questions read once, at the end.
 CHECK_SET_DIR = RESULTS / "diagnostics" / "check-set"
@@ -60,18 +51,6 @@ HEADLINE_COLUMNS = ("dataset", "reader", "run", "status", "n", "baseline", "base
                     "f1_run", "f1_baseline", "f1_diff", "f1_lo", "f1_hi", "f1_p", "em_diff",
                     "em_lo", "em_hi", "sr_diff", "sr_lo", "sr_hi", "token_ratio", "verdict",
                     "outcome")
-
-
-def readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
-    """(dataset, reader) of every generator folder that is not a transfer folder, in the
-    paper's dataset order, then by reader."""
-    base = locate(root)
-    if not base.is_dir():
-        return []
-    found = [(p.parent.name, p.name) for p in base.glob("*/*") if p.is_dir()
-             and transfer_folder(p.name) is None and run_names(p.parent.name, p.name, root)]
-    order = {d: i for i, d in enumerate(DATASETS)}
-    return sorted(found, key=lambda dg: (order.get(dg[0], len(order)), dg[0], dg[1]))
 
 
 def _blank(dataset: str, reader: str, run: str, status: str, why: str) -> dict:
@@ -124,15 +103,6 @@ def headline_table(root: str | Path = EXPERIMENTS_DIR,
                 "token_ratio": tok[ctl] / tok.other if tok.other else math.nan,
                 "verdict": best.verdict, "outcome": WORD[best.verdict]})
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
-
-
-def short_names(names: Iterable[str]) -> dict[str, str]:
-    """Each name without the stem all of them share, cut at a hyphen
-    (``qwen2.5-coder-0.5b`` -> ``0.5b`` beside ``qwen2.5-coder-1.5b``); a lone name stays."""
-    names = sorted(set(names))
-    stem = os.path.commonprefix(names) if len(names) > 1 else ""
-    stem = stem[:stem.rfind("-") + 1]
-    return {n: n[len(stem):] or n for n in names}
 
 
 def headline_view(table: pd.DataFrame) -> pd.DataFrame:
@@ -204,14 +174,10 @@ def stop_profile(dataset: str, reader: str, run: str = "dynakrag",
             "after_one_retrieval": sum(w == STOP_CHOSEN and int(r["retrieval_calls"]) == 1
                                        for r, w in zip(rows, reasons)),
             "by_choice": reasons.count(STOP_CHOSEN), "at_step_cap": reasons.count(STEP_CAP),
-            "retrieval_calls": _mean(rows, "retrieval_calls"), "docs": _mean(rows, "n_docs"),
-            "tokens": _mean(rows, "tokens"),
+            "retrieval_calls": mean_of(rows, "retrieval_calls"), "docs": mean_of(rows, "n_docs"),
+            "tokens": mean_of(rows, "tokens"),
             "same_docs_as_fixed_k3": sum(_doc_ids(a) == _doc_ids(b) for a, b in pairs),
             "paired_with_fixed_k3": len(pairs)}
-
-
-def _mean(rows: Sequence[dict], key: str) -> float:
-    return float(np.mean([float(r[key]) for r in rows])) if rows else math.nan
 
 
 def stop_profiles(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag") -> pd.DataFrame:
@@ -235,126 +201,6 @@ def profile_sentence(p: Mapping) -> str:
                  + (", so there it *is* Fixed-K(3) with compressed evidence" if same == k3
                     else ""))
     return text + (f" ({p['status']})" if p["status"] != "complete" else "")
-
-
-# -- the continuation controller --------------------------------------------------------------
-CONTINUATION_COLUMNS = ("dataset", "reader", "status", "n", "f1", "tokens", "early_stop",
-                        "schedules", "vs", "vs_status", "vs_n", "f1_diff", "f1_lo", "f1_hi",
-                        "verdict", "token_ratio")
-
-
-def continuation_table(root: str | Path = EXPERIMENTS_DIR,
-                       against: Sequence[str] = ("uniform", ALWAYS_CONTINUE)) -> pd.DataFrame:
-    """For every reader with a continuation run or schedule: ``dynakrag-cont``'s status,
-    n, F1, tokens and ``early_stop`` (share of its questions stopped by its own choice before
-    the cap), which schedules exist (with their status), and one row per run in ``against``
-    paired per question: F1 diff cont - other with interval and verdict, and the token ratio
-    cont / other on the same questions. A run not there yet is a row saying so."""
-    out = []
-    for dataset, reader in readers(root):
-        names = run_names(dataset, reader, root)
-        if not any(r == CONTINUATION or r in SCHEDULES for r in names):
-            continue
-        rows, state = read_run(dataset, reader, CONTINUATION, root)
-        sched = "; ".join(f"k={r[-1]}: {read_run(dataset, reader, r, root)[1]['status']}"
-                          for r in SCHEDULES)
-        head = {"dataset": dataset, "reader": reader, "status": state["status"],
-                "n": len(rows), "f1": _mean(rows, "f1"), "tokens": _mean(rows, "tokens"),
-                "early_stop": (float(np.mean([row_diagnostics(r)["stop_reason"] == STOP_CHOSEN
-                                              for r in rows])) if rows else math.nan),
-                "schedules": sched}
-        pt = paired_table(dataset, reader, base=CONTINUATION, runs=list(against),
-                          metrics=("f1", "tokens"), root=root) if rows else None
-        for other in against:
-            other_state = read_run(dataset, reader, other, root)[1]["status"]
-            rec = {**head, "vs": other, "vs_status": other_state, "vs_n": 0,
-                   **dict.fromkeys(("f1_diff", "f1_lo", "f1_hi", "token_ratio"), math.nan),
-                   "verdict": (f"{CONTINUATION} {state['status']}" if not rows else
-                               other_state)}
-            if pt is not None:
-                sel = pt[pt.run == other].set_index("metric")
-                f1, tok = sel.loc["f1"], sel.loc["tokens"]
-                if f1.n > 0:
-                    rec.update(vs_n=int(f1.n), f1_diff=f1["diff"], f1_lo=f1.lo, f1_hi=f1.hi,
-                               verdict=f1.verdict,
-                               token_ratio=tok[CONTINUATION] / tok.other if tok.other
-                               else math.nan)
-                else:
-                    rec["verdict"] = f1.verdict
-            out.append(rec)
-    return pd.DataFrame(out, columns=list(CONTINUATION_COLUMNS))
-
-
-def continuation_sentences(table: pd.DataFrame) -> list[str]:
-    """The continuation controller per reader in words (status first, then each pair)."""
-    out = []
-    for (dataset, reader), g in table.groupby(["dataset", "reader"], sort=False):
-        h = g.iloc[0]
-        if h.n == 0:
-            out.append(f"{dataset}, {reader}: `{CONTINUATION}` is {h.status} "
-                       f"(its stop-at-k schedules: {h.schedules}), so there is no "
-                       "continuation result to read yet.")
-            continue
-        adapts = ("it never stopped before the cap" if h.early_stop == 0 else
-                  "it stopped before the cap on every question" if h.early_stop == 1 else
-                  "so the stop differs from question to question")
-        parts = [f"{dataset}, {reader}: `{CONTINUATION}` ({h.status}) answered {int(h.n)} "
-                 f"questions, F1 {h.f1:.3f} at {h.tokens:,.0f} tokens, stopping before the "
-                 f"cap on {h.early_stop:.0%} of them: {adapts}"]
-        for r in g.itertuples():
-            if r.vs_n == 0:
-                parts.append(f"against `{r.vs}`: not compared ({r.verdict})")
-            else:
-                parts.append(f"against `{r.vs}` ({r.vs_status}, n = {r.vs_n}): "
-                             f"{_verdict_words(r.verdict)}, F1 {r.f1_diff:+.3f} "
-                             f"[{r.f1_lo:+.3f}, {r.f1_hi:+.3f}], at {r.token_ratio:.2f}x its "
-                             "tokens")
-        out.append("; ".join(parts) + ".")
-    return out
-
-
-def continuation_readers(root: str | Path = EXPERIMENTS_DIR) -> list[tuple[str, str]]:
-    """Readers with a continuation run or one of its stop-at-k schedules."""
-    return [(d, g) for d, g in readers(root)
-            if any(r == CONTINUATION or r in SCHEDULES for r in run_names(d, g, root))]
-
-
-def pareto_panels(root: str | Path = EXPERIMENTS_DIR, results_root: str | Path = "results",
-                  fallback: str | None = None
-                  ) -> list[tuple[str, pd.DataFrame, pd.DataFrame | None]]:
-    """The panels of :func:`~.pareto.pareto_grid`, one per reader with continuation runs:
-    ``(title, pareto_points, tau_curve of its continuation policy or None)``. Until such a
-    reader exists, the readers of generator ``fallback`` that have a ``dynakrag`` run, so
-    the figure shows the cost and quality of what was run."""
-    chosen = continuation_readers(root) or [
-        (d, g) for d, g in readers(root)
-        if g == fallback and "dynakrag" in run_names(d, g, root)]
-    panels = []
-    for d, g in chosen:
-        path = policy_path(d, g, "-continuation", root=results_root)
-        curve = tau_curve(Policy.load(path)) if path else None
-        panels.append((f"{d} / {g}", pareto_points(d, g, root), curve))
-    return panels
-
-
-# The runs issue 24 asks of every reader on every dataset: the controllers, the controls,
-# the baselines and the stop-at-k schedules.
-GRID = ("dynakrag", CONTINUATION, *SCHEDULES, "uniform", "oracle", "fixed_k3", "fixed_k6",
-        "ircot", "self_ask")
-
-
-def grid_status(reader: str, root: str | Path = EXPERIMENTS_DIR,
-                datasets: Sequence[str] = DATASETS, runs: Sequence[str] = GRID
-                ) -> pd.DataFrame:
-    """The status of every run of ``runs`` with ``reader`` on every dataset (rows: datasets,
-    columns: runs; "complete", "partial: k of N", "not run yet" ...)."""
-    return pd.DataFrame({run: [read_run(d, reader, run, root)[1]["status"] for d in datasets]
-                         for run in runs}, index=pd.Index(list(datasets), name="dataset"))
-
-
-def still_to_run(grid: pd.DataFrame) -> dict[str, list[str]]:
-    """Per dataset of a :func:`grid_status` frame, the runs that are not complete yet."""
-    return {d: [r for r in grid.columns if grid.loc[d, r] != "complete"] for d in grid.index}
 
 
 # -- ablations ----------------------------------------------------------------------------------
@@ -577,14 +423,6 @@ def outcome_list(table: pd.DataFrame, outcome: str, empty: str = "none") -> str:
     ``hotpotqa/qwen2.5-coder-1.5b (dynakrag)``, joined; ``empty`` when there is none."""
     sel = table[table.outcome == outcome]
     return ", ".join(f"{r.dataset}/{r.reader} ({r.run})" for r in sel.itertuples()) or empty
-
-
-def join_words(items: Iterable[str], empty: str = "none") -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    items = [str(x) for x in items]
-    if not items:
-        return empty
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 __all__ = ["ABLATION_WORD", "ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS",

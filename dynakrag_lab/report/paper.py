@@ -16,13 +16,11 @@ from typing import Sequence
 
 import pandas as pd
 
+from .names import DATASETS
 from .results import NOT_RUN, status_label
 
 PAPER_CITATION = ("Wu et al. 2026, 'A Unified Framework for Learnable Evidence Control in "
                   "Multi-Hop RAG', arXiv:2607.06507")
-DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")
-
-
 # -- the paper's numbers ------------------------------------------------------------------
 # Table 1, Qwen2.5-7B-Instruct: (EM, F1, average tokens) per dataset.
 _TABLE1 = {

@@ -1,6 +1,8 @@
 """Cost against quality: answer F1 against tokens per question for every run of one dataset and
-reader (issue 24's Pareto figure; chapter 12 draws it, ``dynakrag_lab/scripts/pareto.py`` writes
-it to ``results/figures/``).
+reader (issue 24's Pareto figure; chapter 12 draws it, and ``python -m dynakrag_lab.report.pareto
+[--dataset D] [--generator G]`` writes it to ``results/figures/pareto-<dataset>-<generator>.png``
+and ``.json``: the points, their intervals, and the operating point against the
+always-continue schedule; no model call).
 
 The points are evaluation runs (means over their questions, with a 95 % bootstrap interval of
 the F1 mean): the baselines, uniform-valid, the paper's controller, the stop-at-k schedules of
@@ -11,6 +13,9 @@ metadata: it is how tau was chosen, never the evaluation questions.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,17 +25,19 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR, RESULTS
 from dynakrag_lite.policy import Policy
+from dynakrag_lite.storage import atomic_write_json
 
 from .comparison import N_RESAMPLES, SEED
-from .plots import pareto_front
-from .results import is_partial, load_predictions, run_names, run_status
+from .names import CONTINUATION, DATASETS, SCHEDULES, run_names
+from .annotate import pareto_front
+from .records import policy_path
+from .results import is_partial, load_predictions, run_status
 
-SCHEDULES = tuple(f"dynakrag-cont-stop{k}" for k in (1, 2, 3, 4))
 # uniform-valid stopped after k acquisitions: the same horizons with chance action choice
 UNIFORM_SCHEDULES = tuple(f"uniform-stop{k}" for k in (1, 2, 3, 4))
-OPERATING_POINT = "dynakrag-cont"
+OPERATING_POINT = CONTINUATION
 OTHER_RUNS = ("fixed_k3", "fixed_k6", "fixed_k12", "ircot", "self_ask", "uniform", "dynakrag",
               "oracle")
 STYLE = {"fixed_k3": ("s", "#636363"), "fixed_k6": ("s", "#969696"),
@@ -230,3 +237,53 @@ def pareto_summary(points: pd.DataFrame) -> dict[str, Any]:
         out["vs_always_continue"] = {"f1_diff": op["f1"] - cont["f1"],
                                      "token_ratio": op["tokens"] / cont["tokens"]}
     return out
+
+
+def records_json(frame: pd.DataFrame) -> list[dict]:
+    """Rows as dicts rounded to 6 decimals, a missing value as null (NaN is not JSON)."""
+    return json.loads(frame.round(6).to_json(orient="records"))
+
+
+def write_figure(dataset: str, generator: str, out_dir: Path) -> Path | None:
+    """The figure of one dataset x reader and its numbers, or None without a continuation run."""
+    if OPERATING_POINT not in run_names(dataset, generator, EXPERIMENTS_DIR):
+        return None
+    points = pareto_points(dataset, generator)
+    policy = policy_path(dataset, generator, "-continuation", root=RESULTS)
+    curve = tau_curve(Policy.load(policy)) if policy else None
+    fig = pareto_figure(points, curve, f"{dataset}, {generator}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / f"pareto-{dataset}-{generator}.png"
+    fig.savefig(png, dpi=110)
+    atomic_write_json(png.with_suffix(".json"), {
+        "dataset": dataset, "generator": generator, "points": records_json(points),
+        "tau_curve": [] if curve is None else records_json(curve),
+        "summary": pareto_summary(points), "command": "python -m dynakrag_lab.report.pareto"})
+    return png
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.report.pareto",
+                                 description="Write the cost/quality figure of every dataset x "
+                                             "reader that has continuation runs.")
+    ap.add_argument("--dataset", default=None)
+    ap.add_argument("--generator", default=None)
+    ap.add_argument("--out", default=str(RESULTS / "figures"))
+    args = ap.parse_args(argv)
+    written = 0
+    for d in [args.dataset] if args.dataset else DATASETS:
+        folder = EXPERIMENTS_DIR / d
+        gens = [args.generator] if args.generator else \
+            sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+        for g in gens:
+            png = write_figure(d, g, Path(args.out))
+            if png:
+                print(png)
+                written += 1
+    if not written:
+        print("no dataset has a dynakrag-cont run yet", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,15 +7,15 @@ shown or kept in pyplot's global figure list; in a notebook, make the figure the
 expression of a cell (or ``display`` it) after ``import matplotlib.pyplot``.
 
 * :func:`lambda_sweep_figure`: the cost/quality curve of
-  :func:`~dynakrag_lab.studies.stop_replay.lambda_sweep` (mean tokens against F1, and SR), one
+  :func:`~dynakrag_lab.studies.stop_rule.lambda_sweep` (mean tokens against F1, and SR), one
   annotated point per lambda, the Pareto front connected, baselines as separate markers
   (:func:`pareto_front` picks the front); :func:`annotate_lambdas` labels the points of any
   such curve on an axes of one's own, with labels of nearby points staggered apart
   (:func:`place_labels`);
-* :func:`stop_rule_sweeps_figure`: the λ sweeps of ``dynakrag_lab/scripts/stop_rule.py``
+* :func:`stop_rule_sweeps_figure`: the λ sweeps of ``python -m dynakrag_lab.studies.stop_rule``
   reports, one panel per dataset, F1 against tokens, one line per stop rule, the chosen λ
   ringed and the Pareto front of both rules marked (tidy rows from
-  :func:`~dynakrag_lab.report.results.stop_rule_table`);
+  :func:`~dynakrag_lab.report.records.stop_rule_table`);
 * :func:`stop_targets_figure`: section 9 of the control diagnosis, one panel per dataset, F1
   against tokens of each stop target's threshold sweep along the uniform paths, beside the
   random stop's curve;
@@ -27,177 +27,21 @@ expression of a cell (or ``display`` it) after ``import matplotlib.pyplot``.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
-from matplotlib.transforms import Bbox
 
+from .annotate import (LABEL_GAP, finite, annotate_lambdas, lambda_label, overlapping_labels,
+                       pareto_front, place_labels)
 from .comparison import A_BETTER, A_WORSE, NO_DIFFERENCE
-from .results import is_partial, stop_rule_table
+from .records import stop_rule_table
+from .results import is_partial
 
 # -- the lambda sweep: cost against quality ----------------------------------------------
 SWEEP_COLOR = "#3182bd"
 BASELINE_MARKERS = ("s", "^", "D", "v", "P", "X", "h", "*")
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point dominates (cost, quality): none is at most as
-    costly and at least as good while strictly better in one of the two. Sorted by cost,
-    then by quality descending, then by index (ties: equal points are all kept)."""
-    def dominated(i: int) -> bool:
-        ci, qi = points[i]
-        return any(cj <= ci and qj >= qi and (cj < ci or qj > qi)
-                   for j, (cj, qj) in enumerate(points) if j != i)
-    keep = [i for i in range(len(points)) if not dominated(i)]
-    return sorted(keep, key=lambda i: (points[i][0], -points[i][1], i))
-
-
-def lambda_label(*lams: float) -> str:
-    """The annotation of one sweep point, e.g. ``λ=0``, ``λ=3e-05``, ``λ=0.001``; lambdas
-    that land on the same point share one label (``λ=0, 1e-05``)."""
-    return "λ=" + ", ".join(f"{float(lam):g}" for lam in lams)
-
-
-LABEL_COLOR = "#08306b"
-
-
-def annotate_lambdas(ax: Axes, points: Iterable[tuple[float, float]], lams: Iterable[float],
-                     *, color: str = LABEL_COLOR, fontsize: float = 7.5, below: bool = False,
-                     clearance: float = 3.0, gid: str | None = None,
-                     avoid: Iterable[tuple[float, ...]] = (),
-                     inside: bool = False, nearest: bool = False) -> list[Annotation]:
-    """Label each sweep point with its lambda, without labels overlapping.
-
-    Lambdas on the same point share one :func:`lambda_label`; points that are close on screen
-    get their labels staggered by :func:`place_labels`, which also keeps clear of labels
-    already on ``ax`` (so two curves on one axes can be labelled by two calls, ``below=True``
-    for the second to put its labels under its points first). Placement is measured in
-    display space: call it once the axes limits and the layout are final (after
-    ``fig.tight_layout()``). ``clearance``: the half-width in points, around every labelled
-    point, that labels keep free (the marker's radius; raise it for big markers; below
-    ``LABEL_GAP - LABEL_PAD`` a label can sit at the nearest spot); ``avoid``: further points
-    in data coordinates kept free too (another curve's points, a ring around a point), as
-    ``(x, y)`` with the same half-width or ``(x, y, half-width in points)``; ``inside``:
-    keep the labels within the axes (at the price of moving them further out); ``nearest``:
-    keep each label no nearer to another point than to its own (see :func:`place_labels`).
-    Non-finite points are skipped. Returns the annotations."""
-    at: dict[tuple[float, float], list[float]] = {}
-    for (x, y), lam in zip(points, lams):
-        if _finite(x, y):
-            at.setdefault((float(x), float(y)), []).append(float(lam))
-    anns = [ax.annotate(lambda_label(*ls), (x, y), xytext=(4, 4), textcoords="offset points",
-                        fontsize=fontsize, color=color, gid=gid)
-            for (x, y), ls in at.items()]
-    place_labels(anns, below=below, clearance=clearance, avoid=avoid, inside=inside,
-                 nearest=nearest)
-    return anns
-
-
-# Candidate spots around a point, in points: the label's corner sits LABEL_GAP from the point,
-# and each further level moves it one label height (plus LABEL_PAD) away.
-LABEL_GAP, LABEL_PAD, LABEL_LEVELS = 4.0, 1.0, 10
-
-
-def place_labels(annotations: Sequence[Annotation], below: bool = False,
-                 clearance: float = 3.0, avoid: Iterable[tuple[float, ...]] = (),
-                 inside: bool = False, nearest: bool = False) -> None:
-    """Move each annotation (text offset in points from its point) to the first free spot.
-
-    Spots are tried nearest first: right of the point above (``below``: under) it, then on
-    the other vertical side, then left of the point, then one label height further out, and
-    so on. A spot is free when its box, padded by ``LABEL_PAD`` points, overlaps no label
-    placed before it, no other text on the same axes and no annotated point, nor any point of
-    ``avoid`` (a square of half-width ``clearance`` points around each; an ``avoid`` point
-    given as ``(x, y, half-width)`` in data coordinates and points brings its own),
-    and (``inside``) lies within the axes, and (``nearest``) lies no nearer to another point,
-    annotated or avoided, than to its own (so that a label under a neighbour is not read as
-    the neighbour's). Annotations are placed left to right; one with no free spot keeps the
-    spot of least overlap (a spot outside the axes or nearer to another point counted as
-    overlapping by the label's area outside, or by its whole area).
-    Call again after the axes are resized (the offsets are in points, the distances between
-    points are not)."""
-    anns = [a for a in annotations if a.get_text()]
-    if not anns:
-        return
-    ax = anns[0].axes
-    ax.get_xlim()  # the view limits are computed lazily; transData needs them now
-    fig = ax.figure
-    to_px = fig.dpi / 72.0
-    mine = set(map(id, anns))
-    obstacles = [t.get_window_extent() for t in ax.texts
-                 if id(t) not in mine and t.get_visible() and t.get_text()]
-    dots = [ax.transData.transform(a.xy) for a in anns]
-    r = clearance * to_px
-    squares = [(x, y, r) for x, y in dots]
-    for p in avoid:
-        if _finite(*p):
-            x, y = ax.transData.transform(p[:2])
-            squares.append((x, y, float(p[2]) * to_px if len(p) > 2 else r))
-    obstacles += [Bbox.from_extents(x - h, y - h, x + h, y + h) for x, y, h in squares]
-    frame = ax.get_window_extent() if inside else None
-    vertical = (-1, 1) if below else (1, -1)
-    order = sorted(range(len(anns)), key=lambda i: (dots[i][0], dots[i][1]))
-    for i in order:
-        ann = anns[i]
-        ann.set_ha("left")
-        ann.set_va("bottom")
-        ann.xyann = (LABEL_GAP, LABEL_GAP)
-        step = ann.get_window_extent().height / to_px + LABEL_PAD
-        best, best_cost = None, math.inf
-        for spot in _spots(step, vertical):
-            drawn = _set_spot(ann, spot)
-            box = drawn.padded(to_px * LABEL_PAD)
-            cost = sum(_overlap_area(box, o) for o in obstacles)
-            if frame is not None:  # the part of the label outside the axes
-                cost += drawn.width * drawn.height - _overlap_area(drawn, frame)
-            if nearest:
-                own = _box_distance(drawn, *dots[i])
-                if any(_box_distance(drawn, x, y) < own - 0.5 for x, y, _ in squares):
-                    cost += drawn.width * drawn.height
-            if cost < best_cost:
-                best, best_cost = spot, cost
-                if cost == 0:
-                    break
-        obstacles.append(_set_spot(ann, best))
-
-
-def _box_distance(box: Bbox, x: float, y: float) -> float:
-    """Distance from the point (x, y) to the box, 0 inside it (display units)."""
-    return math.hypot(max(box.x0 - x, 0.0, x - box.x1), max(box.y0 - y, 0.0, y - box.y1))
-
-
-def _spots(step: float, vertical: tuple[int, int]):
-    """(offset in points, ha, va) nearest first: per level, right then left of the point."""
-    for level in range(LABEL_LEVELS):
-        dy = LABEL_GAP + level * step
-        for side in (1, -1):
-            for up in vertical:
-                yield ((LABEL_GAP * side, dy * up), "left" if side > 0 else "right",
-                       "bottom" if up > 0 else "top")
-
-
-def _set_spot(ann: Annotation, spot: tuple) -> Bbox:
-    (dx, dy), ha, va = spot
-    ann.xyann = (dx, dy)
-    ann.set_ha(ha)
-    ann.set_va(va)
-    return ann.get_window_extent()
-
-
-def _overlap_area(a: Bbox, b: Bbox) -> float:
-    w = min(a.x1, b.x1) - max(a.x0, b.x0)
-    h = min(a.y1, b.y1) - max(a.y0, b.y0)
-    return w * h if w > 0 and h > 0 else 0.0
-
-
-def overlapping_labels(annotations: Sequence[Annotation]) -> list[tuple[int, int]]:
-    """Index pairs of the annotations whose drawn boxes overlap (empty when all are apart)."""
-    boxes = [a.get_window_extent() for a in annotations]
-    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
-            if _overlap_area(boxes[i], boxes[j]) > 0]
 
 
 def _sweep_rows(frame: Any, veto_threshold: float | None) -> list[dict]:
@@ -219,20 +63,13 @@ def _sweep_rows(frame: Any, veto_threshold: float | None) -> list[dict]:
     return sorted(rows, key=lambda r: float(r["lam"]))
 
 
-def _finite(*values: Any) -> bool:
-    try:
-        return all(math.isfinite(float(v)) for v in values)
-    except (TypeError, ValueError):
-        return False
-
-
 def lambda_sweep_figure(frame: Any,
                         baselines: Mapping[str, Sequence[float]] | None = None,
                         veto_threshold: float | None = None, show_sr: bool | None = None,
                         title: str | None = None) -> Figure:
     """The cost/quality (Pareto) curve of a lambda sweep.
 
-    ``frame``: :func:`~dynakrag_lab.studies.stop_replay.lambda_sweep`'s DataFrame (or records)
+    ``frame``: :func:`~dynakrag_lab.studies.stop_rule.lambda_sweep`'s DataFrame (or records)
     with ``lam``, ``tokens`` (mean total tokens per question), ``f1`` and optionally ``sr``,
     ``veto_threshold`` and ``best`` (the cross-validated choice, ringed). One panel plots F1
     against tokens, a second SR against tokens when ``sr`` is present (``show_sr`` forces it
@@ -260,7 +97,7 @@ def lambda_sweep_figure(frame: Any,
     labelled = []  # (axes, points, lambdas, metric): labelled once the layout is known
     for ax, (metric, label) in zip(axes, metrics):
         # NaN rows (e.g. no answer F1 collected) cannot be placed; dropping them keeps the rest
-        pts = [r for r in rows if _finite(r["tokens"], r[metric])]
+        pts = [r for r in rows if finite(r["tokens"], r[metric])]
         xs = [float(r["tokens"]) for r in pts]
         ys = [float(r[metric]) for r in pts]
         ax.scatter(xs, ys, s=36, color=SWEEP_COLOR, zorder=3, gid=f"sweep:{metric}",
@@ -276,7 +113,7 @@ def lambda_sweep_figure(frame: Any,
                            label="chosen by cross-validation")
         for k, (name, value) in enumerate(baselines.items()):
             col = 1 if metric == "f1" else 2
-            if len(value) <= col or not _finite(value[0], value[col]):
+            if len(value) <= col or not finite(value[0], value[col]):
                 continue  # this baseline gives no value for this panel's metric
             ax.scatter([float(value[0])], [float(value[col])], s=60, color="#636363",
                        marker=BASELINE_MARKERS[k % len(BASELINE_MARKERS)], zorder=3,
@@ -366,8 +203,8 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
                             panel_size: tuple[float, float] = (4.8, 3.9)) -> Figure:
     """The λ sweeps of several datasets' stop-rule reports, one panel per dataset.
 
-    ``reports``: per dataset, a ``dynakrag_lab/scripts/stop_rule.py`` report (the JSON, read) or its
-    :func:`~.results.stop_rule_table`. Each panel plots the cross-validated F1 against mean
+    ``reports``: per dataset, a ``python -m dynakrag_lab.studies.stop_rule`` report (the JSON,
+    read) or its :func:`~.records.stop_rule_table`. Each panel plots the cross-validated F1 against mean
     tokens per question: one line per stop rule through its λ values in increasing order (at
     the veto threshold τ the rule chose, given in the panel title), every λ labelled by
     :func:`annotate_lambdas` (λ values on one point share the label; labels of both rules
@@ -402,7 +239,7 @@ def stop_rule_sweeps_figure(reports: Sequence[Any], datasets: Sequence[str] | No
         name = str(rows[0].get("dataset") or "?")
         curves = {}
         for r in rows:
-            if _finite(r["tokens"], r["f1"]):
+            if finite(r["tokens"], r["f1"]):
                 curves.setdefault(r["rule"], []).append(r)
         every = [(float(r["tokens"]), float(r["f1"])) for c in curves.values() for r in c]
         front = pareto_front(every)
@@ -516,7 +353,7 @@ def paired_forest_figure(pairs: Any, label: str = "run",
     ``zero:<metric>``."""
     metrics = dict(metrics or {"f1": "F1"})
     records = pairs.to_dict("records") if hasattr(pairs, "to_dict") else [dict(r) for r in pairs]
-    rows = [r for r in records if r["metric"] in metrics and _finite(r["n"]) and int(r["n"]) > 0]
+    rows = [r for r in records if r["metric"] in metrics and finite(r["n"]) and int(r["n"]) > 0]
     if not rows:
         raise ValueError("no paired rows (n > 0) of the metrics to draw")
     by_key: dict[tuple[str, str], dict] = {}
@@ -537,7 +374,7 @@ def paired_forest_figure(pairs: Any, label: str = "run",
     for ax, (metric, axis_name) in zip(axes, metrics.items()):
         for y, name in zip(ys, names):
             r = by_key.get((metric, name))
-            if r is None or not _finite(r["diff"], r["lo"], r["hi"]):
+            if r is None or not finite(r["diff"], r["lo"], r["hi"]):
                 continue  # this comparison has no number for this metric
             color = VERDICT_COLORS.get(r["verdict"], "tab:gray")
             ax.plot([float(r["lo"]), float(r["hi"])], [y, y], "-", color=color, lw=2.4,

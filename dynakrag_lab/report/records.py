@@ -97,7 +97,7 @@ def policy_record(policy: Policy | str | Path) -> dict[str, Any]:
             "dataset": m.get("dataset")}
 
 
-# -- the control diagnosis (issue 24; dynakrag_lab/scripts/control_diagnosis.py) ---------------
+# -- the control diagnosis (issue 24; python -m dynakrag_lab.studies.diagnosis) ---------------
 def diagnosis_report(root: str | Path = RESULTS_ROOT) -> dict | None:
     """``results/diagnostics/control-diagnosis.json``, or None when it was not measured."""
     path = results_path(DIAGNOSIS_FILE, root=root)
@@ -247,7 +247,7 @@ def lambda_effect(grid: pd.DataFrame | list, tau: float) -> dict[str, Any]:
 def stop_rule_reports(root: str | Path = RESULTS_ROOT, generator: str = "qwen2.5-coder-0.5b"
                       ) -> dict[str, dict]:
     """``results/diagnostics/<dataset>-<generator>-stop-rule.json`` (written by
-    ``dynakrag_lab/scripts/stop_rule.py``) of every dataset that has one, by dataset."""
+    ``python -m dynakrag_lab.studies.stop_rule``) of every dataset that has one, by dataset."""
     folder = results_path("diagnostics", root=root)
     suffix = f"-{generator}-stop-rule.json"
     return {p.name[:-len(suffix)]: json.loads(p.read_text(encoding="utf-8"))
@@ -275,3 +275,58 @@ __all__ = ["DIAGNOSIS_COLUMNS", "HORIZON_CHOOSERS", "command_options", "diagnosi
            "diagnosis_report", "diagnosis_table", "horizon_report", "horizon_table",
            "lambda_effect", "policy_path", "policy_record", "results_path", "run_record",
            "stop_rule_reports", "sweep_sentence"]
+
+
+# -- stop-rule reports (python -m dynakrag_lab.studies.stop_rule) ----------------------------
+STOP_RULE_COLUMNS = ("dataset", "generator", "rule", "lam", "veto_threshold", "f1", "sr",
+                     "tokens", "early", "vetoes", "n_questions", "chosen")
+
+
+def stop_rule_table(report: Mapping, dataset: str | None = None,
+                    all_thresholds: bool = False) -> pd.DataFrame:
+    """A stop-rule report (the JSON of ``python -m dynakrag_lab.studies.stop_rule``, read with
+    ``json``) as one tidy row per (stop rule, λ), at the veto threshold τ that rule's cross-validation chose
+    (``all_thresholds=True``: every (λ, τ) of both grids). Columns
+    :data:`STOP_RULE_COLUMNS`: the cross-validated answer F1, support recall ``sr``, mean
+    tokens per question, ``early`` (the fraction of questions stopped before the step cap),
+    mean ``vetoes``, ``n_questions`` (the held-out questions scored: those collected with
+    answer calls) and ``chosen`` (the (λ, τ) the rule picked: one row per rule).
+
+    ``dataset`` and ``generator`` come from the report's trajectories file,
+    ``<dataset>-<generator>.npz`` (``dataset`` overrides; a dataset name has no hyphen).
+    ``attrs`` keeps the report's ``questions`` (training questions), ``folds``, ``metric``
+    and ``trajectories``. Pure: reads nothing but ``report``."""
+    rules = report.get("rules")
+    if not isinstance(rules, Mapping) or not rules:
+        raise ValueError("not a stop-rule report: no 'rules' (python -m "
+                         "dynakrag_lab.studies.stop_rule writes one)")
+    stem = Path(str(report.get("trajectories") or "")).stem
+    if dataset is None:
+        dataset = stem.split("-", 1)[0] or None
+    generator = stem[len(dataset) + 1:] if dataset and stem.startswith(f"{dataset}-") else None
+    if not generator and "-" in stem:
+        generator = stem.split("-", 1)[1]
+    out = []
+    for rule, r in rules.items():
+        lam, tau = float(r["lam"]), float(r["veto_threshold"])
+        rows = [g for g in r["grid"]
+                if all_thresholds or math.isclose(float(g["veto_threshold"]), tau)]
+        chosen = [math.isclose(float(g["lam"]), lam) and
+                  math.isclose(float(g["veto_threshold"]), tau) for g in rows]
+        if sum(chosen) != 1:
+            raise ValueError(f"rule {rule!r}: its chosen pair λ={lam:g}, τ={tau:g} is "
+                             f"{'missing from' if not any(chosen) else 'repeated in'} its grid")
+        for g, c in zip(rows, chosen):
+            out.append({"dataset": dataset, "generator": generator, "rule": rule,
+                        "lam": float(g["lam"]), "veto_threshold": float(g["veto_threshold"]),
+                        **{k: float(g.get(k, math.nan)) for k in
+                           ("f1", "sr", "tokens", "early", "vetoes")},
+                        "n_questions": int(g.get("n_questions", 0)), "chosen": c})
+    df = pd.DataFrame(out, columns=list(STOP_RULE_COLUMNS))
+    order = {rule: i for i, rule in enumerate(rules)}
+    df = df.sort_values(["rule", "veto_threshold", "lam"],
+                        key=lambda c: c.map(order) if c.name == "rule" else c,
+                        kind="stable").reset_index(drop=True)
+    df.attrs.update({k: report[k] for k in ("questions", "folds", "metric", "trajectories")
+                     if k in report})
+    return df

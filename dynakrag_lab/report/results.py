@@ -26,9 +26,10 @@ questions it answered, paired comparisons (:mod:`dynakrag_lab.report.comparison`
 only the questions both runs answered and give that n, and a run that is not there gets a
 "not run yet" row rather than an exception or no row at all.
 
-:func:`stop_rule_table` turns the cross-validated stop-rule report of
-``dynakrag_lab/scripts/stop_rule.py`` (``results/diagnostics/<dataset>-<generator>-stop-rule.json``)
-into one tidy row per (stop rule, λ);
+:func:`~dynakrag_lab.report.records.stop_rule_table` turns the cross-validated stop-rule
+report of ``python -m dynakrag_lab.studies.stop_rule``
+(``results/diagnostics/<dataset>-<generator>-stop-rule.json``) into one tidy row per (stop
+rule, λ);
 :func:`~dynakrag_lab.report.plots.stop_rule_sweeps_figure` draws it. The paper's own
 numbers, and our runs beside them, are :mod:`dynakrag_lab.report.paper`; the scores per
 question type and hop count are :mod:`dynakrag_lab.report.breakdown`.
@@ -52,6 +53,7 @@ from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from dynakrag_lite.storage import sha256_file
 
 from .comparison import compare_runs, paired_rows
+from .names import RUN_ORDER, locate, run_names, transfer_folder  # noqa: F401 (the book's names)
 
 DEFAULT_ROOT = EXPERIMENTS_DIR
 ID_COLUMNS = ("dataset", "generator", "run")
@@ -61,21 +63,6 @@ METRIC_COLUMNS = tuple(k for k in SUMMARY_KEYS if k not in ("dataset", "generato
 # were recorded. status: status_label of the run ("complete", "partial: 40 of 150", ...).
 SUMMARY_COLUMNS = ID_COLUMNS + METRIC_COLUMNS + ("errors", "complete", "n_expected", "status",
                                                  "command", "path")
-
-
-
-def locate(root: str | Path) -> Path:
-    """``root`` as given; a relative root that does not exist is also tried from the parent
-    folders of the working directory (a chapter runs from ``book/``). The one way the
-    chapters find a file or folder under ``results/`` (``locate("results/diagnostics")``)."""
-    p = Path(root)
-    if p.is_absolute() or p.exists():
-        return p
-    for parent in Path.cwd().resolve().parents:
-        cand = parent / p
-        if cand.exists():
-            return cand
-    return p
 
 
 def load_summaries(root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
@@ -269,68 +256,6 @@ def run_policy(dataset: str, generator: str, run: str,
     return {**rec, "file": state}
 
 
-# -- stop-rule reports (dynakrag_lab/scripts/stop_rule.py) -------------------------------------
-STOP_RULE_COLUMNS = ("dataset", "generator", "rule", "lam", "veto_threshold", "f1", "sr",
-                     "tokens", "early", "vetoes", "n_questions", "chosen")
-
-
-def stop_rule_table(report: Mapping, dataset: str | None = None,
-                    all_thresholds: bool = False) -> pd.DataFrame:
-    """A stop-rule report (the JSON of ``dynakrag_lab/scripts/stop_rule.py``, read with ``json``) as
-    one tidy row per (stop rule, λ), at the veto threshold τ that rule's cross-validation chose
-    (``all_thresholds=True``: every (λ, τ) of both grids). Columns
-    :data:`STOP_RULE_COLUMNS`: the cross-validated answer F1, support recall ``sr``, mean
-    tokens per question, ``early`` (the fraction of questions stopped before the step cap),
-    mean ``vetoes``, ``n_questions`` (the held-out questions scored: those collected with
-    answer calls) and ``chosen`` (the (λ, τ) the rule picked: one row per rule).
-
-    ``dataset`` and ``generator`` come from the report's trajectories file,
-    ``<dataset>-<generator>.npz`` (``dataset`` overrides; a dataset name has no hyphen).
-    ``attrs`` keeps the report's ``questions`` (training questions), ``folds``, ``metric``
-    and ``trajectories``. Pure: reads nothing but ``report``."""
-    rules = report.get("rules")
-    if not isinstance(rules, Mapping) or not rules:
-        raise ValueError("not a stop-rule report: no 'rules' (dynakrag_lab/scripts/stop_rule.py "
-                         "writes one)")
-    stem = Path(str(report.get("trajectories") or "")).stem
-    if dataset is None:
-        dataset = stem.split("-", 1)[0] or None
-    generator = stem[len(dataset) + 1:] if dataset and stem.startswith(f"{dataset}-") else None
-    if not generator and "-" in stem:
-        generator = stem.split("-", 1)[1]
-    out = []
-    for rule, r in rules.items():
-        lam, tau = float(r["lam"]), float(r["veto_threshold"])
-        rows = [g for g in r["grid"]
-                if all_thresholds or math.isclose(float(g["veto_threshold"]), tau)]
-        chosen = [math.isclose(float(g["lam"]), lam) and
-                  math.isclose(float(g["veto_threshold"]), tau) for g in rows]
-        if sum(chosen) != 1:
-            raise ValueError(f"rule {rule!r}: its chosen pair λ={lam:g}, τ={tau:g} is "
-                             f"{'missing from' if not any(chosen) else 'repeated in'} its grid")
-        for g, c in zip(rows, chosen):
-            out.append({"dataset": dataset, "generator": generator, "rule": rule,
-                        "lam": float(g["lam"]), "veto_threshold": float(g["veto_threshold"]),
-                        **{k: float(g.get(k, math.nan)) for k in
-                           ("f1", "sr", "tokens", "early", "vetoes")},
-                        "n_questions": int(g.get("n_questions", 0)), "chosen": c})
-    df = pd.DataFrame(out, columns=list(STOP_RULE_COLUMNS))
-    order = {rule: i for i, rule in enumerate(rules)}
-    df = df.sort_values(["rule", "veto_threshold", "lam"],
-                        key=lambda c: c.map(order) if c.name == "rule" else c,
-                        kind="stable").reset_index(drop=True)
-    df.attrs.update({k: report[k] for k in ("questions", "folds", "metric", "trajectories")
-                     if k in report})
-    return df
-
-
-def transfer_folder(generator: str) -> tuple[str, str] | None:
-    """(answer generator, policy generator) of a transfer folder ``<A>-policy-<P>``; None for
-    a generator's own folder."""
-    answer, sep, policy = str(generator).partition("-policy-")
-    return (answer, policy) if sep else None
-
-
 # The runs a transfer folder is for: the controller run made with another generator's policy
 # (main_experiment.py --policy-generator), which transfer_paired_table reads. Baselines use no
 # policy, so they live in the answer generator's own folder and are never missing here.
@@ -391,8 +316,6 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
 MAIN_TABLE_COLUMNS = ("run", "n", "status", "em", "f1", "support_recall", "all_support_rate",
                       "docs_mean", "tokens_mean", "llm_calls_mean", "retrieval_calls_mean",
                       "seconds_mean")
-RUN_ORDER = ("fixed_k", "fixed_k3", "fixed_k6", "ircot", "self_ask", "uniform", "dynakrag",
-             "oracle")
 
 
 def results_table(summaries: pd.DataFrame, dataset: str, generator: str) -> pd.DataFrame:
@@ -541,16 +464,6 @@ def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:
     return f1[f1.n == f1.n.max()].sort_values("other", ascending=False).iloc[0]
 
 
-def run_names(dataset: str, generator: str, root: str | Path) -> list[str]:
-    """Run folders holding a predictions file, in :data:`RUN_ORDER` (then by name)."""
-    folder = locate(root) / dataset / generator
-    if not folder.exists():
-        return []
-    order = {r: i for i, r in enumerate(RUN_ORDER)}
-    return sorted((p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()),
-                  key=lambda r: (order.get(r, len(order)), r))
-
-
 def json_clean(o):
     """A report as plain JSON: NaN and infinities as null, floats to 4 decimals, numpy
     scalars and arrays as Python values and lists, keys as strings."""
@@ -565,3 +478,8 @@ def json_clean(o):
     if isinstance(o, np.bool_):
         return bool(o)
     return o
+
+
+def mean_of(rows: Sequence[Mapping], key: str) -> float:
+    """The mean of ``key`` over prediction rows (NaN for none)."""
+    return float(np.mean([float(r[key]) for r in rows])) if rows else math.nan

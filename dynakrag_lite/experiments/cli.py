@@ -92,7 +92,7 @@ def _add_control(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answer-docs-up-to", type=int, default=0, metavar="K",
                    help="answer from the documents, uncompressed, when the final state holds at "
                    "most K of them (0: always compress, the paper's; chosen by "
-                   "dynakrag_lab/scripts/answer_stage.py)")
+                   "python -m dynakrag_lab.studies.answer_stage)")
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -187,8 +187,8 @@ def _add_save_or_from_data(p: argparse.ArgumentParser) -> None:
                       help="also write the collected trajectories here (.npz, no "
                       "pickle), with the run's settings and the sufficiency "
                       "calibration states: --from-data rebuilds a policy and "
-                      "dynakrag_lab/scripts/stop_rule.py re-tunes from it, without model "
-                      "calls")
+                      "python -m dynakrag_lab.studies.stop_rule re-tunes from it, without "
+                      "model calls")
     once.add_argument("--from-data", default=None, metavar="FILE.npz",
                       help="collect nothing: build the policy from trajectories "
                       "saved by --save-data (no model call, no index), cut to this "

@@ -30,7 +30,7 @@ def check_settings(s: RunSettings) -> None:
     if s.compressor == "extractive" and not s.selector:
         raise ValueError("--compressor extractive needs --selector FILE (a sentence selector, "
                          "e.g. results/selectors/hotpotqa-sentence-selector.joblib, built by "
-                         "dynakrag_lab/scripts/compression_diagnostics.py)")
+                         "python -m dynakrag_lab.studies.selector)")
     if s.answer_docs_up_to < 0:
         raise ValueError(f"--answer-docs-up-to {s.answer_docs_up_to}: a number of documents, "
                          "0 or more")
@@ -62,8 +62,8 @@ def check_selector(env: Environment, selector: str | None, eval_ids: list[str]) 
     if overlap:
         raise ValueError(f"--selector {selector}: {len(overlap)} evaluation question(s) "
                          f"were among its training questions (e.g. {overlap[0]!r}); build a "
-                         "selector on this split's training questions (dynakrag_lab/"
-                         "scripts/compression_diagnostics.py --n-eval N)")
+                         "selector on this split's training questions (python -m "
+                         "dynakrag_lab.studies.selector --n-eval N)")
 
 
 def training_recipe(args: argparse.Namespace) -> RunSettings:

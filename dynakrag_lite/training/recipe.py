@@ -9,8 +9,8 @@ build exactly so. ``--save-data`` keeps the trajectories with their settings
 (:func:`collection_run`) and the calibration states; ``--from-data`` (:func:`data_from_file`)
 rebuilds a policy from such a file without a model call, refusing one collected under other
 settings and keeping only this split's training questions, after an optional ``relabel``
-step (answer F1s added later: ``dynakrag_lab.training_extras``). Chapters 7-9 build the same
-pieces by hand.
+step (answer F1s added later: the lab's ``dynakrag_lab.report.answer_labels``). Chapters 7-9
+build the same pieces by hand.
 """
 from __future__ import annotations
 

@@ -1,0 +1,212 @@
+"""The result as stated (README, preface, results chapter) is the result the committed runs
+give, and the shuffled-stop test behind its second sentence can tell an informed stop from an
+uninformed one."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_count, fmt_diff,
+                                        fmt_p, headline_claims, horizon_table, results_table,
+                                        stop_shuffle)
+from dynakrag_lab.report.comparison import PairedDifference
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "results" / "experiments"
+
+
+def _flat(text: str) -> str:
+    """Markdown as prose: line breaks and runs of spaces are one space."""
+    return re.sub(r"\s+", " ", text)
+
+
+def _markdown(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return claim_sentences(headline_claims(root=EXPERIMENTS))
+
+
+@pytest.mark.parametrize("where", ["README.md", "book/00_preface.ipynb", "book/12_results.ipynb"])
+def test_the_stated_result_matches_the_committed_runs(sentences, where):
+    path = ROOT / where
+    text = _flat(_markdown(path) if path.suffix == ".ipynb" else path.read_text("utf-8"))
+    stale = [s for s in sentences if _flat(s) not in text]
+    assert not stale, (f"{where} does not state the result the runs give; replace its text "
+                       f"with: {stale}")
+
+
+def _grid(f1: np.ndarray, depth: np.ndarray) -> StopGrid:
+    n, k = f1.shape
+    return StopGrid("toy", [str(i) for i in range(n)], ["bridge"] * n, list(range(1, k + 1)),
+                    f1, np.tile(np.arange(1, k + 1, dtype=float) * 100, (n, 1)), depth)
+
+
+def test_a_stop_that_knows_each_question_beats_its_shuffle():
+    rng = np.random.default_rng(0)
+    n = 60
+    best = rng.integers(1, 5, size=n)  # the one depth at which each question is answered
+    f1 = np.zeros((n, 4))
+    f1[np.arange(n), best - 1] = 1.0
+    s = stop_shuffle(_grid(f1, best), n_shuffles=2000)
+    assert s.f1 == 1.0 and s.shuffled_f1 < 0.5
+    assert s.p_value == pytest.approx(1 / 2001)
+
+
+def test_a_stop_whose_depth_does_not_matter_never_beats_its_shuffle():
+    n = 40
+    f1 = np.tile([0.2, 0.4, 0.4, 0.3], (n, 1))  # F1 depends on the depth, not on the question
+    depth = np.array([2, 3] * (n // 2))
+    s = stop_shuffle(_grid(f1, depth), n_shuffles=500)
+    assert s.p_value == 1.0
+    assert s.best_fixed_depth == 2  # ties go to the cheaper depth
+    assert s.depths == {2: n // 2, 3: n // 2}
+
+
+def test_depths_outside_the_schedules_are_clipped():
+    f1 = np.tile([0.1, 0.9], (4, 1))
+    s = stop_shuffle(_grid(f1, np.array([0, 1, 2, 7])), n_shuffles=10)
+    assert s.depths == {1: 2, 2: 2}
+
+
+def test_comparison_count_counts_each_controller_pair_once(tmp_path):
+    for run in ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3"):
+        folder = tmp_path / "ds" / "reader" / run
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text("")
+    # dynakrag vs 3 others, dynakrag-cont vs 3 others, the controller pair counted once
+    assert comparison_count(tmp_path) == 5
+
+
+def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
+    """Learned minus uniform at k, paired by question id (uniform's order may differ); a k
+    with only one of the two runs gives no row."""
+    def write(run, f1s):
+        folder = tmp_path / "hotpotqa" / "reader" / run
+        folder.mkdir(parents=True)
+        rows = [{"id": str(i), "f1": f, "tokens": 100 * (i + 1), "prediction": str(f),
+                 "trace": [{"action": "retrieve_more"}] * (1 + (run[0] == "u" and i == 1))}
+                for i, f in f1s]
+        (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write("dynakrag-cont-stop2", [(0, 1.0), (1, .5), (2, 0.0)])
+    write("uniform-stop2", [(2, 0.0), (1, .5), (0, .4)])
+    write("dynakrag-cont-stop3", [(0, 1.0)])  # no uniform-stop3: no row
+    t = horizon_table("reader", tmp_path, datasets=("hotpotqa",))
+    assert list(t.k) == [2] and t.n.item() == 3
+    assert t["learned - uniform"].item() == pytest.approx(.2)
+    assert t["F1 uniform"].item() == pytest.approx(.3)
+    assert t["tokens learned"].item() == t["tokens uniform"].item() == 200
+    # question 1 took one more action under uniform; question 0 answered differently
+    assert t["same actions"].item() == 2 and t["same answer"].item() == 2
+
+
+def test_differences_and_p_values_are_written_as_the_book_writes_them():
+    d = PairedDifference("f1", 150, .4, .35, .052, .005, .102, .038, 40, 30)
+    assert fmt_diff(d) == "+.052 [+.005, +.102]"
+    assert fmt_diff(PairedDifference("f1", 9, 0, 0, -.036, -.103, .028, .3, 1, 2)) == \
+        "-.036 [-.103, +.028]"
+    assert (fmt_p(.297), fmt_p(.0042), fmt_p(.0001)) == (".30", ".004", "<.001")
+
+
+# -- wording the results contradict -----------------------------------------------------------
+CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def _chapter_texts(path: Path) -> list[tuple[str, str]]:
+    """(where, text) of every cell source and every committed output of a chapter."""
+    out = []
+    for i, c in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        out.append((f"{path.name} cell {i}", "".join(c["source"])))
+        out += [(f"{path.name} cell {i} output", json.dumps(o)) for o in c.get("outputs", [])]
+    return out
+
+
+def _prose() -> list[tuple[str, str]]:
+    texts = [(p.name, p.read_text("utf-8")) for p in (ROOT / "README.md",
+                                                     ROOT / "results" / "README.md")]
+    texts += [(str(p.relative_to(ROOT)), p.read_text("utf-8"))
+              for pkg in ("dynakrag_lite", "dynakrag_lab") for p in (ROOT / pkg).rglob("*.py")]
+    return texts + [t for p in CHAPTERS for t in _chapter_texts(p)]
+
+
+def oracle_called_a_bound(text: str) -> list[str]:
+    """Sentences that call the oracle an upper bound (or say it bounds something) without
+    denying it."""
+    out = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\\n", text):
+        if re.search(r"oracle", sentence, re.I) and re.search(r"upper bound|\bbounds\b", sentence) \
+                and not re.search(r"\bnot\b[^.]{0,60}\bbound", sentence):
+            out.append(" ".join(sentence.split())[:160])
+    return out
+
+
+def test_the_oracle_is_not_an_upper_bound_here_and_no_text_calls_it_one():
+    t = results_table(root=EXPERIMENTS)
+    beaten = [d for d, g in t.groupby("dataset")
+              if g[g.method != "oracle"].f1.max() > g[g.method == "oracle"].f1.max()]
+    assert beaten, "no run is above the oracle's F1 any more: revisit this test's premise"
+    found = [f"{where}: {s}" for where, text in _prose() for s in oracle_called_a_bound(text)]
+    assert not found, "the oracle is a greedy reference, not a bound:\n" + "\n".join(found)
+
+
+def test_the_oracle_wording_check_catches_the_old_sentences():
+    assert oracle_called_a_bound("The oracle: an upper bound that reads the gold labels.")
+    assert oracle_called_a_bound("The oracle bounds what evidence control could reach.")
+    assert not oracle_called_a_bound("The oracle is a heuristic, not an upper bound on F1.")
+
+
+def test_no_chapter_speaks_of_issue_numbers_or_shows_a_literal_glue_role():
+    issues = [w for p in CHAPTERS for w, t in _chapter_texts(p)
+              if re.search(r"\b[Ii]ssues? #?\d+", t)]
+    glue = [w for p in CHAPTERS for w, t in _chapter_texts(p)
+            if w.endswith("output") and "{glue:" in t]
+    assert not issues, f"a reader has no issue tracker: {issues}"
+    assert not glue, f"an output shows an unrendered glue role: {glue}"
+
+
+EVERY_DATASET = re.compile(r"\b(all three|three|every|each|all) (datasets?|benchmarks)\b", re.I)
+# words that state a comparison's outcome (the old "ties" / "matches" among them)
+OUTCOME = re.compile(r"\b(ties?|tied|matches|beats?|better|worse|no better|equivalent|"
+                     r"inconclusive|outperforms?|wins?|loses)\b", re.I)
+
+
+def _markdown_prose() -> list[tuple[str, str]]:
+    texts = [(p.name, p.read_text("utf-8")) for p in (ROOT / "README.md",
+                                                     ROOT / "results" / "README.md")]
+    return texts + [(p.name, _markdown(p)) for p in CHAPTERS]
+
+
+def generalised_outcomes(text: str, computed: list[str]) -> list[str]:
+    """Sentences that state an outcome for every dataset at once in prose, unless the
+    sentence is (part of) one of the ``computed`` sentences, which give each dataset's own
+    numbers. A verdict "on all three datasets" that holds on one of them went stale before
+    (12's reader-stop rule); per-dataset sentences are computed, so they cannot."""
+    flat = [_flat(c) for c in computed]
+    out = []
+    blocks = re.split(r"\n\s*\n|\n\s*(?:[*-]|\d+\.|#+)\s", text)  # paragraphs, items, headings
+    for sentence in (s for b in blocks for s in re.split(r"(?<=[.!?])\s+", _flat(b))):
+        if EVERY_DATASET.search(sentence) and OUTCOME.search(sentence) and not any(
+                sentence.strip() in c for c in flat):
+            out.append(sentence.strip()[:200])
+    return out
+
+
+def test_no_prose_states_one_verdict_for_every_dataset(sentences):
+    found = [f"{where}: {s}" for where, text in _markdown_prose()
+             for s in generalised_outcomes(text, sentences)]
+    assert not found, ("state each dataset's own result (computed, as claim_sentences does), "
+                       "not one word for all of them:\n" + "\n".join(found))
+
+
+def test_the_generalisation_check_catches_the_old_reader_stop_sentence():
+    old = ("The signals do rank states, but no rule beats its own shuffle on any of the three "
+           "datasets. The rule that does best stops at depth 2 on each dataset.")
+    assert generalised_outcomes("Learned choice ties uniform on every dataset.", [])
+    assert generalised_outcomes(old, []) and not generalised_outcomes(old, [old])
