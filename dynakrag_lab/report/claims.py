@@ -308,7 +308,7 @@ def _per_dataset(c: Mapping, diffs: str) -> str:
 def claim_sentences(c: Mapping) -> list[str]:
     """The result in three sentences, with every number computed and every verdict one of the
     four words (:mod:`.verdicts`). README, the preface and the results chapter state these;
-    ``tests/test_claims.py`` checks they still match. Exploratory: these runs were read before
+    ``tests/lab/test_claims.py`` checks they still match. Exploratory: these runs were read before
     the primary tests (results/primary_tests.toml) were named."""
     ds, r = c["datasets"], c["rules"]
     margin = c["paper_margin"]["uniform"]
