@@ -234,28 +234,60 @@ def table1_view(summaries: pd.DataFrame, runs: Sequence[str] = TABLE1_RUNS,
     return view[(view != "-").any(axis=1)]
 
 
+# One marker per method (colour is the dataset), so no point needs a text label to overlap.
+MARKERS = {"fixed_k": "s", "fixed_k3": "s", "fixed_k6": "D", "ircot": "^", "self_ask": "v",
+           "uniform": "X", "dynakrag": "*", "dynakrag-cont": "P", "oracle": "h", "S2G-RAG": "<",
+           "CoRAG-s3": ">", "Adaptive-RAG": "p", "CRAG": "d"}
+
+
+def _size(short: str) -> float:
+    """'1.5b' -> 1.5 (0 when the name carries no size)."""
+    try:
+        return float(short.lower().rstrip("b"))
+    except ValueError:
+        return 0.0
+
+
 def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
-    """F1 against tokens per question (log scale), the paper's Table 1 (left, labelled by
-    method) beside our runs (right, labelled by run and reader; partial runs say so; transfer
-    folders left out), one colour per dataset."""
+    """F1 against tokens per question (log scale), the paper's Table 1 (left) beside our runs
+    (right; transfer folders left out): colour is the dataset, the marker the method (legend
+    under each panel), and on the right a filled marker is the larger reader, an open one the
+    smaller; partial runs are listed in the legend."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(11, 4.2))
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
+    fig = Figure(figsize=(11, 5.4))
     axes = fig.subplots(1, 2)
+    colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
     ours = ours[[transfer_folder(g) is None for g in ours.generator]]
     short = short_names(ours.generator)
-    ours = ours.assign(label=[f"{r} {short[g]}" + (" (partial)" if is_partial(str(s)) else "")
-                              for r, g, s in zip(ours.run, ours.generator, ours.status)])
-    for ax, df, col, title in ((axes[0], paper, "method", "Paper, Table 1 (Qwen2.5-7B-Instruct)"),
-                               (axes[1], ours, "label", "Ours (results/)")):
-        colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
-        for _, r in df.iterrows():
-            ax.scatter(r.tokens_mean, r.f1, color=colors.get(r.dataset, "tab:gray"), s=30)
-            ax.annotate(str(r[col]), (r.tokens_mean, r.f1), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
-        for d, c in colors.items():
-            ax.scatter([], [], color=c, label=_label(d))
+    big = max(short, key=lambda g: _size(short[g]), default=None)
+    paper = paper.assign(key=paper.run.where(paper.run.notna(), paper.method))
+    for ax, df, title in ((axes[0], paper.assign(name=paper.method, generator=big),
+                           "Paper, Table 1 (Qwen2.5-7B-Instruct)"),
+                          (axes[1], ours.assign(key=ours.run, name=ours.run), "Ours (results/)")):
+        names = {}
+        for r in df.itertuples():
+            c = colors.get(r.dataset, "tab:gray")
+            ax.scatter(r.tokens_mean, r.f1, marker=MARKERS.get(r.key, "o"), s=55,
+                       facecolors=c if r.generator == big else "none", edgecolors=c)
+            partial = is_partial(str(getattr(r, "status", "")))
+            names.setdefault(r.key, str(r.name) + (" (partial)" * partial))
+        handles = [Line2D([], [], ls="", marker=MARKERS.get(k, "o"), color="dimgray", label=v)
+                   for k, v in names.items()]
+        handles += [Line2D([], [], ls="", marker="o", color=c, label=_label(d))
+                    for d, c in colors.items()]
+        if ax is axes[1]:
+            handles += [Line2D([], [], ls="", marker="o", color="dimgray", label=short[g],
+                               markerfacecolor="dimgray" if g == big else "none")
+                        for g in sorted(set(ours.generator), key=short.get)]
         ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
-        ax.legend(fontsize=7)
+        lo, hi = ax.get_xlim()  # plain tick labels: log-scale minor labels run into each other
+        ax.set_xticks([t for t in (300, 500, 1000, 2000, 3000, 5000) if lo <= t <= hi])
+        ax.set_xticklabels([f"{t:,}" for t in ax.get_xticks()])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
     return fig
 
@@ -359,24 +391,29 @@ def diagnosis_view(table: pd.DataFrame) -> pd.DataFrame:
 def diagnosis_findings(table: pd.DataFrame) -> str:
     """The diagnosis in three findings, each computed from :func:`~.records.diagnosis_table`:
     the probe wins the choice without adding support; without it the same forest's ranking
-    is not the problem; the F1 stop target is near chance."""
+    is not the problem; the F1 stop target is near chance, and below it on some rows."""
     n = len(table)
     below = int((table["gain forest"] < table["gain uniform"]).sum())
     noprobe = int((table["gain w/o probe"] > table["gain uniform"]).sum())
     sr_better = int((table["AUC sr on F1"] > table["AUC f1"]).sum())
+    worse = int((table["AUC f1"] < 0.5).sum())
+    best = table["probe best"].max()
     return "\n".join([
         f"* The forest picks `sufficiency_check` at {table['probe chosen'].min():.0%} to "
         f"{table['probe chosen'].max():.0%} of the held-out decisions, though the probe is "
-        f"strictly the best action at no more than {table['probe best'].max():.0%} of them: its "
-        "label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks gain "
-        f"less support than a uniform pick in {below} of {n} rows.",
+        + ("never strictly the best action" if best == 0 else
+           f"strictly the best action at no more than {best:.0%} of them")
+        + ": its label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks "
+        f"gain less support than a uniform pick in {below} of {n} rows.",
         f"* With the probe taken out of the choice, the same forest gains more support than "
-        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what ties "
-        "the controller with chance.",
+        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what keeps "
+        "the controller from doing better than chance.",
         f"* The continuation forest trained on answer F1 predicts \"continuing raises F1\" at "
         f"an AUC of {table['AUC f1'].min():.2f} to {table['AUC f1'].max():.2f} ($0.5$ is "
-        f"chance); trained on support recall it predicts that same event better in "
-        f"{sr_better} of {n} rows."])
+        "chance" + (f"; below it, on {worse} of {n} rows, it is worse than chance: it ranks "
+                    "the states where continuing helps below those where it does not"
+                    if worse else "") + f"); trained on support recall it predicts that same "
+        f"event better in {sr_better} of {n} rows."])
 
 
 def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:
