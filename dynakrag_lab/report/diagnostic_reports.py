@@ -1,10 +1,7 @@
-"""Pairs read in the four words (:mod:`.verdicts`) for the diagnosis appendix, and the reports
-of the studies that left it, one markdown file each under ``results/diagnostics/``.
-
-:func:`read_pairs` reads run-minus-other F1 pairs with Holm's adjustment over the datasets of
-one reader and pair, as the results chapter reads its claims. :func:`write_reports` writes the
-study reports from the committed runs (``python -m dynakrag_lab.report.diagnostic_reports``;
-``--live`` also reruns the small retrieval-cap sweep, replaying the recorded model calls).
+"""The reports of the studies that left the diagnosis appendix, one markdown file each under
+``results/diagnostics/``, written from the committed runs by :func:`write_reports`
+(``python -m dynakrag_lab.report.diagnostic_reports``; ``--live`` also reruns the small
+retrieval-cap sweep, replaying the recorded model calls).
 """
 from __future__ import annotations
 
@@ -12,9 +9,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
 
-import numpy as np
 import pandas as pd
 
 from dynakrag_lite.config import ControlConfig
@@ -26,60 +21,19 @@ from dynakrag_lite.policy import Policy, train_policy
 from dynakrag_lite.trajectories import collect
 
 from . import appendix as ap
-from .claims import f1_difference, fmt_diff, fmt_p
-from .comparison import paired_rows
 from .headline import (GRID, check_set_markdown, check_set_pairs, headline_table, paired_view,
-                       profile_sentence, short_names, stop_profile)
+                       profile_sentence, stop_profile)
 from .paper import DATASETS
 from .records import (lambda_effect, policy_path, policy_record, run_record,
                       stop_rule_reports, sweep_sentence)
-from .results import locate, paired_table, read_run, transfer_paired_table
-from .verdicts import TOML, Rules, holm, num, read_differences, rules
+from .pair_words import read_pairs, words_sentence
+from .results import locate, paired_table, transfer_paired_table
 
 SMALL, BIG = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
 NOTE = ("*Exploratory; written by `dynakrag_lab.report.diagnostic_reports` from the committed "
         "runs, moved out of the diagnosis appendix. Each pair is read on its own: better or "
         "worse where its paired 95 % interval excludes 0 and p < .05, unadjusted for the other "
         "comparisons, otherwise inconclusive at this n (no equivalence test).*\n\n")
-
-
-def read_pairs(specs: Iterable[tuple[str, str, str, str]], root: str | Path = "results/experiments",
-               r: Rules | None = None) -> pd.DataFrame:
-    """Each (dataset, reader, run, other) with both runs: run minus other on F1 per question,
-    its interval, Holm p (over the datasets of one reader, run and other), the smallest
-    difference this n detects, and its reading in the four words."""
-    r = r or rules(locate(TOML))
-    rows = []
-    for d, g, a, b in specs:
-        pairs = paired_rows(read_run(d, g, a, root)[0], read_run(d, g, b, root)[0])
-        if pairs:
-            rows.append({"dataset": d, "reader": g, "run": a, "other": b, "n": len(pairs),
-                         "pd": f1_difference(pairs),
-                         "d": np.array([float(x["f1"]) - float(y["f1"]) for x, y in pairs])})
-    t = pd.DataFrame(rows, columns=["dataset", "reader", "run", "other", "n", "pd", "d"])
-    t["p_holm"] = np.nan
-    for _, fam in t.groupby(["reader", "run", "other"], sort=False):
-        t.loc[fam.index, "p_holm"] = holm([p.p_value for p in fam.pd])
-    reads = [read_differences(d, p, r) for d, p in zip(t.d, t.p_holm)]
-    return t.assign(diff=[p.diff for p in t.pd], mde=[x.mde for x in reads],
-                    word=[x.word for x in reads])
-
-
-def pairs_view(t: pd.DataFrame) -> pd.DataFrame:
-    """:func:`read_pairs` as the appendix shows it."""
-    return pd.DataFrame({"dataset": t.dataset.map(ap.LABELS), "reader": t.reader.map(
-        short_names(t.reader)), "run minus other": t.run + " - " + t.other, "n": t.n,
-        "F1 difference [95 % CI]": [fmt_diff(p) for p in t.pd],
-        "Holm p": [fmt_p(p) for p in t.p_holm], "detectable": [num(m) for m in t.mde],
-        "reading": t.word}).reset_index(drop=True)
-
-
-def words_sentence(t: pd.DataFrame) -> str:
-    """Per reader, how many pairs got each word: 'with 0.5b: inconclusive at this n on 3 of 3'."""
-    short = short_names(t.reader)
-    return "; ".join(f"with the {short[g]} reader " + ", ".join(
-        f"{w} on {k} of {len(f)}" for w, k in f.word.value_counts().items())
-        for g, f in t.groupby("reader", sort=False)) + "."
 
 
 def _plain(text: str) -> str:
