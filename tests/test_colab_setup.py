@@ -273,7 +273,7 @@ def test_quick_mode_runs_the_experiments_generator():
     from dynakrag_lite.pipeline import DEFAULT_GENERATOR
     gens = {p.stem: _parameters(p).get("generator") for p in sorted(BOOK.glob("*.ipynb"))}
     quick = {k: g for k, g in gens.items() if g and not str(g).startswith(("hf:", "openai:"))}
-    assert len(quick) >= 12
+    assert len(quick) >= 11  # every chapter that runs a model (98 reads committed runs only)
     assert set(quick.values()) == {DEFAULT_GENERATOR}, quick
 
 def test_portable_flags_have_one_definition():
