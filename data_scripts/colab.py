@@ -159,7 +159,7 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "11b": Needs(QUICK),
     "12": Needs(QUICK, ("hotpotqa",)),
     "15": Needs(QUICK),
-    "98": Needs(QUICK),
+    "98": Needs(),  # reads committed runs; calls no model
     "99": Needs(),  # prints the paper-scale commands; runs nothing
 }
 DEFAULT_NEEDS = Needs(QUICK)

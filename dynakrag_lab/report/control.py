@@ -33,24 +33,29 @@ def diagnosis_view(table: pd.DataFrame) -> pd.DataFrame:
 def diagnosis_findings(table: pd.DataFrame) -> str:
     """The diagnosis in three findings, each computed from :func:`~.records.diagnosis_table`:
     the probe wins the choice without adding support; without it the same forest's ranking
-    is not the problem; the F1 stop target is near chance."""
+    is not the problem; the F1 stop target is near chance, and below it on some rows."""
     n = len(table)
     below = int((table["gain forest"] < table["gain uniform"]).sum())
     noprobe = int((table["gain w/o probe"] > table["gain uniform"]).sum())
     sr_better = int((table["AUC sr on F1"] > table["AUC f1"]).sum())
+    worse = int((table["AUC f1"] < 0.5).sum())
+    best = table["probe best"].max()
     return "\n".join([
         f"* The forest picks `sufficiency_check` at {table['probe chosen'].min():.0%} to "
         f"{table['probe chosen'].max():.0%} of the held-out decisions, though the probe is "
-        f"strictly the best action at no more than {table['probe best'].max():.0%} of them: its "
-        "label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks gain "
-        f"less support than a uniform pick in {below} of {n} rows.",
+        + ("never strictly the best action" if best == 0 else
+           f"strictly the best action at no more than {best:.0%} of them")
+        + ": its label $1[SR(s) = 1]$ is a level and outbids the acquisitions' gains. Its picks "
+        f"gain less support than a uniform pick in {below} of {n} rows.",
         f"* With the probe taken out of the choice, the same forest gains more support than "
-        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what ties "
-        "the controller with chance.",
+        f"uniform in {noprobe} of {n} rows: the ranking of the acquisitions is not what keeps "
+        "the controller from doing better than chance.",
         f"* The continuation forest trained on answer F1 predicts \"continuing raises F1\" at "
         f"an AUC of {table['AUC f1'].min():.2f} to {table['AUC f1'].max():.2f} ($0.5$ is "
-        f"chance); trained on support recall it predicts that same event better in "
-        f"{sr_better} of {n} rows."])
+        "chance" + (f"; below it, on {worse} of {n} rows, it is worse than chance: it ranks "
+                    "the states where continuing helps below those where it does not"
+                    if worse else "") + f"); trained on support recall it predicts that same "
+        f"event better in {sr_better} of {n} rows."])
 
 
 def horizon_markdown(table: pd.DataFrame, report: Mapping) -> str:

@@ -137,7 +137,12 @@ def test_diagnosis_findings_count_rows():
     assert "at 61% to 75% of the held-out decisions" in text
     assert "less support than a uniform pick in 1 of 2 rows" in text
     assert "more support than uniform in 1 of 2 rows" in text
-    assert "AUC of 0.51 to 0.70" in text
+    assert "AUC of 0.51 to 0.70" in text and "worse than chance" not in text
+    assert "never strictly the best action" in text and "no more than 0%" not in text
+    t.loc[0, "AUC f1"], t.loc[1, "probe best"] = 0.25, 0.02
+    text = ap.diagnosis_findings(t)
+    assert "below it, on 1 of 2 rows, it is worse than chance" in text
+    assert "at no more than 2% of them" in text
 
 
 def _transfer(metric, other_gen, diff, lo, hi, v):
@@ -220,16 +225,50 @@ def test_the_appendix_has_no_glue_and_no_tracker_words():
 
 def test_the_appendix_has_a_title_parameters_three_exercises_and_captioned_figures():
     cells = _cells()
-    assert _src(cells[0]).startswith("# Appendix: why learned control ties chance")
+    assert _src(cells[0]).startswith("# Appendix: diagnosing the learned controller")
     params = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(params) == 1 and "quick: bool = True" in _src(params[0])
+    assert len(params) == 1 and "results_root: str" in _src(params[0])
     md = "\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")
-    assert md.index("## Summary") < md.index("## Exercises")
+    assert md.index("## Other studies") < md.index("## Summary") < md.index("## Exercises")
     kinds = re.findall(r"Exercise 98\.\d \((predict|modify|extend)", md)
     assert kinds == ["predict", "modify", "extend"]
     figures = [c["metadata"]["mystnb"]["figure"] for c in cells
                if "mystnb" in c.get("metadata", {})]
-    assert len(figures) >= 10 and all(f["caption"] and f["name"] for f in figures)
-    # the fixed readings: the chooser ties (not "lost"), the oracle is no bound
-    assert "chooser ties uniform" in md and "lost to uniform" not in md
+    assert len(figures) >= 4 and all(f["caption"] and f["name"] for f in figures)
     assert "cheapest action" not in md.replace("not the cheapest action", "")
+
+
+def _sections(md: str) -> list[tuple[str, str]]:
+    parts = re.split(r"^## (.+)$", md, flags=re.M)
+    return list(zip(parts[1::2], parts[2::2]))
+
+
+def test_each_kept_section_opens_with_the_claim_it_supports():
+    md = "\n".join(_src(c) for c in _cells() if c["cell_type"] == "markdown")
+    kept = [(t, b) for t, b in _sections(md) if t not in ("Other studies", "Summary",
+                                                          "Exercises")]
+    assert len(kept) >= 5
+    for title, body in kept:
+        assert re.match(r"\s*\*Supports claim [123]\*", body), title
+
+
+def test_the_appendix_states_results_in_the_four_words_only():
+    cells = _cells()
+    text = "\n".join(_src(c) for c in cells) + json.dumps([c.get("outputs", []) for c in cells])
+    for banned in ("ties chance", "A better", "A worse", "no measurable difference",
+                   "no more than 0%", " ties ", "matches"):
+        assert banned not in text, banned
+    md = "\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")
+    assert len(md.split()) <= 3000
+    for path in re.findall(r"`(results/diagnostics/[\w.-]+\.md)`", md):
+        assert (REPO / path).exists(), path
+
+
+def test_no_figure_of_the_appendix_is_over_900_pixels_tall():
+    import base64
+    import io
+
+    from PIL import Image
+    heights = [Image.open(io.BytesIO(base64.b64decode(o["data"]["image/png"]))).size[1]
+               for c in _cells() for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert heights and max(heights) <= 900, heights
