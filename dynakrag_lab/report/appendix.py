@@ -2,11 +2,6 @@
 sentences computed from the committed runs and diagnostics, so that the appendix types no
 result by hand and reads the same in Jupyter, in Colab and in the built book.
 
-* :func:`versus_table` / :func:`versus_markdown`: one controller against one control (the
-  paper's controller against uniform-valid) on every dataset x reader, with the p-values
-  adjusted for the number of pairs read together (Holm), and the count of every paired F1
-  comparison made on the evaluation split (:func:`~.claims.comparison_count`): a single p
-  below .05 among them is read as one comparison among many, not as "learned beats chance";
 * :func:`oracle_markdown`: the oracle's margin over uniform-valid beside the controller's.
   The oracle picks actions with the gold support labels; it is a heuristic with privileged
   information, not an upper bound on F1, and the sentence says where a controller's margin
@@ -34,23 +29,22 @@ import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
-from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, fmt_ci, verdict
+from .comparison import A_BETTER, A_WORSE, COMPARATIVE, fmt_ci, verdict
 from .control import (best_stop_targets, diagnosis_findings, diagnosis_view, horizon_markdown,
                       stop_targets_markdown)
 from .headline import pair_rows
-from .names import DATASETS, join_words, label, readers, run_names, short_names, transfer_folder
+from .names import DATASETS, join_words, label, readers, short_names, transfer_folder
 from .paper import paper_table
-from .plots import paired_forest_figure
 from .results import is_partial, run_status
-from .transfer import VERDICT_WORDS, pair_text, reader_limit_reading
+from .transfer import pair_text, reader_limit_reading
 from .verdicts import holm
 
 __all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
            "next_commands", "oracle_markdown", "probe_cost", "stop_markdown",
            "stop_profile_view", "stop_targets_markdown", "table1_view", "transfer_markdown",
-           "versus_markdown", "versus_table", "answer_stage_markdown", "not_found_markdown",
-           "tradeoff_figure", "cap_sweep_figure", "transfer_figure", "reader_limit_markdown"]
+           "answer_stage_markdown",
+           "tradeoff_figure", "cap_sweep_figure", "reader_limit_markdown"]
 
 ALPHA = 0.05
 
@@ -62,62 +56,6 @@ def _p(p: float) -> str:
 # -- multiple comparisons -----------------------------------------------------------------------
 VERSUS_COLUMNS = ("dataset", "reader", "n", "diff", "lo", "hi", "p", "verdict", "p_holm",
                   "verdict_holm", "partial")
-
-
-def versus_table(root: str | Path = EXPERIMENTS_DIR, run: str = "dynakrag",
-                 other: str = "uniform", alpha: float = ALPHA) -> pd.DataFrame:
-    """``run`` minus ``other`` on F1, paired per question, for every dataset x reader that has
-    both: n, difference, interval, p-value and verdict at ``alpha``, then the Holm-adjusted
-    p-value over these pairs and the verdict it gives. ``partial`` marks a pair with a run
-    still being written (read on the questions it has)."""
-    rows = []
-    for d, g in readers(root):
-        if run not in run_names(d, g, root):
-            continue
-        pt = pair_rows(d, g, run, other, root)
-        if pt is None:
-            continue
-        f1 = pt.loc["f1"]
-        rows.append({"dataset": d, "reader": g, "n": int(f1.n), "diff": float(f1["diff"]),
-                     "lo": float(f1.lo), "hi": float(f1.hi), "p": float(f1.p_value),
-                     "verdict": verdict(f1.lo, f1.hi, f1.p_value, alpha),
-                     "partial": is_partial(f1.status)})
-    out = pd.DataFrame(rows, columns=list(VERSUS_COLUMNS))
-    if len(out):
-        out["p_holm"] = holm(out.p)
-        out["verdict_holm"] = [verdict(lo, hi, p, alpha)
-                               for lo, hi, p in zip(out.lo, out.hi, out.p_holm)]
-    return out
-
-
-def versus_markdown(table: pd.DataFrame, n_comparisons: int, run: str = "dynakrag",
-                    other: str = "uniform", alpha: float = ALPHA) -> str:
-    """:func:`versus_table` read in two sentences: which pairs' intervals leave 0 (with their
-    p-values), and what they are among ``n_comparisons`` comparisons: the count chance alone
-    would give at ``alpha``, and what survives Holm's adjustment over the pairs of the table.
-    """
-    if table.empty:
-        return f"No dataset has both `{run}` and `{other}` yet."
-    short = short_names(table.reader)
-    k = len(table)
-    apart = table[table.verdict != NO_DIFFERENCE]
-    if apart.empty:
-        return (f"On none of the {k} dataset x reader pairs does the interval of `{run}` minus "
-                f"`{other}` leave 0 with p < {alpha:g}: learned action choice ties chance on "
-                "every one.")
-    names = join_words(f"{label(r.dataset)}/{short[r.reader]} "
-                       f"({COMPARATIVE.get(r.verdict, r.verdict)}, "
-                       f"{fmt_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p)})"
-                       for r in apart.itertuples())
-    survive = table[table.verdict_holm != NO_DIFFERENCE]
-    return (f"The interval of `{run}` minus `{other}` leaves 0 on {len(apart)} of the {k} "
-            f"dataset x reader pairs: {names}. That is {len(apart)} of the {n_comparisons} "
-            f"paired F1 comparisons made on the evaluation split, where about "
-            f"{n_comparisons * alpha:.0f} would leave 0 at p < {alpha:g} by chance alone; "
-            f"adjusted for the {k} pairs of this table (Holm), "
-            + (f"no pair is left apart from chance: learned action choice ties chance on all "
-               f"{k}." if survive.empty else
-               f"{len(survive)} remain ({join_words(label(d) for d in survive.dataset)})."))
 
 
 def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
@@ -255,17 +193,26 @@ def tradeoff_figure(paper: pd.DataFrame, ours: pd.DataFrame):
     colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
     ours = ours[[transfer_folder(g) is None for g in ours.generator]]
     short = short_names(ours.generator)
-    ours = ours.assign(label=[f"{r} {short[g]}" + (" (partial)" if is_partial(str(s)) else "")
-                              for r, g, s in zip(ours.run, ours.generator, ours.status)])
-    for ax, df, col, title in ((axes[0], paper, "method", "Paper, Table 1 (Qwen2.5-7B-Instruct)"),
-                               (axes[1], ours, "label", "Ours (results/)")):
-        colors = dict(zip(DATASETS, ["tab:blue", "tab:orange", "tab:green"]))
-        for _, r in df.iterrows():
-            ax.scatter(r.tokens_mean, r.f1, color=colors.get(r.dataset, "tab:gray"), s=30)
-            ax.annotate(str(r[col]), (r.tokens_mean, r.f1), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
-        for d, c in colors.items():
-            ax.scatter([], [], color=c, label=label(d))
+    big = max(short, key=lambda g: _size(short[g]), default=None)
+    paper = paper.assign(key=paper.run.where(paper.run.notna(), paper.method))
+    for ax, df, title in ((axes[0], paper.assign(name=paper.method, generator=big),
+                           "Paper, Table 1 (Qwen2.5-7B-Instruct)"),
+                          (axes[1], ours.assign(key=ours.run, name=ours.run), "Ours (results/)")):
+        names = {}
+        for r in df.itertuples():
+            c = colors.get(r.dataset, "tab:gray")
+            ax.scatter(r.tokens_mean, r.f1, marker=MARKERS.get(r.key, "o"), s=55,
+                       facecolors=c if r.generator == big else "none", edgecolors=c)
+            partial = is_partial(str(getattr(r, "status", "")))
+            names.setdefault(r.key, str(r.name) + (" (partial)" * partial))
+        handles = [Line2D([], [], ls="", marker=MARKERS.get(k, "o"), color="dimgray", label=v)
+                   for k, v in names.items()]
+        handles += [Line2D([], [], ls="", marker="o", color=c, label=label(d))
+                    for d, c in colors.items()]
+        if ax is axes[1]:
+            handles += [Line2D([], [], ls="", marker="o", color="dimgray", label=short[g],
+                               markerfacecolor="dimgray" if g == big else "none")
+                        for g in sorted(set(ours.generator), key=short.get)]
         ax.set(xlabel="tokens per question", ylabel="F1", title=title, xscale="log")
         lo, hi = ax.get_xlim()  # plain tick labels: log-scale minor labels run into each other
         ax.set_xticks([t for t in (300, 500, 1000, 2000, 3000, 5000) if lo <= t <= hi])
@@ -356,24 +303,6 @@ def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
 
 
 # -- generator transfer ---------------------------------------------------------------------------
-def transfer_figure(pairs: pd.DataFrame):
-    """The F1 rows of :func:`~.results.transfer_paired_table` that were made, as a forest:
-    each transferred run minus the run it is read against, labelled with short generator
-    names."""
-    f1 = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
-    if f1.empty:
-        return None
-    short = short_names([*f1.answer_generator, *f1.policy_generator, *f1.other_generator])
-    labels = [f"{label(r.dataset)}: {short[r.answer_generator]} with "
-              f"{short[r.policy_generator]}'s policy vs {short[r.other_generator]}/{r.other_run}"
-              for r in f1.itertuples()]
-    return paired_forest_figure(f1.assign(label=labels), label="label",
-                                difference="transferred run minus the other run",
-                                verdict_text=VERDICT_WORDS,
-                                status_columns=("transferred_status", "status"), width=9.0,
-                                title="Transferred DynaKRAG runs, paired per question")
-
-
 def transfer_markdown(pairs: pd.DataFrame) -> str:
     """One bullet per transfer folder (F1 rows of
     :func:`~.results.transfer_paired_table` that were made): the transferred run against the
@@ -441,29 +370,6 @@ def answer_stage_markdown(report: Mapping) -> str:
 
 
 # -- what the reproduction did not find -----------------------------------------------------------
-def not_found_markdown(headline: pd.DataFrame, versus: pd.DataFrame,
-                       train_sizes: Mapping[str, int]) -> str:
-    """What the committed runs do not show, as bullets with every count computed: no
-    controller separating from the best baseline (complete comparisons of
-    :func:`~.headline.headline_table`), learned choice against chance before and after Holm
-    (:func:`versus_table`), and the training sizes."""
-    done = headline[(headline.n > 0) & (headline.status == "complete")
-                    & (headline.baseline_status == "complete")]
-    count = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
-    apart = int((versus.verdict != NO_DIFFERENCE).sum()) if len(versus) else 0
-    held = int((versus.verdict_holm != NO_DIFFERENCE).sum()) if len(versus) else 0
-    sizes = join_words(f"{n} ({label(d)})" for d, n in train_sizes.items())
-    return "\n".join([
-        f"* A win over the best baseline: over the {len(done)} complete comparisons of a "
-        f"controller with the best baseline of its dataset and reader it wins {count['wins']}, "
-        f"ties {count['ties']} and loses {count['loses']}.",
-        f"* Learned choice beating chance: against uniform-valid, {apart} of "
-        f"{len(versus)} dataset x reader pairs leave 0 before any adjustment and {held} after "
-        "Holm's; a single p below the threshold among many comparisons is not that finding.",
-        f"* The paper's training size: the committed policies were trained on {sizes} "
-        "questions; the paper trains on 1,000 per dataset."])
-
-
 # -- cost of a probe ------------------------------------------------------------------------------
 def probe_cost(cost_model, n_docs: int = 6) -> dict[str, float]:
     """What ``cost_model`` (a policy's :class:`~dynakrag_lite.policy.CostModel`) charges a

@@ -18,12 +18,11 @@ its stop-at-k schedules):
    against one-shot top-6 retrieval (``fixed_k6``) pooled over the three datasets, where the
    two spend about the same tokens.
 
-:func:`comparison_count` counts the paired F1 comparisons the evaluation split has been read
-for, so that a single p below .05 among them is read for what it is.
+Each reading is stated in the four words of :mod:`.verdicts` (Holm over the three datasets).
+These are exploratory: the primary tests are :mod:`.family`'s.
 """
 from __future__ import annotations
 
-import json
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from .verdicts import INCONCLUSIVE, TOML, Reading, holm, num, read_differences, 
 __all__ = ["READER", "DATASETS", "METHODS", "ACQUISITIONS", "StopGrid", "StopShuffle",
            "acquisitions", "stop_grid", "stop_shuffle", "results_table", "horizon_table",
            "paired_f1", "f1_difference", "mean_tokens", "pooled_pairs",
-           "headline_claims", "claim_sentences", "comparison_count", "study_reads", "fmt_diff", "fmt_p"]
+           "headline_claims", "claim_sentences", "fmt_diff", "fmt_p"]
 
 # The table's rows, in reading order: the two controllers, chance, the baselines, the bound.
 METHODS = ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3", "fixed_k6", "fixed_k12",
@@ -342,31 +341,3 @@ def claim_sentences(c: Mapping) -> list[str]:
     return [first, second, third]
 
 
-def comparison_count(root: str | Path = EXPERIMENTS_DIR,
-                     diagnostics: str | Path | None = None) -> int:
-    """Comparisons made on the evaluation split: for every (dataset, reader) folder, each run
-    compared once with each controller run there (``dynakrag*``), plus the tests the
-    diagnostic studies read from it (:func:`study_reads`; ``diagnostics``: default
-    ``results/diagnostics`` beside ``root``)."""
-    n = 0
-    for folder in sorted(p for p in Path(root).glob("*/*") if p.is_dir()):
-        runs = [p.name for p in folder.iterdir() if (p / "predictions.jsonl").exists()]
-        ctrl = [r for r in runs if r.startswith("dynakrag")]
-        n += sum(len(runs) - 1 for _ in ctrl) - (len(ctrl) * (len(ctrl) - 1)) // 2
-    return n + study_reads(Path(root).parent / "diagnostics" if diagnostics is None
-                           else diagnostics)
-
-
-def study_reads(diagnostics: str | Path) -> int:
-    """Tests the studies made on the evaluation split: the router's F1 comparisons (each
-    dataset and pooled) and each reader-stop rule's shuffled-stop test."""
-    n = 0
-    router = Path(diagnostics) / "router.json"
-    if router.exists():
-        rep = json.loads(router.read_text())
-        parts = [*rep.get("per_dataset", {}).values(), rep.get("pooled", {})]
-        n += sum(len(p.get("evaluation", {}).get("against", {})) for p in parts)
-    for f in sorted((Path(diagnostics) / "reader-stop").glob("*.json")):
-        if not f.name.endswith(".meta.json"):
-            n += len(json.loads(f.read_text()).get("rules", {}))
-    return n

@@ -105,29 +105,6 @@ def headline_table(root: str | Path = EXPERIMENTS_DIR,
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
 
 
-def headline_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The headline table as the book prints it: intervals as ``+d [lo, hi]`` strings,
-    readers by their short names (:func:`short_names`)."""
-    short = short_names(table.reader)
-
-    def ci(r, k):
-        return "-" if r["n"] == 0 else f"{r[k + '_diff']:+.3f} [{r[k + '_lo']:+.3f}, " \
-                                         f"{r[k + '_hi']:+.3f}]"
-    return pd.DataFrame({
-        "dataset": table.dataset, "reader": table.reader.map(short),
-        "run": [f"{r} ({s})" if s != "complete" else r for r, s in zip(table.run, table.status)],
-        "n": table.n,
-        "best baseline": [b if s in ("complete", "-") else f"{b} ({s})"
-                          for b, s in zip(table.baseline, table.baseline_status)],
-        "F1 run / baseline": ["-" if r.n == 0 else f"{r.f1_run:.3f} / {r.f1_baseline:.3f}"
-                              for r in table.itertuples()],
-        "F1 diff [95% CI]": [ci(r, "f1") for _, r in table.iterrows()],
-        "SR diff [95% CI]": [ci(r, "sr") for _, r in table.iterrows()],
-        "tokens x": ["-" if r.n == 0 else f"{r.token_ratio:.2f}" for r in table.itertuples()],
-        "outcome": [o if o != "not compared" else v for o, v in
-                    zip(table.outcome, table.verdict)]})
-
-
 PAIRED_METRICS = {"f1": "F1", "support_recall": "SR", "em": "EM"}
 
 
@@ -384,53 +361,12 @@ def headline_markdown(table: pd.DataFrame, root: str | Path = EXPERIMENTS_DIR) -
     return "\n".join(lines)
 
 
-def versus_summary(root: str | Path, run: str, other: str,
-                   readers_: Sequence[tuple[str, str]] | None = None) -> str:
-    """``run`` minus ``other`` on F1 for every reader that has ``run``, in words:
-    ``hotpotqa/0.5b: no measurable difference (-0.020 [-0.067, +0.026], n = 150); ...``, a
-    reader whose ``other`` is missing saying so."""
-    found = [(d, g) for d, g in (readers_ or readers(root)) if run in run_names(d, g, root)]
-    short = short_names(g for _, g in found)
-    parts = []
-    for d, g in found:
-        pt = pair_rows(d, g, run, other, root)
-        if pt is None:
-            state = read_run(d, g, other, root)[1]["status"]
-            parts.append(f"{d}/{short[g]}: `{other}` {state}")
-            continue
-        f1 = pt.loc["f1"]
-        partial = f", `{other}` {f1.status}" if is_partial(f1.status) else ""
-        parts.append(f"{d}/{short[g]}: {_verdict_words(f1.verdict)} "
-                     f"({pair_phrase(f1['diff'], f1.lo, f1.hi, int(f1.n))}{partial})")
-    return "; ".join(parts) or f"no `{run}` run yet"
-
-
-def profiles_markdown(profiles: pd.DataFrame) -> str:
-    """:func:`profile_sentence` of every reader, as a Markdown list."""
-    return "\n".join(f"* {profile_sentence(p)}." for _, p in profiles.iterrows())
-
-
-def profile_counts(profiles: pd.DataFrame, column: str, reader: str,
-                   empty: str = "no run") -> str:
-    """``column`` of ``reader``'s stop profiles as ``135 of 150 questions on hotpotqa, ...``."""
-    sel = profiles[profiles.reader == reader]
-    return join_words((f"{int(r[column])} of {int(r['n'])} questions on {r['dataset']}"
-                       for _, r in sel.iterrows()), empty=empty)
-
-
-def outcome_list(table: pd.DataFrame, outcome: str, empty: str = "none") -> str:
-    """The readers and runs of ``table`` with ``outcome`` ("wins", "ties", "loses"), as
-    ``hotpotqa/qwen2.5-coder-1.5b (dynakrag)``, joined; ``empty`` when there is none."""
-    sel = table[table.outcome == outcome]
-    return ", ".join(f"{r.dataset}/{r.reader} ({r.run})" for r in sel.itertuples()) or empty
-
-
 __all__ = ["ABLATION_WORD", "ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS",
            "GRID", "HEADLINE_COLUMNS", "SCHEDULES", "ablation_counts", "ablation_pairs",
            "ablation_view", "continuation_readers", "continuation_sentences",
            "continuation_table", "control_phrase", "grid_status", "headline_markdown",
-           "headline_table", "headline_view", "join_words", "outcome_list", "pair_phrase",
+           "headline_table", "join_words", "pair_phrase",
            "pair_rows",
-           "paired_view", "pareto_panels", "profile_counts", "profile_sentence",
-           "profiles_markdown", "readers", "short_names", "still_to_run", "stop_profile",
-           "stop_profiles", "support_phrase", "versus_summary"]
+           "paired_view", "pareto_panels", "profile_sentence",
+           "readers", "short_names", "still_to_run", "stop_profile",
+           "stop_profiles", "support_phrase"]

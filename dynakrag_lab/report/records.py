@@ -133,21 +133,6 @@ def diagnosis_table(report: Mapping) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(DIAGNOSIS_COLUMNS))
 
 
-def diagnosis_markdown(table: pd.DataFrame) -> str:
-    """:func:`diagnosis_table` read row by row as a Markdown list."""
-    return "\n".join(
-        f"* **{r['dataset']}, {r['reader']}** ({r['questions']} training questions, "
-        f"{r['decisions']} held-out decisions): the forest picks the probe at "
-        f"{r['probe chosen']:.0%} of decisions, where it is strictly best at "
-        f"{r['probe best']:.0%}; its pick gains {r['gain forest']:.3f} support per decision "
-        f"against uniform's {r['gain uniform']:.3f} and always-retrieve_more's "
-        f"{r['gain retrieve_more']:.3f} (best {r['gain best']:.3f}; regret "
-        f"{r['regret forest']:.3f}, uniform's {r['regret uniform']:.3f}), and "
-        f"{r['gain w/o probe']:.3f} with the probe taken out; stop AUC {r['AUC f1']:.2f} "
-        f"(F1 target), {r['AUC sr']:.2f} (SR target), {r['AUC sr on F1']:.2f} (SR forest on "
-        "the F1 event)." for _, r in table.iterrows())
-
-
 def horizon_report(root: str | Path = RESULTS_ROOT) -> dict | None:
     """``results/diagnostics/control-diagnosis-horizon.json`` (section 8, horizon labels), or
     None when it was not measured."""
@@ -271,7 +256,7 @@ def sweep_sentence(report: Mapping, dataset: str) -> str:
             f"{report.get('folds')} folds): " + "; ".join(parts))
 
 
-__all__ = ["DIAGNOSIS_COLUMNS", "HORIZON_CHOOSERS", "command_options", "diagnosis_markdown",
+__all__ = ["DIAGNOSIS_COLUMNS", "HORIZON_CHOOSERS", "command_options",
            "diagnosis_report", "diagnosis_table", "horizon_report", "horizon_table",
            "lambda_effect", "policy_path", "policy_record", "results_path", "run_record",
            "stop_rule_reports", "sweep_sentence"]

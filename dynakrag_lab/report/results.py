@@ -47,7 +47,6 @@ import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import (EXPERIMENTS_DIR, POLICIES_DIR,
                                                  POLICY_VARIANT_SUFFIXES)
-from dynakrag_lite.experiments.diagnostics import row_diagnostics
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
 from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from dynakrag_lite.storage import sha256_file
@@ -207,22 +206,6 @@ def _latest(dataset: str, generator: str, run: str, root: str | Path, errors: bo
     if not path.exists():
         raise FileNotFoundError(f"no predictions for {dataset}/{generator}/{run} under {root}")
     return latest_rows(read_predictions(path), errors=errors)
-
-
-def load_diagnostics(dataset: str, generator: str, run: str,
-                     root: str | Path = DEFAULT_ROOT) -> pd.DataFrame:
-    """One row per question of a run: stop reason, vetoes, sufficiency verdicts, parse
-    fallbacks and action counts (``n_<action>``), as recorded in each row or derived from its
-    trace for older rows (see :mod:`dynakrag_lite.experiments.diagnostics`)."""
-    recs = []
-    for r in _latest(dataset, generator, run, root, errors=False):
-        d = row_diagnostics(r)
-        rec = {"id": r["id"], "stop_reason": d["stop_reason"], "vetoes": d["vetoes"]}
-        rec.update({f"suff_{k}": v for k, v in d["sufficiency"].items()})
-        rec.update({f"fallback_{k}": v for k, v in d["parse_fallbacks"].items()})
-        rec.update({f"n_{k}": v for k, v in d["actions"].items()})
-        recs.append(rec)
-    return pd.DataFrame(recs).fillna(0)
 
 
 def find_policies(dataset: str | None = None, root: str | Path = POLICIES_DIR,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynakrag_lab.report.claims import (StopGrid, claim_sentences, comparison_count, fmt_diff,
+from dynakrag_lab.report.claims import (StopGrid, claim_sentences, fmt_diff,
                                         fmt_p, headline_claims, horizon_table, results_table,
                                         stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
@@ -74,15 +74,6 @@ def test_depths_outside_the_schedules_are_clipped():
     f1 = np.tile([0.1, 0.9], (4, 1))
     s = stop_shuffle(_grid(f1, np.array([0, 1, 2, 7])), n_shuffles=10)
     assert s.depths == {1: 2, 2: 2}
-
-
-def test_comparison_count_counts_each_controller_pair_once(tmp_path):
-    for run in ("dynakrag", "dynakrag-cont", "uniform", "fixed_k3"):
-        folder = tmp_path / "ds" / "reader" / run
-        folder.mkdir(parents=True)
-        (folder / "predictions.jsonl").write_text("")
-    # dynakrag vs 3 others, dynakrag-cont vs 3 others, the controller pair counted once
-    assert comparison_count(tmp_path) == 5
 
 
 def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
