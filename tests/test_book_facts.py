@@ -53,7 +53,7 @@ NON_PROJECT_FILES: frozenset[str] = frozenset()
 GLUE_ALLOWED = frozenset({
     "00_preface", "01_multihop_problem", "02_dense_retrieval", "03_generators_prompts_cache",
     "04_evidence_state", "05_atomic_actions", "06_validity_layer", "07_trajectories",
-    "08_value_model", "09_controller", "10_compression", "11_baselines", "11b_walkthrough",
+    "08_value_model", "09_controller", "10_compression",
     "15_explorer", "99_appendix_paper_setting",
 })
 
