@@ -51,7 +51,6 @@ NON_PROJECT_FILES: frozenset[str] = frozenset()
 # chapter converted to printed output or code-made markdown leaves it (the test below fails
 # until it does), and no chapter joins it.
 GLUE_ALLOWED = frozenset({
-    "11_baselines", "11b_walkthrough",
 })
 
 
