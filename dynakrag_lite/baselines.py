@@ -80,8 +80,7 @@ def _llm_step(state: EvidenceState, env: Environment, messages, max_tokens: int,
     """One generator call (with stop sequences), charged to the ledger."""
     if env.generator is None:
         raise RuntimeError("this baseline needs a generator, and the environment has none")
-    gen = env.generator.generate(messages, max_tokens=max_tokens,
-                                 stop=list(stop) if stop else None)
+    gen = env.generator.generate(messages, max_tokens=max_tokens, stop=list(stop) if stop else None)
     return replace(state, history=state.history + (action,),
                    ledger=state.ledger.plus_generation(gen)), gen
 

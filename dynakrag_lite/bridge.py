@@ -39,8 +39,7 @@ from .generators.cache import CallCache, cache_dir, canonical_json
 from .storage import installed_versions
 
 # Entity types that can be the subject of a document of their own.
-KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
-                         "LAW"})
+KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT", "LAW"})
 # Only when multi-word or a corpus title: a lone country/city word rarely is the missing hop.
 CONDITIONAL_LABELS = frozenset({"GPE"})
 # Never candidates (and never matched as titles either): groups, times, quantities.

@@ -273,8 +273,7 @@ def validate_snippets(parsed: Sequence[str], docs: Sequence,
     return [k[2] for k in kept], dropped, ratios
 
 
-def decide_fallback(kept: Sequence[Snippet], n_docs: int, min_valid: int, min_docs: int
-                    ) -> str:
+def decide_fallback(kept: Sequence[Snippet], n_docs: int, min_valid: int, min_docs: int) -> str:
     """The reason to answer from the documents instead, or '' to use the snippets."""
     if len(kept) < min_valid:
         return f"{len(kept)} valid snippets < {min_valid}"
@@ -449,8 +448,7 @@ class ExtractiveCompressor:
         rows = sentence_features(question, docs, self.encode)
         return rows, self.selector.predict_proba(rows.X)
 
-    def select(self, question: str, docs: Sequence, max_snippets: int = 8
-               ) -> tuple[Snippet, ...]:
+    def select(self, question: str, docs: Sequence, max_snippets: int = 8) -> tuple[Snippet, ...]:
         """The best sentences (at most ``per_doc`` of one document), in document order."""
         if not docs or max_snippets <= 0:
             return ()

@@ -229,8 +229,7 @@ def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: 
         for p in shown:
             sent = next((s for s in chain if s.rstrip(".") in " ".join(p.text.split())), "")
             paras.append((p.title, _shown_text(p.text, sent, max_chars)))
-        items.append(Demonstration(q.id, q.question, tuple(paras), chain, q.answers[0],
-                                   q.type))
+        items.append(Demonstration(q.id, q.question, tuple(paras), chain, q.answers[0], q.type))
     demos = Demonstrations(dataset, seed, tuple(items))
     _CACHE[key] = demos
     return demos

@@ -47,8 +47,7 @@ def state_features(state: EvidenceState) -> dict[str, float]:
         if state.docs else frozenset()
     per_doc = [len(qw & feature_content_words(d.title + " " + d.text)) / max(1, len(qw))
                for d in state.docs]
-    last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs),
-                                                          default=-1)]
+    last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs), default=-1)]
     ranking = state.initial_ranking or ()
     suff = state.sufficiency
     gap_words = feature_content_words(state.gap)

@@ -170,8 +170,7 @@ def parse_gap(text: str) -> str:
 
 
 # -- query rewriting --------------------------------------------------------------------
-def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None
-                     ) -> list[Message]:
+def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None) -> list[Message]:
     return _with_docs(docs, f"Question: {question}\nWrite one new search query that would find "
                       "the document still needed to answer the question (for example about "
                       "an entity named in the documents). Reply with the query only.\nQuery:",
@@ -231,8 +230,7 @@ def compress_messages(question: str, docs: Sequence, fact_table: bool = False,
                "documents that together support the answer, one per line as "
                "'- [doc number] snippet'. Only snippets that connect to each other and to "
                "the question.")
-    return _with_docs(docs, ask + "\nSnippets:" if not fact_table else ask + "\nFacts:",
-                      max_chars)
+    return _with_docs(docs, ask + "\nSnippets:" if not fact_table else ask + "\nFacts:", max_chars)
 
 
 def parse_snippets(text: str, max_snippets: int) -> list[str]:

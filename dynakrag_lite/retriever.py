@@ -412,8 +412,7 @@ class DenseRetriever:
         return write_vectors(lambda chunk: self.encode(chunk, batch_size=batch_size), texts,
                              path, self._embedding_dim(), chunk_size, show_progress)
 
-    def _corpus_vectors(self, texts: list[str], batch_size: int,
-                        show_progress: bool) -> np.memmap:
+    def _corpus_vectors(self, texts: list[str], batch_size: int, show_progress: bool) -> np.memmap:
         """The corpus embeddings in ``self.vectors_path`` (:func:`~dynakrag_lite.ann.
         stored_vectors`: reused when written before for this embedder and corpus)."""
         vecs, self.vectors_reused = stored_vectors(

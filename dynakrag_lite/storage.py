@@ -169,8 +169,7 @@ def in_folder(path: str | Path, folder: str | Path) -> bool:
         return False
 
 
-def register_in_manifest(path: str | Path, project_folder: str | Path | None = None
-                         ) -> Path | None:
+def register_in_manifest(path: str | Path, project_folder: str | Path | None = None) -> Path | None:
     """After saving ``path``: record it (only it) in its folder's manifest when that folder is
     ``project_folder`` or already keeps a manifest. Returns the manifest path, or None."""
     path = Path(path)

@@ -262,8 +262,7 @@ def judge(state, env) -> Judgement:
     if kind == "margin":
         if env.generator is None:
             raise RuntimeError("this action needs a generator, and the environment has none")
-        score, sc = probe_margin_scored(state.question, state.docs, env.generator,
-                                        cfg.doc_chars)
+        score, sc = probe_margin_scored(state.question, state.docs, env.generator, cfg.doc_chars)
         raw = json.dumps({k: round(v, 4) for k, v in sc.logprobs.items()})
         return Judgement(score >= thr, score, thr, kind, gates, raw, True, "", [sc])
     if kind == "learned":

@@ -171,8 +171,7 @@ class TrainingData:
         """The prefixes as a DataFrame (no features): what stopping at each would give."""
         cols = ["qid", "step", "gain", "onestep", "sr_now", "sr_end", "f1_now", "f1_end",
                 "tokens", "answer_tokens"]
-        return pd.DataFrame([{c: getattr(p, c) for c in cols} for p in self.prefixes],
-                            columns=cols)
+        return pd.DataFrame([{c: getattr(p, c) for c in cols} for p in self.prefixes], columns=cols)
 
 
 # -- collection -------------------------------------------------------------------------------
@@ -280,8 +279,7 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 
-    def one(item: tuple[int, Question], e: Environment
-            ) -> tuple[list[Sample], list[PrefixSample]]:
+    def one(item: tuple[int, Question], e: Environment) -> tuple[list[Sample], list[PrefixSample]]:
         i, q = item  # the position, not the worker, decides the answer calls
         return collect_question(q, e, seed, continuation,
                                 answer_calls=answer_questions is None or i < answer_questions)

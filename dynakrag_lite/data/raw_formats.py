@@ -220,8 +220,7 @@ def read_raw(path: str | os.PathLike) -> RawLoadReport:
         report.dataset = report.dataset or q.dataset
         report.questions.append(q)
     if report.n_unanswerable:
-        log.warning("%s: skipped %d unanswerable MuSiQue record(s)", path,
-                    report.n_unanswerable)
+        log.warning("%s: skipped %d unanswerable MuSiQue record(s)", path, report.n_unanswerable)
     if not report.questions:
         raise DataError(path, None, None, "no answerable records")
     return report

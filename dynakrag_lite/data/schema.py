@@ -62,8 +62,7 @@ class Question:
         return d
 
 
-def require(obj: dict, key: str, kind: type | tuple, path, line,
-            name: str | None = None) -> Any:
+def require(obj: dict, key: str, kind: type | tuple, path, line, name: str | None = None) -> Any:
     """``obj[key]`` if it is of ``kind`` (a bool is no number), else DataError naming the
     field ``name`` (default ``key``); the normalized and the raw loaders' one field check."""
     name = name or key

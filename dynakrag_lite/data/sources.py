@@ -132,8 +132,7 @@ def split_questions(questions: list[Question], n_eval: int, seed: int = 0
     return train, evals
 
 
-def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = None
-                ) -> str | None:
+def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = None) -> str | None:
     """sha256 of the dataset file named by ``spec`` (a path or a dataset name); for the
     embedded library, of its generated questions as JSON lines. None if it cannot be found.
     Runs and trajectory files record it, so a result names the exact questions it used."""

@@ -80,8 +80,7 @@ def update_policy_manifest(folder: str | Path | None = None,
                            check=check_policy_file)
 
 
-def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib"
-                      ) -> list[str]:
+def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib") -> list[str]:
     """What ``sha256sum -c MANIFEST.sha256`` and a complete listing would complain about in
     ``folder`` (default: results/policies); [] when the manifest vouches for exactly its
     ``pattern`` files."""

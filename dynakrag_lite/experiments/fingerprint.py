@@ -330,8 +330,7 @@ def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | Non
     # Which questions: compared apart from the fingerprint (see selection.py).
     allowed = recorded_selection(records) if selection is not None else []
     if allowed and selection not in [a for a, _ in allowed]:
-        said = [f"{'; '.join(selection_diff(a, selection))} (in {where})"
-                for a, where in allowed]
+        said = [f"{'; '.join(selection_diff(a, selection))} (in {where})" for a, where in allowed]
         raise FingerprintError(
             f"{out} holds the rows of another question list than this command selects: "
             + ", or ".join(said) + ". Resuming would mix rows of two question lists in one "

@@ -61,8 +61,7 @@ def output_problem(path: str | Path, *, folder: bool) -> str | None:
 METRIC_FIELDS = ("em", "f1", "support_recall")
 # The other numbers score() writes into every row and summarize() averages: a row without one
 # cannot count as a finished question.
-RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls",
-                     "seconds")
+RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls", "seconds")
 
 
 def _is_number(x: object) -> bool:

@@ -57,8 +57,7 @@ def add_split_options(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--unseen-by-selector", action="store_true",
                    help="leave out the questions the sentence selector (--selector) was fit "
                    "on (before --offset), e.g. to run on training questions")
-    p.add_argument("--limit", type=POSITIVE, default=None,
-                   help="first N questions of the split")
+    p.add_argument("--limit", type=POSITIVE, default=None, help="first N questions of the split")
 
 
 # -- the record ---------------------------------------------------------------------------------

@@ -77,8 +77,7 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
     elif kind == "gguf":
         gen = LlamaCppGenerator(args["path"], spec=spec, **kwargs)
     elif kind == "hf":
-        gen = TransformersGenerator(args["model"], gguf_file=args["gguf_file"], spec=spec,
-                                    **kwargs)
+        gen = TransformersGenerator(args["model"], gguf_file=args["gguf_file"], spec=spec, **kwargs)
     else:
         gen = OpenAIGenerator(args["model"], args["base_url"], spec=spec, **kwargs)
 

@@ -124,8 +124,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
             keep(s)
         # Keep the first, the last, then the rest; in discovery order (KV-cache reuse).
         idx = list(range(len(found)))
-        keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)
-                          [:per_question])
+        keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)[:per_question])
         chosen = [found[i] for i in keep_idx]
         if contrast:
             full = next((k for k, c in enumerate(chosen) if c.sufficient), None)
@@ -214,8 +213,7 @@ def _state_llm_scores(c: CalibrationState, env, llm_kinds: Sequence[str]) -> dic
         elif kind == "margin":
             got[kind] = probe_margin(st.question, st.docs, env.generator, cfg.doc_chars)
         else:  # answer_conf
-            got[kind] = answer_confidence(st.question, st.docs, env.generator,
-                                          cfg.doc_chars)[0]
+            got[kind] = answer_confidence(st.question, st.docs, env.generator, cfg.doc_chars)[0]
     return got
 
 

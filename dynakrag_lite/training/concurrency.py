@@ -146,6 +146,5 @@ def collect_in_parallel(workers: int, generator: Any
     check_workers(workers, generator)
 
     def runner(items: list, one: Callable, emit: Callable, env: Environment) -> None:
-        run_in_order(items, locked_runner(one, env, workers), workers, emit,
-                     name="trajectories")
+        run_in_order(items, locked_runner(one, env, workers), workers, emit, name="trajectories")
     return runner

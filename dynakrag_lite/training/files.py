@@ -93,11 +93,9 @@ def save_training_data(data: TrainingData, path: str | Path) -> Path:
         if data.prefixes else np.zeros((0, n_state)),
     }
     for name in _SAMPLE_SCALARS:
-        arrays[f"s_{name}"] = np.array([getattr(s, name) for s in data.samples],
-                                       dtype=np.float64)
+        arrays[f"s_{name}"] = np.array([getattr(s, name) for s in data.samples], dtype=np.float64)
     for name in pf:
-        arrays[f"p_{name}"] = np.array([getattr(p, name) for p in data.prefixes],
-                                       dtype=np.float64)
+        arrays[f"p_{name}"] = np.array([getattr(p, name) for p in data.prefixes], dtype=np.float64)
     if data.calibration is not None:
         arrays.update(data.calibration._arrays())
     buf = io.BytesIO()
@@ -164,5 +162,4 @@ def load_training_data_bytes(raw: bytes, path: str | Path = "<bytes>") -> Traini
         table = CalibrationTable._from(a, calib, path) if calib else None
     except KeyError as e:
         raise ValueError(f"{path}: its calibration table is incomplete (no {e})") from None
-    return TrainingData(samples, prefixes, questions, target, dict(meta.get("run") or {}),
-                        table)
+    return TrainingData(samples, prefixes, questions, target, dict(meta.get("run") or {}), table)
