@@ -147,18 +147,16 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
     :func:`prompts.answer_messages`) answers from the collected paragraphs at the end. The
     chain's own answer is kept in ``extra["chain_answer"]`` but is not the prediction.
 
-    ``demos``: :func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the *training*
-    split (gold paragraphs + distractors, template CoT; see that module). A ``qid`` that is a
-    demonstration's id raises :class:`~dynakrag_lite.demonstrations.DemoLeakError`.
-    ``demos=None`` runs zero-shot (same loop and prompt layout, no demonstrations): NOT the
-    faithful baseline, kept for the embedded library and tests; ``extra["n_demos"]`` says
-    which one ran.
+    ``demos``: :func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the *training* split (gold
+    paragraphs + distractors, template CoT; see that module). A ``qid`` that is a demonstration's id
+    raises :class:`~dynakrag_lite.demonstrations.DemoLeakError`. ``demos=None`` runs zero-shot (same
+    loop and prompt layout, no demonstrations): NOT the faithful baseline, kept for the embedded
+    library and tests; ``extra["n_demos"]`` says which one ran.
 
     Deviations forced by our budgets and models:
 
-    * paragraph cap: the shared ``max_docs`` (12) instead of the original's 15 for HotpotQA;
-      when it (or the retrieval cap) is reached, reasoning goes on without retrieval, as in
-      the original;
+    * paragraph cap: the shared ``max_docs`` (12) instead of the original's 15 for HotpotQA; when it
+      (or the retrieval cap) is reached, reasoning goes on without retrieval, as in the original;
     * iterations: at most ``max_steps`` reasoning calls (default ``config.max_steps`` = 4, the
       budget DynaKRAG gets) and as many searches, the question's included; the original runs
       until 'answer is' or its paragraph cap;
@@ -173,12 +171,11 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
       fits (FlashRAG's 32-token cap truncated 46 of 52 thoughts); steps that used the whole
       budget are counted in ``extra["thoughts_truncated"]``.
 
-    Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept
-    sentence), ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated
-    earlier thoughts), ``empty_thought`` (a reply with no sentence at all: nothing to
-    retrieve with; parse fallback ``ircot``). ``extra["concluded_by"]`` is ``answer_is``,
-    ``cap`` or that reason. At most ``max_steps`` + 1 LLM calls and ``max_steps``
-    searches.
+    Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept sentence),
+    ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated earlier thoughts),
+    ``empty_thought`` (a reply with no sentence at all: nothing to retrieve with; parse fallback
+    ``ircot``). ``extra["concluded_by"]`` is ``answer_is``, ``cap`` or that reason. At most
+    ``max_steps`` + 1 LLM calls and ``max_steps`` searches.
     """
     t0 = time.perf_counter()
     rounds = env.config.max_steps if max_steps is None else max_steps

@@ -18,10 +18,9 @@ How candidates are found (the paper does not say; this is our choice):
 4. Ranked: corpus titles first, then multi-word entities, then single words (NER's noisiest
    guesses); within each group by the retrieval score of the document, then position in it.
 
-spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM
-call cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the
-spaCy and model versions and the text, so a re-run whose texts are all cached never imports
-spaCy.
+spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM call
+cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the spaCy and
+model versions and the text, so a re-run whose texts are all cached never imports spaCy.
 """
 from __future__ import annotations
 

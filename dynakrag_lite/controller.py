@@ -1,11 +1,9 @@
-"""The control loop (paper, Algorithm 1; chapter 9) and the result record every method
-returns.
+"""The control loop (paper, Algorithm 1; chapter 9) and the result record every method returns.
 
     s <- s0
     while not stopped:
-        A <- valid_actions(s)                       # rule-based validity layer
-        a* <- chooser(s, A)                         # learned: argmax v(s,a) - lambda c(s,a)
-        s <- apply(a*, s)
+        A <- valid_actions(s)                       # rule-based validity layer a* <- chooser(s, A)
+        # learned: argmax v(s,a) - lambda c(s,a) s <- apply(a*, s)
     if compression: snippets <- compress_answer_evidence(s)
     answer <- generator(question, snippets or documents)
 

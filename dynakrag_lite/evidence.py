@@ -1,5 +1,4 @@
-"""Adding retrieved documents to a state: the one rule every method shares (chapters 5
-and 11).
+"""Adding retrieved documents to a state: the one rule every method shares (chapters 5 and 11).
 
 A retrieval step adds at most ``config.per_action`` documents that are new by id *and* by
 normalized title, and never grows the context past ``config.max_docs``. DynaKRAG's actions and

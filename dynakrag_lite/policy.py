@@ -7,25 +7,23 @@ model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a
   action we fit tokens = a + b * n_docs by least squares on logged costs. A retrieval action
   costs no tokens now but ``per_action`` more documents in every later prompt; we charge it the
   mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
-* Continuation model: a random forest on trajectory prefixes (state features only) estimating
-  the answer utility of continuing against stopping now (its target, ``f1``, ``sr`` or
-  ``onestep``, is chosen at collection time: :mod:`dynakrag_lite.trajectories`). When its
-  estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is removed from
-  A(s) (the paper's "can suppress stop_answer"): with the paper's targets v(s, stop) = SR(s)
-  is a level while acquisition values are deltas, so without a veto the value model stops as
-  soon as some support is in hand.
+* Continuation model: a random forest on trajectory prefixes (state features only) estimating the
+  answer utility of continuing against stopping now (its target, ``f1``, ``sr`` or ``onestep``, is
+  chosen at collection time: :mod:`dynakrag_lite.trajectories`). When its estimate exceeds
+  ``veto_threshold`` and anything else is valid, stop_answer is removed from A(s) (the paper's "can
+  suppress stop_answer"): with the paper's targets v(s, stop) = SR(s) is a level while acquisition
+  values are deltas, so without a veto the value model stops as soon as some support is in hand.
 * Stop rule (:func:`select`): ``level``, ``gain`` or ``continuation``.
 * ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
   (:mod:`dynakrag_lite.training.tuning`).
 * ``sufficiency``: the calibrated sufficiency signal trained with the policy;
   :meth:`Policy.configure` applies it to an environment before a run.
 
-Policies are saved with joblib together with metadata (feature names, training data hash,
-generator, dataset, embedder, budgets, training question ids, library versions); loading
-checks the feature names, :func:`check_policy` the rest against the run about to use it. A
-joblib file is code: a file of a folder that keeps a ``MANIFEST.sha256`` (``results/policies``
-does) is unpickled only when listed there (``python -m dynakrag_lite policy-manifest --update
-FILE`` registers one).
+Policies are saved with joblib together with metadata (feature names, training data hash, generator,
+dataset, embedder, budgets, training question ids, library versions); loading checks the feature
+names, :func:`check_policy` the rest against the run about to use it. A joblib file is code: a file
+of a folder that keeps a ``MANIFEST.sha256`` (``results/policies`` does) is unpickled only when
+listed there (``python -m dynakrag_lite policy-manifest --update FILE`` registers one).
 
 Chapter 8 fits the value, cost and continuation models; chapter 9 chooses with them.
 """
@@ -381,11 +379,10 @@ def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_ac
     """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
     listing every problem).
 
-    Checked against the policy's meta: feature names, the embedder (retrieval scores are
-    features), ``doc_chars`` and ``per_action`` (both enter the cost features), the
-    scikit-learn version (forests may not predict the same across versions), and that no
-    evaluation question was a training question. Another generator is allowed (the paper's
-    generator transfer)."""
+    Checked against the policy's meta: feature names, the embedder (retrieval scores are features),
+    ``doc_chars`` and ``per_action`` (both enter the cost features), the scikit-learn version
+    (forests may not predict the same across versions), and that no evaluation question was a
+    training question. Another generator is allowed (the paper's generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"
@@ -427,8 +424,7 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
                  n_jobs: int = -1, meta: dict | None = None, sufficiency=None,
                  stop_rule: str = "level") -> Policy:
     """Fit the value, cost and continuation models on collected trajectories (``sufficiency``:
-    a calibrated SufficiencySignal to keep with the policy; ``stop_rule``: see
-    :func:`select`)."""
+    a calibrated SufficiencySignal to keep with the policy; ``stop_rule``: see :func:`select`)."""
     if stop_rule not in STOP_RULES:
         raise ValueError(f"unknown stop rule {stop_rule!r}; one of {STOP_RULES}")
     X, y, acts = data.matrix()

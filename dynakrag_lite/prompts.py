@@ -331,10 +331,9 @@ def _norm_sentence(s: str) -> str:
 
 def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     """IRCoT's rule: keep the FIRST sentence of the generation, and stop iff that sentence
-    contains 'answer is'. Only the first non-empty line is read; echoed labels ('A:',
-    'Thought:') are removed, and leading sentences that restate an earlier thought or ask a
-    question are skipped. Fallback for an empty or all-echo reply: ``IrcotThought('', False,
-    '')``."""
+    contains 'answer is'. Only the first non-empty line is read; echoed labels ('A:', 'Thought:')
+    are removed, and leading sentences that restate an earlier thought or ask a question are
+    skipped. Fallback for an empty or all-echo reply: ``IrcotThought('', False, '')``."""
     line = ""
     for raw in text.strip().splitlines():
         raw = raw.strip().strip("*`# ")

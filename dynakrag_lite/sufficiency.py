@@ -1,13 +1,12 @@
 """Sufficiency signals (chapter 5; calibrated in chapter 8): how the probe decides "the
 evidence is enough".
 
-The paper's ``sufficiency_check`` lets the generator judge answerability and, when the
-evidence is insufficient, write the missing information (the gap). Small readers are poor
-judges *in text*: on real HotpotQA pairs qwen2.5-coder-0.5b and -1.5b both greedily answer
-SUFFICIENT to every context, yet the 1.5B model's log-probabilities still separate complete
-from incomplete evidence (AUC .75). So the verdict is taken from a *signal* with a threshold
-calibrated per generator on training states (:mod:`dynakrag_lite.training.calibration`).
-Signals (higher means "more likely sufficient"):
+The paper's ``sufficiency_check`` lets the generator judge answerability and, when the evidence is
+insufficient, write the missing information (the gap). Small readers are poor judges *in text*: on
+real HotpotQA pairs qwen2.5-coder-0.5b and -1.5b both greedily answer SUFFICIENT to every context,
+yet the 1.5B model's log-probabilities still separate complete from incomplete evidence (AUC .75).
+So the verdict is taken from a *signal* with a threshold calibrated per generator on training states
+(:mod:`dynakrag_lite.training.calibration`). Signals (higher means "more likely sufficient"):
 
 * ``text``: the greedy reply parsed (1 = SUFFICIENT); an INSUFFICIENT reply carries its gap.
 * ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt (one forward pass).

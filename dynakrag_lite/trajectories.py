@@ -4,9 +4,8 @@
 At every state s visited by a seeded uniform-valid rollout each valid action a gets its label:
 
     acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed: s' is needed)
-    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no execution needed: no LLM call)
-    stop_answer:          v(s, a) = SR(s)
-    compress_answer_evidence: not labelled (terminal)
+    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no execution needed: no LLM call) stop_answer:
+    v(s, a) = SR(s) compress_answer_evidence: not labelled (terminal)
 
 Acquisition branches are executed once each (states are immutable, so branching is free); a
 counterfactual sufficiency_check is labelled without being run, and executed (its real token

@@ -5,8 +5,7 @@ the committed pickles.
 The only code of dynakrag_lite that knows the ``results/`` folder (the core and training take
 paths). ``results/policies`` and ``results/selectors`` keep a ``MANIFEST.sha256``:
 :func:`register_policy` records a just-trained policy there, :func:`update_policy_manifest` and
-:func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and
-``--check``.
+:func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and ``--check``.
 """
 from __future__ import annotations
 

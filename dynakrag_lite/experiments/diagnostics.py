@@ -8,13 +8,12 @@ summary, so that degenerate behaviour is visible:
 * ``actions_mean``: mean number of trace steps of each action per question.
 * ``sufficiency``: verdicts of all probes: ``sufficient``, ``insufficient``, ``unparsed``
   (the parser's fallback: insufficient with no gap).
-* ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten
-  query equals the question), ``compress`` (no snippet at all), ``answer`` (empty
-  prediction), ``ircot`` / ``self_ask`` (a chain reply the parser could not read),
-  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports in
-  ``MethodResult.extra["parse_fallbacks"]``. Where a trace step does not carry ``"parsed"``,
-  an earlier probe's ``unparsed`` is an upper bound (an INSUFFICIENT reply naming no missing
-  fact looks like the fallback).
+* ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten query
+  equals the question), ``compress`` (no snippet at all), ``answer`` (empty prediction), ``ircot`` /
+  ``self_ask`` (a chain reply the parser could not read), ``intermediate_answer`` (Self-Ask's
+  ``unknown``), plus whatever a method reports in ``MethodResult.extra["parse_fallbacks"]``. Where a
+  trace step does not carry ``"parsed"``, an earlier probe's ``unparsed`` is an upper bound (an
+  INSUFFICIENT reply naming no missing fact looks like the fallback).
 * ``vetoes``: steps where the continuation model removed stop_answer, in total and the
   number of questions with at least one; ``errors`` and ``error_types``: error rows.
 """

@@ -2,10 +2,9 @@
 two setups never mix in one folder (:func:`check_run_folder`).
 
 The fingerprint hashes *behaviour*, not the bytes of a module: the prompt module is probed
-(:func:`prompts_digest`), the corpus hashed by its documents' ids, titles and texts, the
-sentence selector and the policy by their files' sha256. Moving code between modules
-therefore leaves committed run folders resumable, while an edited prompt, corpus, selector,
-budget or model does not.
+(:func:`prompts_digest`), the corpus hashed by its documents' ids, titles and texts, the sentence
+selector and the policy by their files' sha256. Moving code between modules therefore leaves
+committed run folders resumable, while an edited prompt, corpus, selector, budget or model does not.
 
 Version 1 fingerprints hashed ``prompts.py``'s bytes, the corpus's ids only and the selector's
 path; :func:`upgrade` reads them in version 2 terms where the old record proves the same setup
@@ -163,10 +162,9 @@ def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = No
     """Everything that decides a run's rows: two runs with equal fingerprints may share a
     folder; a resume with a different one is refused (:func:`check_run_folder`).
 
-    From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's
-    ``stop_after``; from ``policy``: its file's sha256 and decision settings. The selector
-    enters by its file's sha256, IRCoT's ``demos`` by their ids (refused when one is among
-    ``questions``)."""
+    From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's ``stop_after``;
+    from ``policy``: its file's sha256 and decision settings. The selector enters by its file's
+    sha256, IRCoT's ``demos`` by their ids (refused when one is among ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever

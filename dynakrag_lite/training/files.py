@@ -36,10 +36,9 @@ def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       live_signal=None, check: bool = True) -> CalibrationTable | None:
     """The :class:`CalibrationTable` of a training run (``train --save-data``): the rows
-    ``train_signal`` calibrated on (its LLM calls are cache hits now); None for the text
-    probe. With ``check``, ``reproduced`` records whether the table's own
-    :meth:`~CalibrationTable.signal` equals ``live_signal``, so a table that would rebuild
-    another signal is never used silently."""
+    ``train_signal`` calibrated on (its LLM calls are cache hits now); None for the text probe. With
+    ``check``, ``reproduced`` records whether the table's own :meth:`~CalibrationTable.signal`
+    equals ``live_signal``, so a table that would rebuild another signal is never used silently."""
     table = calibration_table(questions, env, kind, rule, llm_questions, seed, min_gain)
     if table is not None:
         table.signal_info = live_signal.describe() if live_signal is not None else None
@@ -105,8 +104,7 @@ def save_training_data(data: TrainingData, path: str | Path) -> Path:
 
 def load_training_data(path: str | Path) -> TrainingData:
     """Read a file written by :func:`save_training_data`. Raises ValueError naming the file
-    when it is not one, or when its features are not this library's (retrain or
-    re-collect)."""
+    when it is not one, or when its features are not this library's (retrain or re-collect)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
