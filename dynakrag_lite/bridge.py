@@ -1,26 +1,21 @@
-"""Bridge-entity detection: entities the evidence mentions that the question does not
-(chapter 5, bridge_entity_expand).
+"""Bridge-entity detection (chapter 5, bridge_entity_expand): entities the evidence mentions
+that the question does not.
 
-In a bridge question ("Where was the founder of X born?") the first document names the bridge
-("X was founded by Y"); the document that answers is about Y and shares no words with the
-question. bridge_entity_expand searches for Y.
+In "Where was the founder of X born?" the first document names the bridge ("X was founded by
+Y"); the answering document is about Y and shares no words with the question. Candidates (our
+choice; the paper does not say):
 
-How candidates are found (the paper does not say; this is our choice):
+1. Named entities in the documents (spaCy ``en_core_web_sm`` when installed, else capitalized
+   runs) of types that can name a document (:data:`KEEP_LABELS`). Nationalities, dates and
+   numbers never do: on 30 HotpotQA questions expanding them added 69 documents, 1 gold.
+2. Capitalized spans that are a corpus title, whatever NER made of them.
+3. Dropped: generic single words, entities in the question, titles already held, a document's
+   own subject, anything already expanded.
+4. Ranked: corpus titles, multi-word entities, single words; then retrieval score, position.
 
-1. Named entities in the retrieved documents (spaCy ``en_core_web_sm`` when installed, else
-   capitalized word runs), of types that can name a document of their own (:data:`KEEP_LABELS`;
-   GPE only when multi-word or a corpus title). Nationalities, dates, numbers etc. never are:
-   on 30 HotpotQA questions, expansion around such words added 69 documents, 1 of them gold.
-2. Capitalized spans that *are* a corpus title (``titles``), whatever NER made of them.
-3. Dropped: strings not starting with a capital or a digit, single generic words
-   ("University"), entities covered by the question, titles already in the state, parts or
-   long forms of a retrieved document's title (its own subject), anything already expanded.
-4. Ranked: corpus titles first, then multi-word entities, then single words (NER's noisiest
-   guesses); within each group by the retrieval score of the document, then position in it.
-
-spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM call
-cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the spaCy and
-model versions and the text, so a re-run whose texts are all cached never imports spaCy.
+spaCy's entities are cached in ``entities.sqlite`` beside the LLM call cache
+(``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), so a fully cached re-run
+never imports spaCy.
 """
 from __future__ import annotations
 

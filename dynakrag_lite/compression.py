@@ -1,29 +1,20 @@
 """Terminal compression that keeps the evidence (chapter 10).
 
-The paper's compressor asks the generator for "mutually supporting snippets" and answers from
-them. With a small generator that step lost evidence (qwen2.5-coder-0.5b, 30 HotpotQA
-questions: 22 of 90 snippets matched no document, 4 were the template word "snippet", the
-answer string was lost for 6 of 24 questions), so this module makes it checkable:
+The paper's compressor asks the generator for "mutually supporting snippets". With a small
+generator that lost evidence (qwen2.5-coder-0.5b, 30 HotpotQA questions: 22 of 90 snippets
+matched no document, the answer string was lost for 6 of 24), so here it is checked:
 
-**LLM compressor, validated** (:func:`validate_snippets`). Each parsed snippet is matched to
-the documents as a fuzzy quote: the *quote ratio* is the share of its word tokens inside runs
-of at least :data:`MIN_RUN` tokens copied from one document. The best document wins (ties: the
-document number the model wrote, then the earlier document). A snippet is valid when its ratio
-is at least :data:`QUOTE_THRESHOLD` and it has at least :data:`MIN_SNIPPET_TOKENS` tokens;
-template text, too short, unmatched and duplicate snippets are dropped with a reason. The
-answerer then reads the *source sentences* the match covers, prefixed with the document title,
-one line per document: a snippet cut before the answer string gets its whole sentence back.
+**LLM compressor, validated** (:func:`validate_snippets`): each snippet is matched to the
+documents as a fuzzy quote (share of its tokens in runs of :data:`MIN_RUN` tokens copied from one
+document); weak, short, template and duplicate snippets are dropped with a reason. The answerer
+reads the *source sentences* a match covers, so a snippet cut before the answer gets it back.
 
-**Fallback to the documents.** When fewer than ``min_valid_snippets`` snippets survive, or they
-come from fewer than ``min_snippet_docs`` documents while the state holds that many (a
-multi-hop answer needs its hops), the compression is ``fallback_to_docs`` with no snippets, so
-answer() reads the documents themselves.
+**Fallback to the documents** (:func:`decide_fallback`): too few valid snippets, or from too few
+documents for a multi-hop answer, and answer() reads the documents themselves.
 
-**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, zero
-LLM calls, on features that read no gold (:func:`sentence_features`). It is trained by the
-lab's :mod:`dynakrag_lab.studies.selector`; a selector file is a joblib pickle, checked against
-its folder's ``MANIFEST.sha256`` before unpickling (:func:`load_selector`). Measurements:
-``results/diagnostics/compression.json``; the LLM compressor stays the library default.
+**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, no LLM
+calls, trained by :mod:`dynakrag_lab.studies.selector` and checked against its folder's
+``MANIFEST.sha256`` before unpickling. The LLM compressor stays the library default.
 """
 from __future__ import annotations
 

@@ -1,31 +1,22 @@
-"""Learned control: the action-value model v(s, a), the cost model c(s, a), the continuation
-model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a).
+"""Learned control (chapters 8-9): the value model v(s, a), the cost model c(s, a), the
+continuation model, and the chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a).
 
-* Value model: a random forest regressor on phi(s, a) (paper: 300 trees, min leaf 8, seed 13)
-  fitted to the support-recall targets of :mod:`dynakrag_lite.trajectories`.
-* Cost model: c(s, a) in tokens. An LLM action's cost grows with the evidence it reads, so per
-  action we fit tokens = a + b * n_docs by least squares on logged costs. A retrieval action
-  costs no tokens now but ``per_action`` more documents in every later prompt; we charge it the
-  mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
-* Continuation model: a random forest on trajectory prefixes (state features only) estimating the
-  answer utility of continuing against stopping now (its target, ``f1``, ``sr`` or ``onestep``, is
-  chosen at collection time: :mod:`dynakrag_lite.trajectories`). When its estimate exceeds
-  ``veto_threshold`` and anything else is valid, stop_answer is removed from A(s) (the paper's "can
-  suppress stop_answer"): with the paper's targets v(s, stop) = SR(s) is a level while acquisition
-  values are deltas, so without a veto the value model stops as soon as some support is in hand.
-* Stop rule (:func:`select`): ``level``, ``gain`` or ``continuation``.
-* ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
-  (:mod:`dynakrag_lite.training.tuning`).
-* ``sufficiency``: the calibrated sufficiency signal trained with the policy;
-  :meth:`Policy.configure` applies it to an environment before a run.
+* Value model: a random forest on phi(s, a) (paper: 300 trees, min leaf 8, seed 13) fitted to
+  the support-recall targets of :mod:`dynakrag_lite.trajectories`.
+* Cost model: tokens = a + b * n_docs per LLM action, least squares on logged costs (an LLM
+  action's cost grows with the evidence it reads). A retrieval action is charged the mean logged
+  tokens of the ``per_action`` documents it adds to every later prompt. lambda = 0 is the paper.
+* Continuation model: a random forest on prefix state features estimating the utility of
+  continuing over stopping. Above ``veto_threshold`` it removes stop_answer from A(s) (the
+  paper's "can suppress stop_answer"): v(s, stop) = SR(s) is a level while acquisition values
+  are deltas, so without a veto the value model stops as soon as some support is in hand.
+* ``veto_threshold`` and ``lam`` are tuned on the training questions only
+  (:mod:`dynakrag_lite.training.tuning`); :meth:`Policy.configure` applies the calibrated
+  ``sufficiency`` signal to an environment.
 
-Policies are saved with joblib together with metadata (feature names, training data hash, generator,
-dataset, embedder, budgets, training question ids, library versions); loading checks the feature
-names, :func:`check_policy` the rest against the run about to use it. A joblib file is code: a file
-of a folder that keeps a ``MANIFEST.sha256`` (``results/policies`` does) is unpickled only when
+Policies are saved with joblib and metadata checked by :func:`check_policy`. A joblib file is
+code: in a folder with a ``MANIFEST.sha256`` (``results/policies``) it is unpickled only when
 listed there (``python -m dynakrag_lite policy-manifest --update FILE`` registers one).
-
-Chapter 8 fits the value, cost and continuation models; chapter 9 chooses with them.
 """
 from __future__ import annotations
 

@@ -1,25 +1,19 @@
 """Sufficiency signals (chapter 5; calibrated in chapter 8): how the probe decides "the
 evidence is enough".
 
-The paper's ``sufficiency_check`` lets the generator judge answerability and, when the evidence is
-insufficient, write the missing information (the gap). Small readers are poor judges *in text*: on
-real HotpotQA pairs qwen2.5-coder-0.5b and -1.5b both greedily answer SUFFICIENT to every context,
-yet the 1.5B model's log-probabilities still separate complete from incomplete evidence (AUC .75).
-So the verdict is taken from a *signal* with a threshold calibrated per generator on training states
-(:mod:`dynakrag_lite.training.calibration`). Signals (higher means "more likely sufficient"):
+Small readers are poor judges *in text*: on HotpotQA qwen2.5-coder-0.5b and -1.5b greedily
+answer SUFFICIENT to every context, yet the 1.5B model's log-probabilities separate complete
+from incomplete evidence (AUC .75). So the verdict is a *signal* with a threshold calibrated
+per generator (:mod:`dynakrag_lite.training.calibration`); higher means "more likely sufficient":
 
 * ``text``: the greedy reply parsed (1 = SUFFICIENT); an INSUFFICIENT reply carries its gap.
-* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt (one forward pass).
-* ``learned``: a classifier on observable state features predicting 1[SR(s) = 1]
-  (:class:`SufficiencyEstimator`); no LLM call.
-* ``answer_conf``: the mean token log-probability of the reader's greedy draft answer (one
-  cached answer call plus a scoring pass).
+* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt.
+* ``learned``: :class:`SufficiencyEstimator` on state features; no LLM call.
+* ``answer_conf``: mean token log-probability of the reader's greedy draft answer.
 
-With the score-based signals a second call writes the gap (``prompts.gap_messages``) only
-when the verdict is insufficient. When no signal is informative the text probe is kept with
-``gates=False``: it always writes a gap and its verdict reaches neither the gap nor the
-value model's features. Log-probabilities come from the generator's ``option_logprobs``,
-stored by the call cache like the generations.
+Score-based signals write the gap (``prompts.gap_messages``) only when insufficient. With no
+informative signal the text probe runs with ``gates=False``: its verdict reaches neither the gap
+nor the value model's features.
 """
 from __future__ import annotations
 

@@ -1,29 +1,22 @@
 """Training data (chapter 7): trajectories on training questions and support-recall targets
-(paper Eq. 1), and the records they produce.
+(paper Eq. 1).
 
-At every state s visited by a seeded uniform-valid rollout each valid action a gets its label:
+At every state s of a seeded uniform-valid rollout each valid action a is labelled:
 
-    acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed: s' is needed)
-    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no execution needed: no LLM call) stop_answer:
-    v(s, a) = SR(s) compress_answer_evidence: not labelled (terminal)
+    acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed)
+    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no LLM call needed)
+    stop_answer:          v(s, a) = SR(s)
+    compress_answer_evidence: not labelled (terminal)
 
-Acquisition branches are executed once each (states are immutable, so branching is free); a
-counterfactual sufficiency_check is labelled without being run, and executed (its real token
-cost logged) only when the rollout takes it. SR uses the gold support labels, which exist only
-here and in the metrics, never in a state. The rollout continues with the uniform controller's
-pick until a cap forces the stop.
+States are immutable, so branching is free; a counterfactual sufficiency_check is run (its
+tokens logged) only when the rollout takes it. Gold support labels exist only here and in the
+metrics, never in a state.
 
 Every visited state with documents is a :class:`PrefixSample` for the continuation model (the
-paper: "estimating the answer utility of continuing"; the exact target is not stated):
-
-* ``f1`` (default): F1(reader's answer at the end of the continued rollout) - F1(answer if
-  stopping at this prefix), both from the documents alone (one answer call per prefix);
-* ``sr``: SR(end of the rollout) - SR(now): the cheap variant (no answer calls);
-* ``onestep``: the best one-step SR gain among the valid acquisition actions.
-
-The continuing rollout is the seeded uniform-valid exploration, so the targets estimate the
-utility of continuing *under that exploration*, not under the learned policy.
-:mod:`dynakrag_lite.training.files` saves :class:`TrainingData` to a pickle-free ``.npz``.
+paper does not state its target): ``f1`` (default; F1 of the answer at the end of the rollout
+minus F1 if stopping here, one answer call per prefix), ``sr`` (SR gain to the end, no answer
+calls) or ``onestep`` (best one-step SR gain). The targets estimate the utility of continuing
+under the uniform exploration, not under the learned policy.
 """
 from __future__ import annotations
 
