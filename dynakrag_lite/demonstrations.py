@@ -1,25 +1,15 @@
 """Few-shot demonstrations for the IRCoT and Self-Ask baselines.
 
-IRCoT (Trivedi et al. 2023) is a few-shot method: each demonstration shows a question with
-its gold paragraphs plus distractor paragraphs, and a chain of thought ending in 'So the
-answer is: X.'. :func:`build_ircot_demos` draws them from a pool of *training* questions of
-the same dataset (never from evaluation questions: :class:`DemoLeakError`).
+IRCoT (Trivedi et al. 2023) shows a question with its gold and distractor paragraphs and a chain
+of thought ending in 'So the answer is: X.'. :func:`build_ircot_demos` draws them from *training*
+questions of the same dataset (never evaluation ones: :class:`DemoLeakError`). The originals'
+hand-written CoTs are not in our data, so the chain is a template (:func:`template_chain`), and
+k = 2 demonstrations with 1 distractor each (not up to 15) fit n_ctx 4096 beside a test turn of
+up to 12 paragraphs.
 
-Our choices (the originals' hand-written CoTs are not in our data):
-
-* **The chain of thought is a deterministic template** (:func:`template_chain`): one sentence
-  copied verbatim from each gold paragraph, then 'So the answer is: <gold answer>.'.
-* **k = 2 demonstrations with 1 distractor each** by default (the original used up to 15):
-  with n_ctx 4096 the test turn alone holds up to 12 paragraphs (~1,700 tokens); two
-  demonstrations of three clipped paragraphs add ~600-700. They are picked in a seeded hash
-  order, one per question type when the pool has types, among questions whose answer occurs
-  in a gold paragraph (or is yes/no); paragraphs are shuffled with the same seed.
-
-Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours
-(:data:`SELF_ASK_DEMOS`) are about well-known real-world facts (a fictional name was copied
-verbatim into real follow-up questions by the 0.5B model), mirror HotpotQA's question types,
-and carry short documents of their own where a test dialogue has them. Our datasets carry no
-follow-up decompositions to draw them from the training split.
+Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours (:data:`SELF_ASK_DEMOS`)
+are about well-known real facts (the 0.5B model copied a fictional name into real follow-ups)
+and mirror HotpotQA's question types.
 """
 from __future__ import annotations
 

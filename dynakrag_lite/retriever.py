@@ -1,21 +1,13 @@
 """Dense retrieval (chapter 2): sentence-transformers embeddings in a FAISS inner-product index.
 
-One retriever interface (:class:`Retriever`): ``search(query, k, exclude)`` returns the top-k
-documents not in ``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner
-product is cosine similarity (FAISS ``IndexFlatIP``: exact search, as in the paper).
+:class:`Retriever`'s ``search(query, k, exclude)`` returns the top-k documents not in
+``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner product is cosine
+(``IndexFlatIP``: exact search, as in the paper; :mod:`dynakrag_lite.ann` for Wikipedia size).
 
-The index and its document ids are saved next to a meta file holding a key of (embedder
-name and identity, corpus ids, titles and texts) and the index file's size, sha256 and vector
-count; a second run with the same corpus and embedder loads instead of re-encoding. A damaged
-or unverifiable index file is rebuilt with a warning, never half-loaded. Writes are atomic and
-under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder.
-
-Wikipedia-sized corpora use the options of :mod:`dynakrag_lite.ann` (see
-:class:`DenseRetriever`): an ``index_factory`` string, ``mmap`` and ``vectors_path``.
-
-The embedder is loaded on first use; query and sentence encodes go through the persistent
-embedding cache (:mod:`dynakrag_lite.embed_cache`; ``DYNAKRAG_EMBED_CACHE=off`` disables it),
-so a re-run whose index is on disk neither encodes nor loads the model.
+The index is saved with a meta key (embedder, corpus ids, titles and texts) and the file's size,
+sha256 and vector count: a matching run loads instead of re-encoding, a damaged file is rebuilt
+with a warning. Encodes go through :mod:`dynakrag_lite.embed_cache`, so a re-run whose index is
+on disk neither encodes nor loads the model.
 """
 from __future__ import annotations
 

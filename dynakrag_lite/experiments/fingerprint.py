@@ -1,21 +1,15 @@
 """A run's fingerprint: what decides its rows, recorded in ``DIR/run.json`` so that results of
 two setups never mix in one folder (:func:`check_run_folder`).
 
-The fingerprint hashes *behaviour*, not the bytes of a module: the prompt module is probed
-(:func:`prompts_digest`), the corpus hashed by its documents' ids, titles and texts, the sentence
-selector and the policy by their files' sha256. Moving code between modules therefore leaves
-committed run folders resumable, while an edited prompt, corpus, selector, budget or model does not.
+It hashes *behaviour*, not module bytes: the prompt module is probed (:func:`prompts_digest`),
+the corpus hashed by ids, titles and texts, the selector and policy by their files' sha256. So
+moving code leaves run folders resumable, while an edited prompt, corpus or model does not.
+:func:`upgrade` reads version-1 fingerprints (prompts.py bytes, corpus ids, selector path) in
+version 2 terms where the old record proves the same setup.
 
-Version 1 fingerprints hashed ``prompts.py``'s bytes, the corpus's ids only and the selector's
-path; :func:`upgrade` reads them in version 2 terms where the old record proves the same setup
-(:data:`LEGACY_PROMPTS`; an ids-only corpus hash stands for the texts when every id is derived
-from its title and text; the selector path becomes that file's sha256).
-
-Kept out of it: which questions a folder is for (checked beside it:
-:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`),
-recorded in run.json (:func:`build_change`). Builds do not give the same greedy replies: on
-identical prompts the portable and the AVX-512 build answered differently on 14 of 250 final
-answers (README, "The llama.cpp build"), so runs compared with each other must share a build.
+Kept out: the question selection (checked beside it) and the llama.cpp build (:func:`llama_build`,
+recorded for :func:`build_change`): the portable and AVX-512 builds gave different greedy
+answers on 14 of 250 identical prompts, so compared runs must share a build.
 """
 from __future__ import annotations
 

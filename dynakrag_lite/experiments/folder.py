@@ -1,22 +1,15 @@
 """A run folder: the files an evaluation writes (:func:`dynakrag_lite.experiments.run.evaluate`
 is the only writer) and how they are read and repaired. ``DIR`` holds:
 
-* ``DIR/predictions.jsonl``: one line per finished question, appended and fsynced as soon as
-  the question is done, so a killed run loses at most the question in flight. A question whose
-  method raised gets an *error row* (:func:`error_row`) and the run goes on; a re-run retries
-  it, and **the last row of an id wins** (:func:`latest_rows`). Nothing is ever deleted from
-  the file but a torn final line, which the *writer* cuts off before it appends
-  (:func:`repair_predictions`); readers never write. A bad line anywhere else
-  (:func:`row_problem`) is a :class:`ResultsError` naming file, line and field: the run
-  refuses to go on rather than lose data or count a stub as a finished question.
-* ``DIR/run.json``: the run's fingerprint (:mod:`dynakrag_lite.experiments.fingerprint`) and,
-  beside it, ``"selection"`` (which questions: :mod:`dynakrag_lite.experiments.selection`);
-  resuming with another of either is refused (another ``--limit`` is allowed).
-* ``DIR/summary.json``: metric means over the latest real row of each requested question
-  (error rows counted in ``"errors"``), ``"diagnostics"``, the fingerprint and a ``"run"``
-  block; rewritten atomically after every question.
-* ``DIR/.lock``: held for the whole evaluation, so a second process evaluating into the same
-  folder fails at once.
+* ``predictions.jsonl``: one fsynced line per finished question, so a killed run loses at most
+  the question in flight. A failed question gets an *error row* (:func:`error_row`); a re-run
+  retries it and **the last row of an id wins** (:func:`latest_rows`). Only a torn final line is
+  ever removed, by the writer (:func:`repair_predictions`); any other bad line is a
+  :class:`ResultsError`, so a run never loses data or counts a stub as finished.
+* ``run.json``: the fingerprint (:mod:`~dynakrag_lite.experiments.fingerprint`) and the
+  ``"selection"`` (:mod:`~dynakrag_lite.experiments.selection`); resuming with another is refused.
+* ``summary.json``: metric means over the latest real rows, rewritten atomically per question.
+* ``.lock``: held for the whole evaluation, so a second process fails at once.
 """
 from __future__ import annotations
 
