@@ -1,14 +1,8 @@
 """The paper's baselines (chapter 11), on the same :class:`~dynakrag_lite.config.Environment`
-as DynaKRAG.
-
-Same retriever, corpus, generator, budgets, ``doc_chars`` truncation and final-answer prompt,
-so differences in EM/F1 and in the ledger come from the control strategy alone. Every method
-returns a :class:`~dynakrag_lite.controller.MethodResult` whose trace has one step per search
-or generator call except the final answer call, as DynaKRAG's. Each baseline's docstring names
-the behaviour it reproduces and every deviation our budgets force; diagnostics (stop reason,
-iterations, searches, ``parse_fallbacks``) go to ``MethodResult.extra``. No baseline
-compresses evidence. Malformed replies never raise: a reply that gives nothing to act on ends
-acquisition and the reader answers from the documents.
+as DynaKRAG: same retriever, generator, budgets and final-answer prompt, so differences come
+from the control strategy alone. Traces have one step per search or generator call except the
+final answer, as DynaKRAG's; diagnostics go to ``MethodResult.extra``. No baseline compresses.
+Malformed replies never raise: the reader then answers from the documents.
 """
 from __future__ import annotations
 

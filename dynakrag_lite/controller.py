@@ -2,14 +2,14 @@
 
     s <- s0
     while not stopped:
-        A <- valid_actions(s)                       # rule-based validity layer a* <- chooser(s, A)
-        # learned: argmax v(s,a) - lambda c(s,a) s <- apply(a*, s)
+        A <- valid_actions(s)                       # rule-based validity layer
+        a* <- chooser(s, A)                         # learned: argmax v(s,a) - lambda c(s,a)
+        s <- apply(a*, s)
     if compression: snippets <- compress_answer_evidence(s)
     answer <- generator(question, snippets or documents)
 
-A chooser is any object with ``choose(state, valid) -> (action, scores)``: the learned policy
-(:mod:`dynakrag_lite.policy`), the uniform-valid controller, or the oracle. ``scores`` maps
-each valid action to a dict of numbers shown in the trace (value, cost, score...).
+A chooser is any object with ``choose(state, valid) -> (action, scores)`` (the learned policy,
+the uniform-valid controller, the oracle); ``scores`` holds the numbers shown in the trace.
 """
 from __future__ import annotations
 

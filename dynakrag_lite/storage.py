@@ -1,16 +1,10 @@
 """Writing files so that nothing is lost or half-written, and one writer per folder.
 
-* :func:`atomic_writer` and the ``atomic_write_*`` functions: a reader sees the old file or the
-  new one, never a torn one, and two writers never share a temporary name.
-* :class:`FolderLock`: an exclusive, non-blocking ``flock`` on ``<folder>/.lock``; the kernel
-  drops it when the process dies, so a killed run never leaves a stale lock.
-* :func:`relative_command`: ``sys.argv`` as a command worth committing (relative paths, no
-  credentials).
-* Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files of that
-  folder that may be unpickled; the loaders of policies and sentence selectors refuse a file
-  of such a folder it does not list with that hash, before anything is unpickled. Which
-  folders keep one is :mod:`dynakrag_lite.experiments.artifacts`' business
-  (``results/policies/README.md`` explains them).
+* ``atomic_write_*``: a reader sees the old file or the new one, never a torn one.
+* :class:`FolderLock`: a non-blocking ``flock`` on ``<folder>/.lock``; the kernel drops it
+  when the process dies, so a killed run never leaves a stale lock.
+* Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files that may be
+  unpickled; policy and selector loaders refuse an unlisted file before unpickling it.
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""Persistent SQLite cache of LLM calls.
+"""Persistent SQLite cache of LLM calls (chapter 3).
 
 With greedy decoding a reply is a function of (backend, model, messages, decoding parameters):
-the cache key is the sha256 of a canonical JSON of exactly those.
-
-Each row also stores a checksum over key and value: a row that fails to parse or to match (a
-torn write, a manual edit) is deleted, counted as ``corrupt`` and treated as a miss. The
-database runs in WAL mode with a busy timeout, so several processes can share one file. A file
-that is not an SQLite database is refused, never overwritten; a read-only or damaged one is
-worked around (:class:`SQLiteCache`). :class:`CachedGenerator` wraps any generator with the
-cache, replies and option log-probabilities alike (chapter 3).
+the key is the sha256 of their canonical JSON. A row failing its checksum is deleted, counted as
+``corrupt`` and missed. WAL mode and a busy timeout let processes share one file; a non-SQLite
+file is refused, a read-only or damaged one worked around (:class:`SQLiteCache`).
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The llama.cpp backend (chapter 3): a GGUF model run in-process by llama-cpp-python.
 
-Bundled models and any ``gguf:<path>`` run here. llama.cpp keeps the KV cache of the previous prompt
-and only evaluates the part of a new prompt after the longest common prefix. Prompts therefore put
-the (shared) documents first, and one ``Llama`` object is kept per model file for the life of the
-process, so repeated ``make_generator`` calls neither reload the weights nor lose that cache.
-
-The time limit (default 600 s: only a runaway or starved call is cut) is a logits processor
-that, past the deadline, leaves only end-of-generation possible, so the text decoded so far
-comes back with ``truncated=True``. llama_cpp is imported when the first model is loaded.
+llama.cpp reuses the KV cache of the previous prompt's longest common prefix, so prompts put
+the shared documents first and one ``Llama`` object is kept per model file for the process.
+The time limit (default 600 s) is a logits processor that, past the deadline, leaves only
+end-of-generation possible: the text so far comes back with ``truncated=True``.
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """Calibrating the sufficiency signal (chapter 8): which signal, with which threshold, on
 training questions with gold labels.
 
-* :func:`calibration_states`: states of training questions at different support recall
-  (SR), reached by retrieval-only actions, plus matched incomplete *contrast* states.
-* :func:`signal_scores`: each signal's score on those states (the learned estimator's
-  out-of-fold, grouped by question: :mod:`dynakrag_lite.training.estimator`).
-* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a bootstrap
-  standard error over *questions*. A signal is *informative* when AUC - 0.5 exceeds both
-  ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%). The most informative
-  signal is chosen (ties: the cheaper one), its threshold set by maximal Youden J or, with
-  ``rule="precision:0.8"``, by :func:`precision_threshold`. When none is informative the text
-  probe is kept with ``gates=False``.
-* :func:`calibration_table` keeps the states' rows (:class:`CalibrationTable`, also saved
-  with the trajectories), whose :meth:`~CalibrationTable.signal` calibrates;
-  :func:`train_signal`, what ``train --sufficiency-signal`` calls, runs both.
+:func:`calibration_states` reaches states at different support recall (SR) by retrieval-only
+actions, plus matched incomplete *contrast* states; :func:`signal_scores` scores each signal on
+them. :func:`calibrate` takes per signal the AUC against 1[SR = 1] with a bootstrap standard
+error over *questions*; a signal is *informative* when AUC - 0.5 exceeds both ``min_gain`` (.05)
+and 1.645 standard errors. The most informative (ties: the cheaper) is chosen, its threshold by
+maximal Youden J or :func:`precision_threshold`; with none the text probe gets ``gates=False``.
 """
 from __future__ import annotations
 
