@@ -5,8 +5,7 @@ must not hold: the retriever, the generator, the budgets, the learned sufficienc
 the extractive compressor. Gold labels are not in it either.
 
 Retrieval actions add at most ``config.per_action`` (paper: 3) documents that are new by id
-and by normalized title, never beyond ``config.max_docs`` (paper: 12).
-"""
+and by normalized title, never beyond ``config.max_docs`` (paper: 12)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

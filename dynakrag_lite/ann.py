@@ -6,8 +6,7 @@ The paper searches an exact flat index, and so does every run of this project
 (``index_factory=None`` or ``"Flat"``: ``IndexFlatIP``). The rest is used only when a factory
 string, a memory map or a vectors file is asked for (``python -m dynakrag_lite index
 --index-factory``, ``benchmarks/bench_index.py``); chapter 2 uses the exact index. Search knobs
-are set after building and after loading: they are not part of a saved index's identity.
-"""
+are set after building and after loading: they are not part of a saved index's identity."""
 from __future__ import annotations
 
 import hashlib

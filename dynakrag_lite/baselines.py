@@ -2,8 +2,7 @@
 as DynaKRAG: same retriever, generator, budgets and final-answer prompt, so differences come
 from the control strategy alone. Traces have one step per search or generator call except the
 final answer, as DynaKRAG's; diagnostics go to ``MethodResult.extra``. No baseline compresses.
-Malformed replies never raise: the reader then answers from the documents.
-"""
+Malformed replies never raise: the reader then answers from the documents."""
 from __future__ import annotations
 
 import re
@@ -108,8 +107,7 @@ def run_fixed_k(question: str, env: Environment, k: int | None = None,
     .466 against .469 for top-3 at ~4x the tokens and time. The paper's Fixed-K token count
     (1,892 on HotpotQA) suggests it read ~12 passages; pass ``k=env.config.max_docs`` to
     reproduce that reading. K is clipped to ``max_docs`` (the shared final-context cap);
-    ``k=0`` answers closed-book.
-    """
+    ``k=0`` answers closed-book."""
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     t0 = time.perf_counter()
@@ -169,8 +167,7 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
     ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated earlier thoughts),
     ``empty_thought`` (a reply with no sentence at all: nothing to retrieve with; parse fallback
     ``ircot``). ``extra["concluded_by"]`` is ``answer_is``, ``cap`` or that reason. At most
-    ``max_steps`` + 1 LLM calls and ``max_steps`` searches.
-    """
+    ``max_steps`` + 1 LLM calls and ``max_steps`` searches."""
     t0 = time.perf_counter()
     rounds = env.config.max_steps if max_steps is None else max_steps
     demo_items = tuple(demos) if demos is not None else ()

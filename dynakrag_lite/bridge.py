@@ -15,8 +15,7 @@ choice; the paper does not say):
 
 spaCy's entities are cached in ``entities.sqlite`` beside the LLM call cache
 (``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), so a fully cached re-run
-never imports spaCy.
-"""
+never imports spaCy."""
 from __future__ import annotations
 
 import hashlib

@@ -14,8 +14,7 @@ documents for a multi-hop answer, and answer() reads the documents themselves.
 
 **Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, no LLM
 calls, trained by :mod:`dynakrag_lab.studies.selector` and checked against its folder's
-``MANIFEST.sha256`` before unpickling. The LLM compressor stays the library default.
-"""
+``MANIFEST.sha256`` before unpickling. The LLM compressor stays the library default."""
 from __future__ import annotations
 
 import difflib

@@ -9,8 +9,7 @@
     answer <- generator(question, snippets or documents)
 
 A chooser is any object with ``choose(state, valid) -> (action, scores)`` (the learned policy,
-the uniform-valid controller, the oracle); ``scores`` holds the numbers shown in the trace.
-"""
+the uniform-valid controller, the oracle); ``scores`` holds the numbers shown in the trace."""
 from __future__ import annotations
 
 import random

@@ -9,8 +9,7 @@ up to 12 paragraphs.
 
 Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours (:data:`SELF_ASK_DEMOS`)
 are about well-known real facts (the 0.5B model copied a fictional name into real follow-ups)
-and mirror HotpotQA's question types.
-"""
+and mirror HotpotQA's question types."""
 from __future__ import annotations
 
 import hashlib

@@ -5,8 +5,7 @@ The key is one whole encode CALL (embedder identity, settings, texts in order), 
 texts: sentence-transformers pads each batch to its longest text, which changes the last bits
 of the other vectors (up to 1.3e-7). Rows carry a sha256 over key, shape and bytes (a mismatch
 is a miss); the file is handled like :class:`~dynakrag_lite.generators.cache.SQLiteCache`:
-``$DYNAKRAG_EMBED_CACHE`` (``off`` disables it), else ``embeddings.sqlite`` beside the LLM cache.
-"""
+``$DYNAKRAG_EMBED_CACHE`` (``off`` disables it), else ``embeddings.sqlite`` beside the LLM cache."""
 from __future__ import annotations
 
 import hashlib

@@ -7,8 +7,7 @@ bridge-entity count; the current action's identity; prior action counts; estimat
 cost. We add the sufficiency verdict and gap presence (both observable; a verdict whose
 signal was measured to be at chance, ``Sufficiency.gates=False``, shows as neither yes nor no).
 Nothing here reads a gold label: :func:`state_features` takes an :class:`EvidenceState`, which
-has none. :data:`FEATURE_DESCRIPTIONS` says in one line what each named feature measures.
-"""
+has none. :data:`FEATURE_DESCRIPTIONS` says in one line what each named feature measures."""
 from __future__ import annotations
 
 import numpy as np

@@ -6,8 +6,7 @@ The result is bit-identical to ``forest.predict(X)`` with ``n_jobs = 1`` (scikit
 is cast to float32 and compared as float64, NaN follows ``missing_go_to_left``, and leaf values
 are summed in ``estimators_`` order with ``np.add.accumulate`` (``sum`` adds pairwise) after
 ``+ 0.0`` (a -0.0 leaf becomes +0.0). Only single-output ``RandomForestRegressor`` forests are
-supported (:class:`UnsupportedEstimator`); :func:`flat_forest_for` notices a refit.
-"""
+supported (:class:`UnsupportedEstimator`); :func:`flat_forest_for` notices a refit."""
 from __future__ import annotations
 
 import threading

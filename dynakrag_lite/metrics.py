@@ -5,8 +5,7 @@
   whitespace (in that order, as ``hotpot_evaluate_v1.py`` does).
 * ``f1_score``: token F1, with HotpotQA's rule that a yes/no/noanswer prediction or reference
   scores 0 unless the two normalize to the same string.
-* EM and F1 against several references take the max over aliases (2Wiki and MuSiQue do).
-"""
+* EM and F1 against several references take the max over aliases (2Wiki and MuSiQue do)."""
 from __future__ import annotations
 
 import re

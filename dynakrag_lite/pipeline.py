@@ -7,8 +7,7 @@ experiments and every chapter start from (chapter 4 first).
 
 Everything the environment needs is loaded here, once: the actions never read a file.
 :func:`run_setup` builds it from a run's :class:`~dynakrag_lite.config.RunSettings` (what
-``train`` and ``evaluate`` do) and cuts the run's questions from the split.
-"""
+``train`` and ``evaluate`` do) and cuts the run's questions from the split."""
 from __future__ import annotations
 
 import sys

@@ -16,8 +16,7 @@ continuation model, and the chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c
 
 Policies are saved with joblib and metadata checked by :func:`check_policy`. A joblib file is
 code: in a folder with a ``MANIFEST.sha256`` (``results/policies``) it is unpickled only when
-listed there (``python -m dynakrag_lite policy-manifest --update FILE`` registers one).
-"""
+listed there (``python -m dynakrag_lite policy-manifest --update FILE`` registers one)."""
 from __future__ import annotations
 
 import dataclasses

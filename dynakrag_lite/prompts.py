@@ -6,8 +6,7 @@ The paper released no prompts; these are ours. Two layout rules:
   prefix (system text + the same documents in the same order), which llama.cpp reuses from its
   KV cache instead of reading it again.
 * Every parser has a defined fallback for a malformed reply (small models often ignore
-  formats); none raises.
-"""
+  formats); none raises."""
 from __future__ import annotations
 
 import re

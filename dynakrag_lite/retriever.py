@@ -7,8 +7,7 @@
 The index is saved with a meta key (embedder, corpus ids, titles and texts) and the file's size,
 sha256 and vector count: a matching run loads instead of re-encoding, a damaged file is rebuilt
 with a warning. Encodes go through :mod:`dynakrag_lite.embed_cache`, so a re-run whose index is
-on disk neither encodes nor loads the model.
-"""
+on disk neither encodes nor loads the model."""
 from __future__ import annotations
 
 import hashlib

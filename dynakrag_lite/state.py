@@ -4,8 +4,7 @@ A state is an immutable dataclass; every action returns a new one (``dataclasses
 Immutability lets the trainer branch from one state into each valid action's outcome
 (counterfactual labels) without copying by hand, and lets a trace keep every s_t.
 
-Never in a state: gold answers, support labels, support recall, answer scores.
-"""
+Never in a state: gold answers, support labels, support recall, answer scores."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace

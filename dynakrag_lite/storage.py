@@ -4,8 +4,7 @@
 * :class:`FolderLock`: a non-blocking ``flock`` on ``<folder>/.lock``; the kernel drops it
   when the process dies, so a killed run never leaves a stale lock.
 * Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files that may be
-  unpickled; policy and selector loaders refuse an unlisted file before unpickling it.
-"""
+  unpickled; policy and selector loaders refuse an unlisted file before unpickling it."""
 from __future__ import annotations
 
 import hashlib

@@ -13,8 +13,7 @@ per generator (:mod:`dynakrag_lite.training.calibration`); higher means "more li
 
 Score-based signals write the gap (``prompts.gap_messages``) only when insufficient. With no
 informative signal the text probe runs with ``gates=False``: its verdict reaches neither the gap
-nor the value model's features.
-"""
+nor the value model's features."""
 from __future__ import annotations
 
 import json

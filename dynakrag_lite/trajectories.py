@@ -16,8 +16,7 @@ Every visited state with documents is a :class:`PrefixSample` for the continuati
 paper does not state its target): ``f1`` (default; F1 of the answer at the end of the rollout
 minus F1 if stopping here, one answer call per prefix), ``sr`` (SR gain to the end, no answer
 calls) or ``onestep`` (best one-step SR gain). The targets estimate the utility of continuing
-under the uniform exploration, not under the learned policy.
-"""
+under the uniform exploration, not under the learned policy."""
 from __future__ import annotations
 
 import math

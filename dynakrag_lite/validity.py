@@ -11,8 +11,7 @@ Rules (paper Table 5, with our readings of what it leaves open):
 * Caps: at ``max_steps`` or ``max_docs`` only stop_answer remains; a spent retrieval cap removes
   the four retrieval actions.
 * compress_answer_evidence is terminal: once, after stop_answer, if enabled and the state holds
-  more than ``answer_docs_up_to`` documents.
-"""
+  more than ``answer_docs_up_to`` documents."""
 from __future__ import annotations
 
 from .config import ControlConfig

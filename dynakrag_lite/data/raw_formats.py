@@ -7,8 +7,7 @@ their leading spaces, so a paragraph is ``"".join(sentences).strip()``), **2Wiki
 
 Answers are the gold answer, then any ``answer_aliases``. Unanswerable MuSiQue records have no
 gold answer: they are the one thing skipped, counted in :attr:`RawLoadReport.n_unanswerable`.
-Every other defect raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
-"""
+Every other defect raises :class:`~dynakrag_lite.data.DataError` naming file, record and field."""
 from __future__ import annotations
 
 import json

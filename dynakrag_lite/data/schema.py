@@ -8,8 +8,7 @@ Normalized JSONL (one object per line)::
 
 Gold fields live here and in the metrics only: the controller's state never sees them (see
 :mod:`dynakrag_lite.state`). Bad input raises :class:`DataError` naming the file, the line and
-the field; nothing is silently dropped.
-"""
+the field; nothing is silently dropped."""
 from __future__ import annotations
 
 import codecs

@@ -3,8 +3,7 @@ official raw formats, detected by shape), writing, and the train/eval split.
 
 ``load_dataset("hotpotqa")`` reads ``$DYNAKRAG_DATA_DIR/hotpotqa.jsonl`` (default
 ``../shared/data``); ``load_dataset("library")`` builds the embedded synthetic set
-(:mod:`dynakrag_lite.data.library`), which needs no download.
-"""
+(:mod:`dynakrag_lite.data.library`), which needs no download."""
 from __future__ import annotations
 
 import hashlib

@@ -5,8 +5,7 @@ is visible: ``stop_reasons``, ``actions_mean`` (trace steps per action per quest
 ``sufficiency`` verdicts, ``parse_fallbacks`` per prompt kind (plus a method's own
 ``MethodResult.extra["parse_fallbacks"]``), ``vetoes`` and ``errors``. Where a trace step does
 not carry ``"parsed"``, ``unparsed`` probes are an upper bound (an INSUFFICIENT reply naming no
-missing fact looks like the fallback).
-"""
+missing fact looks like the fallback)."""
 from __future__ import annotations
 
 from collections import Counter

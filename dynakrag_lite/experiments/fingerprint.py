@@ -9,8 +9,7 @@ version 2 terms where the old record proves the same setup.
 
 Kept out: the question selection (checked beside it) and the llama.cpp build (:func:`llama_build`,
 recorded for :func:`build_change`): the portable and AVX-512 builds gave different greedy
-answers on 14 of 250 identical prompts, so compared runs must share a build.
-"""
+answers on 14 of 250 identical prompts, so compared runs must share a build."""
 from __future__ import annotations
 
 import hashlib

@@ -9,8 +9,7 @@ is the only writer) and how they are read and repaired. ``DIR`` holds:
 * ``run.json``: the fingerprint (:mod:`~dynakrag_lite.experiments.fingerprint`) and the
   ``"selection"`` (:mod:`~dynakrag_lite.experiments.selection`); resuming with another is refused.
 * ``summary.json``: metric means over the latest real rows, rewritten atomically per question.
-* ``.lock``: held for the whole evaluation, so a second process fails at once.
-"""
+* ``.lock``: held for the whole evaluation, so a second process fails at once."""
 from __future__ import annotations
 
 import json

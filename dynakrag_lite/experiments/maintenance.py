@@ -2,8 +2,7 @@
 cli` adds them to its parser): ``cache merge`` (LLM call cache files) and ``policy-manifest``
 (the ``MANIFEST.sha256`` of a folder of committed policies). The README and
 ``results/policies/README.md`` explain them; ``make llm-cache`` merges the book's recorded
-calls into a working copy with :func:`merge_cache`.
-"""
+calls into a working copy with :func:`merge_cache`."""
 from __future__ import annotations
 
 import argparse

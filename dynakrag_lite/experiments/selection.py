@@ -7,8 +7,7 @@ selection). ``--limit`` is not part of it either: a larger limit evaluates more 
 list, which is how runs are extended. A folder without the field has its selection derived
 from the commands it records (:func:`recorded_selection`); one with neither is not checked.
 ``--n-eval`` is recorded as given, so two values above the split's cap are refused as
-different although they select the same list.
-"""
+different although they select the same list."""
 from __future__ import annotations
 
 import argparse

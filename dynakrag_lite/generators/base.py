@@ -5,8 +5,7 @@ counts out, and log-probabilities of given reply options.
 ``server``), ``cache`` wraps any of them with the persistent call cache and ``spec`` builds one from
 a spec string. Every call has a time limit (``timeout``, else ``$DYNAKRAG_GEN_TIMEOUT``, else a
 backend default): a server request's timeout, or a wall-clock cap on in-process decoding, after
-which the text so far comes back with ``Generation.truncated = True``.
-"""
+which the text so far comes back with ``Generation.truncated = True``."""
 from __future__ import annotations
 
 import math
@@ -69,8 +68,7 @@ class Generator(Protocol):
     first token), "sequence" (the sum over its tokens) or "auto" (first tokens when they
     differ between the options, else sequences). llama.cpp, transformers and OpenAI-compatible
     servers offer it (servers: first tokens only), and so does the call cache's wrapper; a
-    minimal backend may return just ``{option: log-prob}`` (see :func:`option_scores`).
-    """
+    minimal backend may return just ``{option: log-prob}`` (see :func:`option_scores`)."""
 
     spec: str
     model_id: str

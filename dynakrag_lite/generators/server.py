@@ -3,8 +3,7 @@ speaking the chat-completions API (vLLM, the llama.cpp server, Ollama, OpenAI).
 
 A reply whose message content is ``null`` yields empty text (some servers send null for an
 empty completion); a reply with no ``choices`` raises. Option scoring asks for the top-20
-log-probabilities of the first reply token. The openai package is imported by the constructor.
-"""
+log-probabilities of the first reply token. The openai package is imported by the constructor."""
 from __future__ import annotations
 
 import math

@@ -8,8 +8,7 @@
 * ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
   Ollama, OpenAI).
 
-Every backend is greedy by default and reports the tokens its own tokenizer (or server) counts.
-"""
+Every backend is greedy by default and reports the tokens its own tokenizer (or server) counts."""
 from __future__ import annotations
 
 import gc

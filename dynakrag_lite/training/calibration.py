@@ -6,8 +6,7 @@ actions, plus matched incomplete *contrast* states; :func:`signal_scores` scores
 them. :func:`calibrate` takes per signal the AUC against 1[SR = 1] with a bootstrap standard
 error over *questions*; a signal is *informative* when AUC - 0.5 exceeds both ``min_gain`` (.05)
 and 1.645 standard errors. The most informative (ties: the cheaper) is chosen, its threshold by
-maximal Youden J or :func:`precision_threshold`; with none the text probe gets ``gates=False``.
-"""
+maximal Youden J or :func:`precision_threshold`; with none the text probe gets ``gates=False``."""
 from __future__ import annotations
 
 import random

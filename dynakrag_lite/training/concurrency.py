@@ -5,8 +5,7 @@ server, so N items run at once in threads. A worker holds one lock per run for t
 except while its server call is in flight (:func:`locked_runner`, :class:`ReleasingGenerator`),
 so the library's non-thread-safe parts never run concurrently and results do not depend on
 scheduling; results come back to the calling thread in item order (:func:`run_in_order`).
-In-process backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused.
-"""
+In-process backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused."""
 from __future__ import annotations
 
 import threading

@@ -6,8 +6,7 @@ arrays (no pickle, so a file from anyone is safe to load), with the settings the
 were collected under (``TrainingData.run``) and the sufficiency calibration states
 (:class:`CalibrationTable`). With both, ``train --from-data FILE`` rebuilds a whole policy,
 calibrated signal included, without a model call, on any subset of the questions. Format-1
-files (without either) still load for re-tuning; ``--from-data`` refuses them.
-"""
+files (without either) still load for re-tuning; ``--from-data`` refuses them."""
 from __future__ import annotations
 
 import io

@@ -5,8 +5,7 @@ and lambda and the veto threshold chosen by cross-validation on the training que
 veto threshold, without executing anything (chapter 9); :func:`stop_outcomes` says where those
 decisions stop on each question and what they would have there; :func:`tune_continuation`
 chooses ``(lam, veto_threshold)`` by cross-validation grouped by question (``python -m
-dynakrag_lite train`` runs it).
-"""
+dynakrag_lite train`` runs it)."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
