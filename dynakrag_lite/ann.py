@@ -167,15 +167,13 @@ def _skip_polysemous_training(index) -> None:
 def build_index(vectors, factory: str | None = None, *, train_size: int | None = None,
                 seed: int = 0, nprobe: int | None = DEFAULT_NPROBE,
                 ef_search: int | None = DEFAULT_EF_SEARCH, chunk_rows: int = ADD_CHUNK):
-    """An inner-product index over ``vectors`` (n x d float32, normalized; an in-memory array
-    or a memory map of a ``.npy`` file, see :func:`write_vectors`).
+    """An inner-product index over ``vectors`` (n x d float32, normalized; in memory or a
+    memory-mapped ``.npy``, see :func:`write_vectors`).
 
-    ``factory`` None/"Flat": exact ``IndexFlatIP``. Otherwise a FAISS index-factory string:
-    an index that needs training (IVF, PQ, SQ) is trained on a seeded :func:`training_sample`
-    of :func:`train_rows` vectors; then every vector is added in order, ``chunk_rows`` at a
-    time, so index position i is row i, and the search knobs are set. Raises ValueError naming
-    the string when faiss cannot make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096
-    vectors). HNSW built by several threads may differ in a few links between rebuilds."""
+    ``factory`` None/"Flat": exact ``IndexFlatIP``; else a FAISS factory string, trained when
+    needed on a seeded :func:`training_sample`. Vectors are added in order, ``chunk_rows`` at a
+    time, so index position i is row i. Raises ValueError naming the string when faiss cannot
+    make, train or fill it. HNSW built by several threads may differ in a few links."""
     n, dim = vectors.shape
     f = normalize_factory(factory)
     index = make_index(dim, f)
@@ -198,10 +196,9 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
 
 
 def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
-    """``(index, mapped)``: the index saved at ``path``, memory-mapped (its stored codes; graph
-    links and small tables are read) when ``mmap`` is set and faiss can map it, else read. A
-    mapped index is read-only and relies on its file staying as it is: the retriever only
-    replaces index files with ``os.replace``."""
+    """``(index, mapped)``: the index at ``path``, memory-mapped when ``mmap`` is set and faiss
+    can map it, else read. A mapped index relies on its file staying as it is: the retriever
+    only replaces index files with ``os.replace``."""
     import faiss  # heavy optional dependency
     if mmap:
         for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):

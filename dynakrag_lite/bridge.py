@@ -267,10 +267,8 @@ def _generic(entity_key: str) -> bool:
 def bridge_candidates(question: str, docs: Sequence, exclude: Iterable[str] = (),
                       max_candidates: int = 5, use_spacy: bool = True,
                       titles: AbstractSet[str] | None = None) -> tuple[str, ...]:
-    """Candidates from ``docs`` ordered best first (see the module docstring).
-
-    ``titles``: normalized corpus title keys (:func:`corpus_title_keys`); None disables the
-    title rules (then GPE needs two words and only NER/regex entities are candidates)."""
+    """Candidates from ``docs`` ordered best first (see the module docstring); ``titles``
+    (:func:`corpus_title_keys`) None disables the title rules."""
     qkey = normalize_title(question)
     retrieved = {normalize_title(d.title) for d in docs}
     skip = retrieved | {normalize_title(e) for e in exclude}

@@ -58,12 +58,9 @@ class Snippet:
 
 @dataclass(frozen=True)
 class Compression:
-    """What compress_answer_evidence produced.
-
-    ``snippets`` is what the answer reads: one ``"Title: sentence sentence"`` line per source
-    document in document order, or ``()`` when ``fallback_to_docs`` (then the answer reads the
-    documents). ``valid_snippets`` are the kept snippets with their source, ``dropped`` the
-    rejected ones as ``(text, reason)``."""
+    """What compress_answer_evidence produced: ``snippets``, what the answer reads (one
+    ``"Title: sentence sentence"`` line per source document, or ``()`` when
+    ``fallback_to_docs``); ``valid_snippets`` with their source; ``dropped`` as (text, reason)."""
     snippets: tuple[str, ...]
     raw: str
     generation: object | None  # Generation of the LLM call; None for the extractive compressor
@@ -310,11 +307,9 @@ class SentenceRows:
 def sentence_features(question: str, docs: Sequence,
                       encode: Callable[[Sequence[str]], np.ndarray] | None = None
                       ) -> SentenceRows:
-    """Feature rows of every sentence of ``docs`` (their order is the rank order used for
-    ``doc_rank``; ``doc.score`` is the retrieval score). No gold label is read: overlap with
-    the question's words and capitalised entities, title mentions (own and other documents':
-    a bridge cue), position, retrieval rank and score, length, year/number cues against the
-    question's wh-word, and the embedding cosine to the question."""
+    """Feature rows of every sentence of ``docs`` (in rank order; ``doc.score`` is the
+    retrieval score). No gold label is read: question overlap, title mentions (a bridge cue),
+    position, rank, score, length, number cues against the wh-word, and embedding cosine."""
     q_cw = content_words(question)
     q_caps = {w.lower() for w in _CAPS.findall(question)} - STOPWORDS
     ql = question.lower()
@@ -412,9 +407,7 @@ class SentenceSelector:
 
 def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
     """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
-
-    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
-    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there)."""
+    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`."""
     return SentenceSelector.load(path, trusted=trusted)
 
 

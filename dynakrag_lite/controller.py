@@ -68,10 +68,9 @@ class Chooser(Protocol):
 
 
 class UniformChooser:
-    """Uniform-valid controller (paper ablation): a seeded random valid action, fixed horizon:
-    it never chooses stop_answer itself, so it runs until a cap forces the stop. With
-    ``stop_after`` K (``evaluate --method uniform --stop-after K``) it stops once K
-    acquisitions were made, as the learned policy's stop-at-K schedule does."""
+    """Uniform-valid controller (paper ablation): a seeded random valid action, never
+    stop_answer, so it runs until a cap; with ``stop_after`` K it stops after K acquisitions,
+    as the learned policy's stop-at-K schedule does."""
     name = "uniform"
 
     def __init__(self, seed: int = 13, stop_after: int | None = None):

@@ -101,10 +101,9 @@ def _is_yes_no(answer: str) -> bool:
 
 def template_chain(question: str, gold: Sequence[tuple[str, str]], answer: str,
                    max_sentence_chars: int = 300) -> tuple[str, ...] | None:
-    """The deterministic CoT of one training question, or None when no usable chain exists (a
-    gold paragraph without sentences, or a sentence over ``max_sentence_chars``). From a gold
-    paragraph holding the answer: its first sentence with it (placed last); from another: the
-    sentence sharing most words with the other gold titles (weight 2) and the question."""
+    """The deterministic CoT of one training question (None when a gold paragraph has no
+    usable sentence): per gold paragraph the sentence holding the answer (placed last), else
+    the one sharing most words with the other gold titles and the question."""
     if not gold:
         return None
     ans = _norm(answer)
@@ -164,13 +163,10 @@ _CACHE: dict[tuple, Demonstrations] = {}
 def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: int = 1,
                       max_chars: int = 400, eval_ids: Iterable[str] = (),
                       max_sentence_chars: int = 300) -> Demonstrations:
-    """``k`` IRCoT demonstrations from ``pool``, a list of :class:`~dynakrag_lite.data.Question`
-    of the *training* split (gold labels are read here, and only here).
-
-    Each shows the question's gold paragraphs plus ``n_distractors`` of its own, clipped to
-    ``max_chars`` (never before the chain's sentence), and the template chain of thought. An
-    overlap of the pool with ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k``
-    usable questions, ``ValueError``. Cached."""
+    """``k`` cached IRCoT demonstrations from ``pool``, questions of the *training* split (gold
+    labels are read here only): gold paragraphs plus ``n_distractors``, clipped to ``max_chars``
+    (never before the chain's sentence), and the template chain. A pool overlapping
+    ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k`` usable questions, ValueError."""
     pool = list(pool)
     check_disjoint((q.id for q in pool), eval_ids)
     if k <= 0:

@@ -42,13 +42,9 @@ def _check_supported(forest) -> None:
 
 class FlatForest:
     """Predict like a fitted single-output ``RandomForestRegressor``, bit for bit, without
-    calling scikit-learn.
-
-    Arrays (``T`` trees, ``M`` = the largest node count), indexed by a node's *flat* id
-    ``t * M + i``: ``children`` (T, M, 2), ``feature``, ``threshold``, ``missing_left`` and
-    ``value`` (T, M). A leaf (and every padding slot) is its own child on both sides, so
-    ``predict`` walks every (row, tree) pair ``depth`` steps with no mask. Input is checked as
-    sklearn checks it, except for column names."""
+    scikit-learn. Arrays are indexed by a node's flat id ``t * M + i`` (``M``: the largest node
+    count); a leaf (and every padding slot) is its own child, so ``predict`` walks every (row,
+    tree) pair ``depth`` steps with no mask. Input is checked as sklearn does, bar column names."""
 
     #: (row, tree) pairs walked at once: bounds the temporaries (rows are independent).
     BLOCK_PAIRS = 1 << 16

@@ -68,10 +68,8 @@ def _container_problem(raw: bytes) -> str | None:
 
 
 def check_policy_file(path: Path) -> str:
-    """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes
-    (one complete zlib stream holding one whole pickle), checked without unpickling: a
-    manifest is where a file is vouched for, not where it runs. Returns the sha256 of the
-    bytes checked, for the manifest entry."""
+    """PolicyError naming ``path`` unless it holds what :meth:`Policy.save` writes, checked
+    without unpickling (a manifest vouches for a file, it does not run it). Returns its sha256."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -287,11 +285,8 @@ class Policy:
 
     @staticmethod
     def load(path: str | Path, *, trusted: bool | None = None) -> "Policy":
-        """Load a policy saved by :meth:`save`.
-
-        **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
-        takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
-        Also checks the feature names; :meth:`provenance` then gives the file's path and sha256."""
+        """Load a policy saved by :meth:`save`, checking its feature names. **A joblib file is
+        code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256` takes it."""
         path = Path(path)
         if not path.exists():
             raise PolicyError(f"{path}: policy file not found")
@@ -366,13 +361,10 @@ def training_overlap(policy: Policy, ids: Iterable[str]) -> list[str]:
 
 def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_action: int,
                  eval_ids: Iterable[str] = ()) -> None:
-    """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
-    listing every problem).
-
-    Checked against the policy's meta: feature names, the embedder (retrieval scores are features),
-    ``doc_chars`` and ``per_action`` (both enter the cost features), the scikit-learn version
-    (forests may not predict the same across versions), and that no evaluation question was a
-    training question. Another generator is allowed (the paper's generator transfer)."""
+    """Refuse a policy that does not fit the run about to use it (a :class:`PolicyError`
+    listing every problem): feature names, the embedder, ``doc_chars`` and ``per_action`` (they
+    enter the features), the scikit-learn version, and no evaluation question among the
+    training ones. Another generator is allowed (the paper's generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"

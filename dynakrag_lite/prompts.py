@@ -55,16 +55,10 @@ _THIS_SLOT = re.compile(r"\b(this|these|that)\s+\w+", re.I)
 
 
 def is_yes_no_question(question: str) -> bool:
-    """True for a question whose answer is yes or no.
-
-    * Starts with an auxiliary verb ("Are both X and Y magazines?", "Did X win ...?") and does
-      not offer a choice with "or" ("Is X or Y older?" is answered with X or Y; "either/neither
-      ... or" still asks yes/no).
-    * Or a declarative comparison with "both"/"same" and no wh-word or "this <noun>" slot
-      ("Both X and Y are a genus of flowering plants?"; but "X and Y are both in this
-      country?" asks for the country).
-
-    On the dev files every question with a yes/no gold answer passes, and only two others."""
+    """True for a question whose answer is yes or no: it starts with an auxiliary verb and
+    offers no choice with "or" ("Is X or Y older?"), or it is a declarative comparison with
+    "both"/"same" and no wh-word or "this <noun>" slot. On the dev files every question with
+    a yes/no gold answer passes, and only two others."""
     q = " ".join(question.split())
     if not q:
         return False
@@ -191,12 +185,9 @@ def _norm_key(s: str) -> str:
 
 
 def parse_query(text: str, fallback: str, titles: Sequence[str] = ()) -> str:
-    """First usable line of a rewrite reply, without labels, quotes or copied document text.
-
-    Small models often copy a document instead of writing a query. Stripped: document markers
-    ("[1]", "Document 3:"), labels ("Query:"), "Search for ... in the documents". Skipped: a
-    "Title: text" copy of one of ``titles`` (without titles, any marker-led "X: text" line) and
-    echoed prompt lines ("Question:", "Answer:", a bare "Query"). Fallback: ``fallback``."""
+    """First usable line of a rewrite reply, without labels, quotes or copied document text
+    (small models often copy a document): markers, labels and "Search for ..." are stripped,
+    a "Title: text" copy and echoed prompt lines skipped. Fallback: ``fallback``."""
     title_keys = {_norm_key(t) for t in titles if t}
     for raw_line in text.strip().splitlines():
         line = raw_line.strip()
@@ -388,15 +379,10 @@ def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
                       docs: Sequence = (), max_chars: int | None = None, *,
                       step_docs: Sequence[Sequence] | None = None, demos: Sequence = (),
                       force_final: bool = False) -> list[Message]:
-    """Self-Ask's proposer as a dialogue in which the search engine is the other speaker.
-
-    Press et al.'s text is split into chat turns where Self-Ask hands over to search: the
-    model writes the 'Follow up:' and 'So the final answer is:' lines, the user turns bring
-    the question (with 'Are follow up questions needed here: Yes.', as FlashRAG states it) and
-    each 'Intermediate answer:'. The documents retrieved for the question (``docs``) open the
-    dialogue and each intermediate answer comes with the documents its follow-up added
-    (``step_docs[i]``): FlashRAG's variant. ``demos`` come first in the same shape;
-    ``force_final`` asks for the final answer now."""
+    """Self-Ask's proposer as a dialogue with the search engine as the other speaker: the model
+    writes 'Follow up:' and 'So the final answer is:' lines, user turns bring the question and
+    each 'Intermediate answer:' with the documents its follow-up added (FlashRAG's variant;
+    ``docs`` open the dialogue). ``demos`` come first; ``force_final`` asks for the answer now."""
     msgs: list[Message] = [{"role": "system", "content": SELF_ASK_SYSTEM}]
     for demo in demos:
         msgs += _self_ask_dialogue(demo.question, demo.docs, demo.steps, None)
@@ -416,11 +402,9 @@ _FINAL = re.compile(r"(?:final|the) answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
 
 
 def parse_self_ask(text: str) -> tuple[str | None, str | None]:
-    """(follow-up question, final answer); at most one is set, both None for a malformed reply.
-
-    The reply is cut at its first 'Intermediate answer:' (the stop sequence: search answers a
-    follow-up, never the model). Of a follow-up and a conclusion, the earlier one wins.
-    Fallback: a bare line ending in '?' is taken as the follow-up."""
+    """(follow-up question, final answer), at most one set (both None: malformed). The reply is
+    cut at its first 'Intermediate answer:'; the earlier of follow-up and conclusion wins.
+    Fallback: a bare line ending in '?' is the follow-up."""
     head = re.split(r"intermediate answer\s*:", text, maxsplit=1, flags=re.I)[0]
     fin, fup = _FINAL.search(head), _FOLLOW_UP.search(head)
     if fin and (fup is None or fin.start() < fup.start()):

@@ -146,9 +146,7 @@ def load_embedder(name: str = DEFAULT_EMBEDDER):
 
 def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
     """What decides an embedder's vectors, found without loading it (the embedding cache's
-    key): the name, its folder's files with sizes and mtimes, the versions of torch /
-    transformers / sentence-transformers, the device kind, and the loader function (a test's
-    stand-in embedder never shares the real one's rows)."""
+    key): name, folder files, library versions, device kind and the loader function."""
     path = resolve_embedder(name)
     files: list = []
     folder = Path(path)
@@ -177,13 +175,9 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
 
 class DenseRetriever:
     """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
-
-    Defaults give exact search (``IndexFlatIP``). For large corpora (:mod:`dynakrag_lite.ann`):
-    ``index_factory`` (a FAISS factory string; trained kinds use a sample of ``train_size``
-    vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``, ``mmap`` (map
-    the saved index instead of reading it) and ``vectors_path`` (stream the corpus embeddings
-    to this ``.npy`` file, reused by later builds). The factory and its training settings are
-    part of the index key and of meta.json: an index of another kind is never loaded."""
+    Defaults give exact search; ``index_factory``, ``train_size``, ``seed``, ``nprobe``,
+    ``ef_search``, ``mmap`` and ``vectors_path`` are :mod:`dynakrag_lite.ann`'s large-corpus
+    options, and part of the index key: an index of another kind is never loaded."""
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,

@@ -47,10 +47,9 @@ def _umask() -> int:
 
 @contextmanager
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file whose bytes replace ``path`` in one step when the block ends without an
-    exception (unique temp file in the target's folder + fsync + os.replace); on an exception
-    the temp file is removed and ``path`` is untouched. The new file's mode is what ``open()``
-    gives a new file (``0666`` minus the umask), not ``mkstemp``'s private ``0600``."""
+    """A binary file that replaces ``path`` in one step when the block ends without an
+    exception (temp file + fsync + os.replace), else is removed. Its mode is what ``open()``
+    gives a new file, not ``mkstemp``'s private ``0600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -129,12 +128,9 @@ def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = Non
                     pattern: str = "*.joblib",
                     check: Callable[[Path], str | None] | None = None) -> Path:
     """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
-
-    With ``files``, only those entries are (re)written, so saving one file vouches for nothing
-    else; without, the manifest is rebuilt from every ``pattern`` file in the folder. Entries of
-    deleted files are dropped (they would vouch for whatever later takes their name).
-    ``check``: called with each file first; it refuses a file by raising, and may return the
-    sha256 of the bytes it accepted, which is then what is recorded."""
+    With ``files`` only those entries are written, else every ``pattern`` file; entries of
+    deleted files are dropped. ``check`` may refuse a file by raising, or return the sha256 of
+    the bytes it accepted, which is then recorded."""
     folder = Path(folder)
     if files is None:
         entries: dict[str, str] = {}
@@ -196,10 +192,9 @@ def verify_manifest(path: str | Path, data: bytes, what: str = "file", fix: str 
 
 def verified_sha256(path: str | Path, data: bytes, trusted: bool | None = None,
                     what: str = "file", fix: str = "") -> str:
-    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled), checked by
-    :func:`verify_manifest` as ``trusted`` says: ``None``, when the folder keeps a
-    ``MANIFEST.sha256`` (one without holds the user's own files); ``False``, always; ``True``,
-    never (the caller vouches for the file)."""
+    """sha256 of ``data`` (read from ``path``, about to be unpickled), checked by
+    :func:`verify_manifest` when ``trusted`` is ``None`` and the folder keeps a manifest, or
+    ``False``; never when ``True`` (the caller vouches for the file)."""
     path = Path(path)
     if trusted is None:
         trusted = not (path.parent / MANIFEST_NAME).exists()

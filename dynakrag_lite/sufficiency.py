@@ -173,11 +173,8 @@ class SignalStats:
 
 @dataclass
 class SufficiencySignal:
-    """Which signal decides the probe's verdict, with its calibrated threshold.
-
-    ``gates=False``: the verdict is recorded but gates nothing (a gap is always written and
-    the value model's features see no verdict): the setting for a signal at chance.
-    ``estimator``: the fitted :class:`SufficiencyEstimator` (``kind="learned"``).
+    """Which signal decides the probe's verdict, with its calibrated threshold. ``gates=False``
+    (a signal at chance): the verdict gates nothing; ``estimator`` for ``kind="learned"``;
     ``stats``: every candidate's :class:`SignalStats` on the calibration states."""
     kind: str = "text"
     threshold: float | None = None

@@ -109,10 +109,8 @@ class TrainingData:
     def action_gains(self, retrieval_actions: tuple[str, ...] = (
             "retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query")
                      ) -> dict[str, dict[str, float]]:
-        """Per acquisition action, over every executed branch (chosen or counterfactual):
-        ``calls``, ``questions`` reached, ``mean_sr_gain`` (its Eq. 1 label, SR(s') - SR(s)),
-        ``hit_rate`` (share of calls that added a gold document) and ``chosen`` (calls on the
-        exploration path)."""
+        """Per acquisition action over every executed branch: ``calls``, ``questions``,
+        ``mean_sr_gain``, ``hit_rate`` (share adding a gold document) and ``chosen`` calls."""
         out: dict[str, dict[str, float]] = {}
         for a in retrieval_actions:
             ss = [s for s in self.samples if s.action == a and s.executed]
@@ -261,12 +259,9 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
             progress: bool = True, continuation: str = "f1",
             answer_questions: int | None = None,
             runner: Callable[[list, Callable, Callable, Environment], None] | None = None) -> TrainingData:
-    """Trajectories of ``questions`` (training questions only) with continuation targets of
-    kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
-
-    ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
-    dominate the cost). ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each
-    item and ``emit(item, result)`` in item order (default: one by one)."""
+    """Trajectories of ``questions`` (training only) with ``continuation`` targets (``"f1"``:
+    answer calls for the first ``answer_questions``; ``"sr"``/``"onestep"``: none).
+    ``runner(items, one, emit, env)`` calls ``one`` per item and ``emit`` in item order."""
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 

@@ -71,10 +71,9 @@ def register_policy(path: str | Path) -> Path | None:
 
 def update_policy_manifest(folder: str | Path | None = None,
                            files: Iterable[str | Path] | None = None) -> Path:
-    """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies).
-
-    As :func:`dynakrag_lite.storage.update_manifest`; PolicyError naming the file, with
-    nothing written, when a file is missing or is not what :meth:`Policy.save` writes."""
+    """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies),
+    as :func:`dynakrag_lite.storage.update_manifest`; PolicyError, with nothing written, when a
+    file is missing or is not what :meth:`Policy.save` writes."""
     return update_manifest(POLICIES_DIR if folder is None else folder, files,
                            check=check_policy_file)
 

@@ -152,12 +152,10 @@ def policy_digest(policy: Any) -> str:
 def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = None,
                     policy_sha256: str | None = None, data_sha256: str | None = None,
                     demos: Any = None, questions: Sequence[Question] = ()) -> dict:
-    """Everything that decides a run's rows: two runs with equal fingerprints may share a
-    folder; a resume with a different one is refused (:func:`check_run_folder`).
-
-    From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's ``stop_after``;
-    from ``policy``: its file's sha256 and decision settings. The selector enters by its file's
-    sha256, IRCoT's ``demos`` by their ids (refused when one is among ``questions``)."""
+    """Everything that decides a run's rows (:func:`check_run_folder` refuses another): from
+    ``settings`` the method, ``fixed_k``, ``seed`` and ``stop_after``; the policy's and
+    selector's file sha256 and decision settings; IRCoT's ``demos`` by their ids (refused when
+    one is among ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever
@@ -297,11 +295,9 @@ def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
 
 def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | None = None,
                        corpus: Corpus | None = None) -> tuple[dict | None, dict | None, str]:
-    """The checks of a resume into ``out``, reading only: :class:`FingerprintError` when it
-    records another setup than ``fingerprint`` or, with ``selection``, another question list,
-    or predictions with no fingerprint at all (run.json, else summary.json's). Returns (the
-    recorded fingerprint, it upgraded to today's terms, the file it was found in); (None,
-    None, "") for a folder with no run."""
+    """The checks of a resume into ``out``, reading only: :class:`FingerprintError` for another
+    setup, another question list, or predictions with no fingerprint. Returns (the recorded
+    fingerprint, it upgraded, the file it was found in); (None, None, "") for no run."""
     out = Path(out)
     old, source, records = _recorded(out)
     if old is None:
@@ -362,11 +358,9 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
                      corpus: Corpus | None = None, selection: dict | None = None,
                      build: dict | None = None) -> dict:
     """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
-    or, with ``selection``, a different question list (:func:`check_recorded_run`).
-
-    A version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus) and,
-    when equal, run.json is rewritten in version 2 with the old record kept under
-    ``"upgraded_from"``; a lost run.json is restored from summary.json."""
+    or question list (:func:`check_recorded_run`). An equal version-1 record is rewritten in
+    version 2 (the old one under ``"upgraded_from"``); a lost run.json is restored from
+    summary.json."""
     out = Path(out)
     path = out / RUN_FILE
     old, seen, source = check_recorded_run(out, fingerprint, selection, corpus)

@@ -61,10 +61,9 @@ def _is_number(x: object) -> bool:
 
 
 def row_problem(row: dict, complete: bool = False) -> str | None:
-    """What is wrong with one predictions row (None: nothing): a number field that is not a
-    number, a ``prediction`` that is not text. ``complete`` (what a resuming writer checks):
-    also every field :func:`~dynakrag_lite.experiments.run.score` writes, and an error row's
-    ``error`` object. Readers of tables stay lenient about absent fields."""
+    """What is wrong with one predictions row (None: nothing). ``complete`` (a resuming writer)
+    also requires every field :func:`~dynakrag_lite.experiments.run.score` writes; readers of
+    tables stay lenient about absent fields."""
     if "error" in row:
         return "field 'error' of an error row is not an object" \
             if complete and not isinstance(row["error"], dict) else None

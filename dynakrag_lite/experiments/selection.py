@@ -110,10 +110,9 @@ def selection_from_command(command: str | None) -> dict | None:
 
 
 def recorded_selection(records: Sequence[tuple[str, dict]]) -> list[tuple[dict, str]]:
-    """The selections a folder's records allow (``records``: (where, record) of its run.json,
-    then of summary.json's ``"run"``), each with where it is recorded: a record's
-    ``"selection"`` field (run.json's decides alone), else the one its ``"command"`` makes
-    (older runs could change the split on resume, so each is allowed). []: not checked."""
+    """The selections a folder's ``records`` ((where, record) of run.json, then summary.json's
+    ``"run"``) allow, each with where: a ``"selection"`` field (run.json's decides alone), else
+    what its ``"command"`` makes (older runs could change the split). []: not checked."""
     allowed: list[tuple[dict, str]] = []
     for i, (where, record) in enumerate(records):
         if isinstance(record.get(SELECTION_FIELD), dict):

@@ -180,9 +180,8 @@ LOGPROB_FLOOR = -1e4  # stands for a missing or infinite log-prob: JSON and marg
 def option_scores(result: OptionScores | Mapping[str, float], messages: list[dict],
                   options: Sequence[str], seconds: float) -> OptionScores:
     """An ``option_logprobs`` result as :class:`OptionScores` over exactly ``options``, every
-    log-prob finite (:data:`LOGPROB_FLOOR` for a missing or infinite one). A plain
-    ``{option: log-prob}`` (a minimal backend, such as a test double) gets whitespace
-    prompt-token estimates of ``messages``, method "backend" and the caller's ``seconds``."""
+    log-prob finite (:data:`LOGPROB_FLOOR`). A plain ``{option: log-prob}`` (a test double)
+    gets whitespace prompt-token estimates, method "backend" and the caller's ``seconds``."""
     if isinstance(result, Mapping):
         result = OptionScores(dict(result), sum(approx_token_count(m["content"])
                                                 for m in messages),

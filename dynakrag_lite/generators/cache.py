@@ -282,12 +282,10 @@ class CallCache(SQLiteCache):
 
 # -- the cache wrapper -----------------------------------------------------------------------
 class CachedGenerator:
-    """Wraps a generator with a :class:`CallCache`.
-
-    The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
-    inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
-    with ``cached=True``; a miss under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A
-    generation cut by the time limit is returned but not stored: it reflects machine speed."""
+    """Wraps a generator with a :class:`CallCache` keyed by backend, ``model_id``, messages,
+    ``max_tokens``, ``stop`` and ``decoding``. A hit comes back with ``cached=True``; a miss
+    under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A generation cut by the time limit
+    is not stored: it reflects machine speed."""
 
     def __init__(self, inner: Generator, cache: CallCache) -> None:
         self.inner = inner

@@ -48,13 +48,9 @@ def _load_hf(model: str, gguf_file: str | None, device: str) -> tuple[Any, Any, 
 
 
 class TransformersGenerator(DecodingMixin):
-    """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder.
-
-    GGUF weights are dequantised to fp32 on load (RAM about 9x the GGUF size for the 4-bit
-    files). Greedy unless ``temperature > 0``; token counts come from the tokenizer (completion
-    up to and excluding EOS). ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) is
-    ``generate(max_time=...)``: past it the result is marked ``truncated``. Option scoring is
-    one forward pass over the chat-templated prompt."""
+    """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder
+    (dequantised to fp32 on load: RAM about 9x the 4-bit file). Greedy unless ``temperature >
+    0``; ``timeout`` is ``generate(max_time=...)``, past which the result is ``truncated``."""
 
     backend = "transformers"
 

@@ -133,16 +133,11 @@ class _Deadline:
 
 
 class LlamaCppGenerator(DecodingMixin):
-    """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
-
-    The chat template comes from the GGUF metadata; ``n_ctx=4096`` holds a prompt of 12
-    paragraphs plus the answer. ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) caps
-    decoding time. ``lazy=True`` (behind the call cache) loads the model on its first live use,
-    so a re-run whose calls all hit the cache never loads it.
-
-    Prefix reuse of its live calls (benchmarks/bench_prefix_reuse.py): ``last_reused_tokens``
-    / ``last_evaluated_tokens`` (summing to ``prompt_tokens``) and running totals since
-    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted."""
+    """A GGUF model run by llama.cpp, greedy by default, with the GGUF's chat template;
+    ``n_ctx=4096`` holds 12 paragraphs plus the answer. ``lazy=True`` (behind the call cache)
+    loads the model on its first live call, so a fully cached re-run never loads it.
+    ``last_reused_tokens`` / ``last_evaluated_tokens`` and :meth:`counters` measure prefix
+    reuse (benchmarks/bench_prefix_reuse.py)."""
 
     backend = "llama.cpp"
 

@@ -22,12 +22,9 @@ __all__ = ["OpenAIGenerator"]
 
 class OpenAIGenerator(DecodingMixin):
     """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
-
-    The API key is ``OPENAI_API_KEY`` or ``"none"``. A server that omits ``usage`` gets
-    whitespace-token estimates, counted in :attr:`approximate_usage_calls` (one warning).
-    ``timeout`` (per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120 s) and ``max_retries``
-    (default 2) bound a call; failures raise :class:`GeneratorError` naming the server URL,
-    credentials redacted."""
+    The API key is ``OPENAI_API_KEY`` or ``"none"``; a server that omits ``usage`` gets
+    whitespace-token estimates (:attr:`approximate_usage_calls`). Failures raise
+    :class:`GeneratorError` naming the server URL, credentials redacted."""
 
     backend = "openai"
 
@@ -131,11 +128,10 @@ class OpenAIGenerator(DecodingMixin):
 
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
-        """Top-20 log-probs of the first reply token. An option's log-prob is the log of the
-        summed probability of the listed tokens that begin it and begin no other option (so
-        "S", "SU" count for SUFFICIENT; "IN", "INS" for INSUFFICIENT); an option with no listed
-        token gets the smallest listed log-prob (an upper bound). Sequence scoring is not
-        available here: a server returns log-probs of generated tokens only."""
+        """Top-20 log-probs of the first reply token: an option gets the log of the summed
+        probability of listed tokens that begin it and no other option ("S", "SU" for
+        SUFFICIENT), else the smallest listed log-prob (an upper bound). A server returns
+        log-probs of generated tokens only, so sequence scoring is not available."""
         if mode == "sequence":
             raise GeneratorError("an OpenAI-compatible server returns log-probs of generated "
                                  "tokens only; sequence scoring of given options is "

@@ -58,10 +58,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True,
                    **kwargs: Any) -> Generator:
-    """Build the generator named by ``spec`` (see :func:`parse_spec`), wrapped in the call cache.
-
-    ``cache``: True = the default cache file, a path = that file, an existing ``CallCache``,
-    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...)."""
+    """Build the generator named by ``spec`` (:func:`parse_spec`), wrapped in the call cache
+    (``cache``: True = the default file, a path, a ``CallCache``, or False/None = none)."""
     kind, args = parse_spec(spec)
     gen: Generator
     if kind in ("bundled", "gguf") and cache is not False and cache is not None:

@@ -34,10 +34,8 @@ _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "execute
 def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       live_signal=None, check: bool = True) -> CalibrationTable | None:
-    """The :class:`CalibrationTable` of a training run (``train --save-data``): the rows
-    ``train_signal`` calibrated on (its LLM calls are cache hits now); None for the text probe. With
-    ``check``, ``reproduced`` records whether the table's own :meth:`~CalibrationTable.signal`
-    equals ``live_signal``, so a table that would rebuild another signal is never used silently."""
+    """The :class:`CalibrationTable` of a training run (``train --save-data``; None for the text
+    probe). With ``check``, ``reproduced`` records whether it rebuilds ``live_signal``."""
     table = calibration_table(questions, env, kind, rule, llm_questions, seed, min_gain)
     if table is not None:
         table.signal_info = live_signal.describe() if live_signal is not None else None
