@@ -1,11 +1,8 @@
-"""The seven atomic actions (chapter 5). Each is a function ``(state, env) -> new state``.
+"""The seven atomic actions (chapter 5), each a function ``(state, env) -> new state``.
 
-``env`` (:class:`~dynakrag_lite.config.Environment`) carries what the actions use but the state
-must not hold: the retriever, the generator, the budgets, the learned sufficiency estimator and
-the extractive compressor. Gold labels are not in it either.
-
-Retrieval actions add at most ``config.per_action`` (paper: 3) documents that are new by id
-and by normalized title, never beyond ``config.max_docs`` (paper: 12)."""
+``env`` carries what the actions use but the state must not hold (retriever, generator,
+budgets, estimator, compressor); no gold labels. Retrieval actions add at most
+``config.per_action`` (3) documents new by id and title, never beyond ``config.max_docs`` (12)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

@@ -1,12 +1,8 @@
-"""Approximate FAISS indexes for corpora past the pooled dev paragraphs (Wikipedia-sized):
-index-factory strings (``"IVF4096,PQ48"``, ``"HNSW32"``, ...), their training sample, search
-knobs, memory-mapped reading, and corpus vectors streamed to and from a ``.npy`` file.
-
-The paper searches an exact flat index, and so does every run of this project
-(``index_factory=None`` or ``"Flat"``: ``IndexFlatIP``). The rest is used only when a factory
-string, a memory map or a vectors file is asked for (``python -m dynakrag_lite index
---index-factory``, ``benchmarks/bench_index.py``); chapter 2 uses the exact index. Search knobs
-are set after building and after loading: they are not part of a saved index's identity."""
+"""Approximate FAISS indexes for Wikipedia-sized corpora: index-factory strings
+(``"IVF4096,PQ48"``, ``"HNSW32"``), their training sample, search knobs, memory-mapped reading,
+and corpus vectors streamed through a ``.npy`` file. The paper and every run of this project
+use the exact ``IndexFlatIP``; the rest serves ``index --index-factory`` and
+``benchmarks/bench_index.py``. Search knobs are not part of a saved index's identity."""
 from __future__ import annotations
 
 import hashlib

@@ -1,13 +1,9 @@
 """One call from a dataset name to a ready environment (questions, corpus, retriever,
-generator, budgets, and the extractive compressor when asked for): what the CLI, the
-experiments and every chapter start from (chapter 4 first).
+generator, budgets, extractive compressor): what the CLI, the experiments and every chapter
+start from. Everything is loaded here, once: the actions never read a file.
 
     setup = build_setup("hotpotqa", generator="qwen2.5-coder-0.5b")
-    setup.env, setup.questions, setup.train, setup.eval
-
-Everything the environment needs is loaded here, once: the actions never read a file.
-:func:`run_setup` builds it from a run's :class:`~dynakrag_lite.config.RunSettings` (what
-``train`` and ``evaluate`` do) and cuts the run's questions from the split."""
+    setup.env, setup.questions, setup.train, setup.eval"""
 from __future__ import annotations
 
 import sys

@@ -6,9 +6,8 @@ Normalized JSONL (one object per line)::
     {"id", "dataset", "question", "answers": [...], "type",
      "paragraphs": [{"title", "text", "is_supporting": bool}]}
 
-Gold fields live here and in the metrics only: the controller's state never sees them (see
-:mod:`dynakrag_lite.state`). Bad input raises :class:`DataError` naming the file, the line and
-the field; nothing is silently dropped."""
+Gold fields never reach the controller's state. Bad input raises :class:`DataError` naming the
+file, the line and the field; nothing is silently dropped."""
 from __future__ import annotations
 
 import codecs

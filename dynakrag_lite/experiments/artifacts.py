@@ -1,12 +1,7 @@
-"""The checkout's committed artifacts: where ``results/`` keeps policies, sentence selectors,
-trajectories and experiment runs, how a policy file is named, and the manifests that vouch for
-the committed pickles.
-
-The only code of dynakrag_lite that knows the ``results/`` folder (the core and training take
-paths). ``results/policies`` and ``results/selectors`` keep a ``MANIFEST.sha256``:
-:func:`register_policy` records a just-trained policy there, :func:`update_policy_manifest` and
-:func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and ``--check``.
-"""
+"""The checkout's committed artifacts: where ``results/`` keeps policies, selectors,
+trajectories and runs, how a policy file is named, and the ``MANIFEST.sha256`` files that vouch
+for committed pickles. The only code of dynakrag_lite that knows ``results/`` (the rest takes
+paths); :func:`update_policy_manifest` and :func:`manifest_problems` back ``policy-manifest``."""
 from __future__ import annotations
 
 import os

@@ -1,13 +1,8 @@
-"""Which questions a run folder is for: the split options of an ``evaluate`` command, recorded
-in ``DIR/run.json`` under ``"selection"`` and compared when a run resumes into the folder, so
-that rows of two question lists never mix in one predictions file.
-
-Not part of the fingerprint, which decides each question's row (and older folders record no
-selection). ``--limit`` is not part of it either: a larger limit evaluates more of the same
-list, which is how runs are extended. A folder without the field has its selection derived
-from the commands it records (:func:`recorded_selection`); one with neither is not checked.
-``--n-eval`` is recorded as given, so two values above the split's cap are refused as
-different although they select the same list."""
+"""Which questions a run folder is for: the split options of ``evaluate``, recorded in
+``DIR/run.json`` under ``"selection"`` and compared on resume, so that rows of two question
+lists never mix. ``--limit`` is not part of it (a larger limit extends a run); a folder without
+the field has it derived from its recorded commands (:func:`recorded_selection`). ``--n-eval``
+is recorded as given, so two values above the split's cap are refused although they agree."""
 from __future__ import annotations
 
 import argparse

@@ -1,11 +1,7 @@
-"""The generator interface every backend offers (chapter 3): chat messages in; text and token
-counts out, and log-probabilities of given reply options.
-
-:class:`Generator` is the protocol; the backends live in their own modules (``llamacpp``, ``hf``,
-``server``), ``cache`` wraps any of them with the persistent call cache and ``spec`` builds one from
-a spec string. Every call has a time limit (``timeout``, else ``$DYNAKRAG_GEN_TIMEOUT``, else a
-backend default): a server request's timeout, or a wall-clock cap on in-process decoding, after
-which the text so far comes back with ``Generation.truncated = True``."""
+"""The generator interface every backend offers (chapter 3): chat messages in; text, token
+counts and log-probabilities of given reply options out. Every call has a time limit
+(``timeout``, else ``$DYNAKRAG_GEN_TIMEOUT``, else a backend default), after which the text so
+far comes back with ``Generation.truncated = True``."""
 from __future__ import annotations
 
 import math

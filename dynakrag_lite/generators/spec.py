@@ -2,13 +2,11 @@
 :func:`make_generator` builds it, wrapped in the call cache.
 
 * ``smollm2-135m`` / ``qwen2.5-coder-0.5b`` / ``qwen2.5-coder-1.5b``: bundled GGUF models
-  assembled from registry packages (:mod:`dynakrag_lite.generators.models`), run with llama.cpp.
-* ``gguf:<path>``: any local GGUF file with llama.cpp.
-* ``hf:<hub-id-or-folder>[#file.gguf]``: transformers (hub id where a network exists).
-* ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
-  Ollama, OpenAI).
+  (:mod:`dynakrag_lite.generators.models`); ``gguf:<path>``: any local GGUF file (llama.cpp).
+* ``hf:<hub-id-or-folder>[#file.gguf]``: transformers.
+* ``openai:<model>@<base_url>``: any OpenAI-compatible server.
 
-Every backend is greedy by default and reports the tokens its own tokenizer (or server) counts."""
+Every backend is greedy by default and counts tokens with its own tokenizer (or server)."""
 from __future__ import annotations
 
 import gc

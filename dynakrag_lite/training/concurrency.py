@@ -1,11 +1,8 @@
-"""Concurrent work against a server generator (``evaluate --workers N``, ``train --workers N``).
-
-With a server backend (``openai:<model>@<base_url>``) the time goes into waiting for the
-server, so N items run at once in threads. A worker holds one lock per run for the whole item
-except while its server call is in flight (:func:`locked_runner`, :class:`ReleasingGenerator`),
-so the library's non-thread-safe parts never run concurrently and results do not depend on
-scheduling; results come back to the calling thread in item order (:func:`run_in_order`).
-In-process backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused."""
+"""Concurrent work against a server generator (``--workers N``): N items wait on the server at
+once in threads. A worker holds one lock per run except while its server call is in flight
+(:func:`locked_runner`, :class:`ReleasingGenerator`), so non-thread-safe parts never overlap and
+results, returned in item order (:func:`run_in_order`), do not depend on scheduling. In-process
+backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused."""
 from __future__ import annotations
 
 import threading

@@ -1,12 +1,8 @@
-"""Training-data files (chapters 9 and 13): collected trajectories as one pickle-free
-``.npz``, with the sufficiency calibration states they were collected under.
-
-:func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as plain
-arrays (no pickle, so a file from anyone is safe to load), with the settings the trajectories
-were collected under (``TrainingData.run``) and the sufficiency calibration states
-(:class:`CalibrationTable`). With both, ``train --from-data FILE`` rebuilds a whole policy,
-calibrated signal included, without a model call, on any subset of the questions. Format-1
-files (without either) still load for re-tuning; ``--from-data`` refuses them."""
+"""Training-data files (chapters 9 and 13): collected trajectories as one pickle-free ``.npz``
+(safe to load from anyone), with the settings they were collected under (``TrainingData.run``)
+and the sufficiency calibration states (:class:`CalibrationTable`). With both, ``train
+--from-data FILE`` rebuilds a whole policy without a model call; format-1 files (without
+either) still load for re-tuning."""
 from __future__ import annotations
 
 import io

@@ -1,11 +1,7 @@
-"""Tuning the stop rule offline: the selection rule replayed along collected trajectories,
-and lambda and the veto threshold chosen by cross-validation on the training questions.
-
-:func:`replay_decisions` re-decides at every state visited while collecting, for any lambda or
-veto threshold, without executing anything (chapter 9); :func:`stop_outcomes` says where those
-decisions stop on each question and what they would have there; :func:`tune_continuation`
-chooses ``(lam, veto_threshold)`` by cross-validation grouped by question (``python -m
-dynakrag_lite train`` runs it)."""
+"""Tuning the stop rule offline (chapter 9): :func:`replay_decisions` re-decides along collected
+trajectories for any lambda or veto threshold without executing anything, :func:`stop_outcomes`
+says where those decisions stop, and :func:`tune_continuation` chooses ``(lam,
+veto_threshold)`` by cross-validation grouped by question."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
