@@ -1,9 +1,6 @@
-"""Registry of the offline GGUF generator models that ship inside PyPI packages.
-
-Machines without hub access can still ``pip install`` these packages. Two of the models come
-split into raw chunks over several packages: :func:`gguf_path` finds the chunks through
-``importlib``, concatenates them into ``<cache_root()>/models`` and checks the sha256 of the
-result; SmolLM2 is a single file used in place after its check. A digest is kept in a
+"""Registry of the offline GGUF generator models that ship inside PyPI packages (installable
+without hub access). Models split into chunks over several packages are concatenated by
+:func:`gguf_path` into ``<cache_root()>/models`` and sha256-checked; the digest is kept in a
 ``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds)."""
 from __future__ import annotations
 
