@@ -205,9 +205,8 @@ def stop_answer(state: EvidenceState, env: Environment | None = None,
 
 def compress_answer_evidence(state: EvidenceState, env: Environment
                              ) -> tuple[EvidenceState, Compression]:
-    """After termination: compress the documents with ``config.compressor`` (``"llm"``,
-    validated, or ``"extractive"``). Returns the state and the
-    :class:`~dynakrag_lite.compression.Compression` record."""
+    """After termination: compress the documents with ``config.compressor`` (``"llm"`` or
+    ``"extractive"``); returns the state and the :class:`~dynakrag_lite.compression.Compression`."""
     cfg = env.config
     history = state.history + ("compress_answer_evidence",)
     if cfg.compressor == "extractive":

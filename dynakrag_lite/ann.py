@@ -74,9 +74,8 @@ def _nlist(index) -> int:
 
 
 def train_rows(index, n: int, train_size: int | None = None) -> int:
-    """How many of ``n`` vectors train ``index``: ``train_size`` when given, else
-    :data:`TRAIN_SAMPLE` raised to 40 per IVF list (faiss's k-means asks for 39 points per
-    centroid), never more than ``n``."""
+    """How many of ``n`` vectors train ``index``: ``train_size``, else :data:`TRAIN_SAMPLE` raised
+    to 40 per IVF list (faiss's k-means asks for 39 per centroid), never more than ``n``."""
     cap = train_size if train_size is not None else max(TRAIN_SAMPLE, 40 * _nlist(index))
     return max(0, min(int(n), int(cap)))
 
@@ -148,9 +147,8 @@ def set_search_params(index, nprobe: int | None = DEFAULT_NPROBE,
 
 
 def _skip_polysemous_training(index) -> None:
-    """Turn off the polysemous training index_factory enables for IVF-PQ: it only matters
-    with a polysemous search threshold (never set here), leaves ranking unchanged, and costs
-    over a second per sub-quantizer (a minute for PQ48)."""
+    """Turn off IVF-PQ's polysemous training: it only matters with a polysemous threshold (never
+    set here) and costs over a second per sub-quantizer (a minute for PQ48)."""
     import faiss  # heavy optional dependency
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
@@ -193,8 +191,7 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
 
 def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
     """``(index, mapped)``: the index at ``path``, memory-mapped when ``mmap`` is set and faiss
-    can map it, else read. A mapped index relies on its file staying as it is: the retriever
-    only replaces index files with ``os.replace``."""
+    can (the retriever only replaces index files with ``os.replace``), else read."""
     import faiss  # heavy optional dependency
     if mmap:
         for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
@@ -206,9 +203,8 @@ def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
 
 
 def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
-    """Write ``index`` to ``path`` in one step (a reader sees the old file or the new one),
-    streamed through a callback so a large index is never held twice in memory; returns
-    (bytes, sha256) of the file."""
+    """Write ``index`` to ``path`` atomically, streamed so a large index is never held twice in
+    memory; returns (bytes, sha256) of the file."""
     import faiss  # heavy optional dependency
     digest = hashlib.sha256()
     size = 0
@@ -250,9 +246,8 @@ def write_vectors(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
 
 def stored_vectors(path: Path, key: str, n: int, write: Callable[[], np.memmap],
                    info: dict) -> tuple[np.memmap, bool]:
-    """``(vectors, reused)``: the float32 rows in the ``.npy`` file ``path`` when its sidecar
-    ``<name>.json`` records ``key``, its size and ``n`` rows, else ``write()``'s new file (the
-    sidecar removed first, written last)."""
+    """``(vectors, reused)``: the rows of the ``.npy`` file ``path`` when its sidecar records
+    ``key``, size and ``n`` rows, else ``write()``'s new file (its sidecar written last)."""
     side = path.with_name(path.name + ".json")
     try:
         rec = json.loads(side.read_text())

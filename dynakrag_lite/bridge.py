@@ -181,9 +181,8 @@ def entities_in(text: str, use_spacy: bool = True) -> tuple[str, ...]:
 
 @lru_cache(maxsize=65536)
 def capitalized_spans(text: str) -> tuple[tuple[str, str], ...]:
-    """(span, normalized key) of every run of 1..6 tokens that starts and ends with a
-    capitalized token (possibly with lowercase words inside: "Battle of the Bulge"). The
-    candidates a title lookup is tried on."""
+    """(span, normalized key) of every run of 1..6 tokens starting and ending with a capitalized
+    token ("Battle of the Bulge"): the candidates a title lookup is tried on."""
     toks = [(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
     out, seen = [], set()
     for i, (w, s, _) in enumerate(toks):

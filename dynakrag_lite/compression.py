@@ -197,9 +197,8 @@ def render_evidence(kept: Sequence[Snippet]) -> tuple[str, ...]:
 
 
 def fact_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, tuple[int, ...]]:
-    """Fact-table lines ("entity | relation | value") are not quotes: their ratio is the share
-    of their content words found in the document (title included); the sentences are those
-    holding the most of them."""
+    """Fact-table lines ("entity | relation | value") are not quotes: their ratio is the share of
+    their content words in the document (title included), their sentences those holding most."""
     cw = {t for t in snippet_tokens if t not in STOPWORDS}
     if not cw or not doc.tokens:
         return 0.0, ()
@@ -218,9 +217,8 @@ def fact_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, t
 def validate_snippets(parsed: Sequence[str], docs: Sequence,
                       threshold: float = QUOTE_THRESHOLD, fact_table: bool = False
                       ) -> tuple[list[Snippet], list[tuple[str, str]], list[float]]:
-    """Match each parsed snippet to the documents (as a quote, or as a fact-table line).
-    Returns (kept snippets in document order, dropped ``(snippet, reason)``, the best ratio of
-    every snippet that reached matching)."""
+    """Match each parsed snippet to the documents (as a quote or a fact-table line). Returns
+    (kept in document order, dropped ``(snippet, reason)``, every matched snippet's best ratio)."""
     match = fact_match if fact_table else quote_match
     dts = [_doc_tokens(d) for d in docs]
     kept: list[tuple[int, int, Snippet]] = []
@@ -412,9 +410,8 @@ def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceS
 
 
 class ExtractiveCompressor:
-    """Selects evidence sentences with a :class:`SentenceSelector`; zero LLM calls.
-    ``encode``: the retriever's encoder, for the embedding features of a selector trained
-    with them (``meta["use_embeddings"]``)."""
+    """Selects evidence sentences with a :class:`SentenceSelector`, no LLM calls; ``encode``: the
+    retriever's encoder, for a selector trained with embedding features."""
 
     def __init__(self, selector: SentenceSelector,
                  encode: Callable[[Sequence[str]], np.ndarray] | None = None,

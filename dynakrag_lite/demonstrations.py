@@ -151,8 +151,7 @@ def _eligible(q, max_sentence_chars: int) -> tuple[str, ...] | None:
     answer = q.answers[0]
     if not 1 <= len(gold) <= 3 or len(q.question) > 200 or len(answer) > 60:
         return None
-    if not _is_yes_no(answer) and not any(f" {_norm(answer)} " in f" {_norm(t)} "
-                                          for _, t in gold):
+    if not _is_yes_no(answer) and not any(f" {_norm(answer)} " in f" {_norm(t)} " for _, t in gold):
         return None
     return template_chain(q.question, gold, answer, max_sentence_chars)
 

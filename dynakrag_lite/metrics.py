@@ -59,9 +59,8 @@ def em_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
 
 
 def support_recall(retrieved_titles: Iterable[str], gold_titles: Iterable[str]) -> float:
-    """SR: share of gold supporting documents present among the retrieved ones.
-
-    Documents are matched by normalized title, the same key the retrieval dedup uses."""
+    """SR: share of gold supporting documents among the retrieved ones, matched by normalized
+    title (the retrieval dedup's key)."""
     gold = {normalize_title(t) for t in gold_titles}
     if not gold:
         raise ValueError("no gold supporting documents")

@@ -149,9 +149,8 @@ _GAP_PREFIX = re.compile(r"^\s*(insufficient|missing( fact| information)?|(searc
 
 
 def parse_gap(text: str) -> str:
-    """First non-empty line without labels, quotes or a trailing period, at most 300
-    characters. Fallback for an empty reply or one that names nothing ('none', 'sufficient'):
-    the empty string, so gap_query stays invalid."""
+    """First non-empty line without labels, quotes or a trailing period, at most 300 characters;
+    '' for a reply naming nothing ('none', 'sufficient'), so gap_query stays invalid."""
     for line in text.strip().splitlines():
         line = line.strip().strip("\"'*` ")
         while _GAP_PREFIX.match(line):

@@ -374,9 +374,8 @@ class DenseRetriever:
         return np.ascontiguousarray(vecs, dtype="float32")
 
     def encode_cached(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """:meth:`encode` of ``texts`` through the persistent embedding cache: a call made
-        before returns its array bit for bit without loading the model. Query and sentence
-        encodes go through here; the corpus (index build) does not."""
+        """:meth:`encode` through the persistent embedding cache (a repeated call returns its
+        array bit for bit without loading the model); the index build does not use it."""
         texts = list(texts)
         cache = self.embed_cache
         if cache is None or not texts:

@@ -278,9 +278,8 @@ def _relative(path: str, base: Path) -> str:
 
 def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite",
                      cwd: str | Path | None = None) -> str:
-    """A shell command for the record: paths relative to ``cwd`` (default: the working
-    directory), including those inside ``--flag=PATH`` and ``gguf:PATH``; no credentials;
-    quoted so that it can be pasted back."""
+    """A shell command for the record, pasteable: paths relative to ``cwd`` (default: the working
+    directory), also inside ``--flag=PATH`` and ``gguf:PATH``; no credentials."""
     base = Path(cwd or os.getcwd()).resolve()
     out: list[str] = [prefix] if prefix else []
     hide_next = False

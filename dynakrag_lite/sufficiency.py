@@ -94,9 +94,8 @@ def probe_margin(question: str, docs: Sequence, generator: Any,
 
 def answer_confidence(question: str, docs: Sequence, generator: Any,
                       doc_chars: int | None = 600) -> tuple[float, str, list]:
-    """(mean token log-prob of the reader's greedy draft answer, the draft, the calls made).
-    The draft is the ordinary answer call (cached and shared with the final answer); an empty
-    draft scores -10 (no confidence)."""
+    """(mean token log-prob of the reader's greedy draft answer, the draft, the calls made); the
+    draft is the cached ordinary answer call, an empty one scores -10."""
     return reply_confidence(prompts.answer_messages(question, docs, doc_chars), generator)
 
 

@@ -125,8 +125,7 @@ class TrainingData:
 
     def set_continuation_target(self, kind: str) -> "TrainingData":
         """Recompute every prefix's ``gain`` as ``kind`` from the stored components (no model
-        call). Raises ValueError when the data lacks them (``f1`` needs answer F1s, collected
-        with ``continuation="f1"``)."""
+        call); ValueError when they are missing (``f1`` needs ``continuation="f1"`` data)."""
         if kind not in CONTINUATION_TARGETS:
             raise ValueError(f"unknown continuation target {kind!r}; one of "
                              f"{CONTINUATION_TARGETS}")

@@ -75,8 +75,7 @@ def update_policy_manifest(folder: str | Path | None = None,
 
 def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib") -> list[str]:
     """What ``sha256sum -c MANIFEST.sha256`` and a complete listing would complain about in
-    ``folder`` (default: results/policies); [] when the manifest vouches for exactly its
-    ``pattern`` files."""
+    ``folder`` (default: results/policies); [] when it vouches for exactly its ``pattern`` files."""
     folder = POLICIES_DIR if folder is None else Path(folder)
     manifest = folder / MANIFEST_NAME
     if not manifest.exists():

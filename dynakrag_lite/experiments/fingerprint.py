@@ -107,9 +107,8 @@ def _calls(fn: Callable) -> list[dict]:
 
 
 def prompts_digest(module: ModuleType = prompts) -> str:
-    """sha256 of what the prompt module does: every public ``*_messages`` builder and
-    ``parse_*`` parser on the probe inputs, and every upper-case constant (token limits, stop
-    sequences, system texts)."""
+    """sha256 of what the prompt module does: every public ``*_messages`` builder and ``parse_*``
+    parser on the probe inputs, and every upper-case constant."""
     record: dict[str, Any] = {}
     for name in sorted(dir(module)):
         obj = getattr(module, name)
@@ -204,9 +203,8 @@ def budget_record(config: Any) -> dict:
 
 
 def _index_fingerprint(retriever: Any) -> dict | None:
-    """An approximate index changes which documents are retrieved, so it enters the
-    fingerprint; memory-mapping does not. None for the exact flat index (and for retrievers
-    without index options, such as test doubles)."""
+    """An approximate index changes what is retrieved, so it enters the fingerprint (mmap does
+    not); None for the exact flat index and for retrievers without index options."""
     factory = getattr(retriever, "index_factory", None)
     if factory is None:
         return None
@@ -233,9 +231,8 @@ def fingerprint_diff(old: dict, new: dict) -> list[str]:
 
 
 def upgrade(old: dict, corpus: Corpus | None) -> dict:
-    """A recorded fingerprint in today's terms (see the module text); a version-2 record is
-    returned unchanged. What cannot be proven equal gets a value naming why, so the
-    comparison fails and says so."""
+    """A recorded fingerprint in today's terms (version 2 unchanged); what cannot be proven equal
+    gets a value naming why, so the comparison fails and says so."""
     if old.get("version", 1) >= FINGERPRINT_VERSION:
         return old
     new = json.loads(json.dumps(old))
@@ -265,9 +262,8 @@ def _read_json(path: Path) -> Any:
 
 
 def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
-    """(the fingerprint recorded in ``out``, the file it was found in, the folder's run
-    records as (where, record): run.json and summary.json's ``"run"`` block, which hold its
-    commands and question selection)."""
+    """(the fingerprint recorded in ``out``, the file it was found in, the folder's run records
+    as (where, record) from run.json and summary.json's ``"run"`` block)."""
     for name in (RUN_FILE, SUMMARY_FILE):
         path = out / name
         if not path.exists():

@@ -145,9 +145,8 @@ def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
 
 
 def read_predictions(path: str | Path, complete: bool = False) -> list[dict]:
-    """Every row of a predictions file in file order, error rows included; never writes. A
-    torn final line is ignored, a bad line elsewhere raises :class:`ResultsError`; a missing
-    file gives ``[]``."""
+    """Every row of a predictions file in file order, error rows included ([] when missing);
+    never writes. A torn final line is ignored, a bad one elsewhere is a :class:`ResultsError`."""
     path = Path(path)
     if not path.exists():
         return []

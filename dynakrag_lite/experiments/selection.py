@@ -78,9 +78,8 @@ class _RecordParser(argparse.ArgumentParser):
 
 
 def selection_from_command(command: str | None) -> dict | None:
-    """The selection of a recorded ``evaluate`` command (``python -m dynakrag_lite evaluate
-    ...``, or data_scripts/warm_cache.py's ``... -- <the run's arguments>``); None when there
-    is no command or it cannot be read as one."""
+    """The selection of a recorded ``evaluate`` command (direct or through
+    data_scripts/warm_cache.py); None when there is none or it cannot be read."""
     if not isinstance(command, str) or not command.strip():
         return None
     try:

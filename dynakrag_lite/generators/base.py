@@ -38,9 +38,8 @@ class Generation:
 
 @dataclass(frozen=True)
 class OptionScores:
-    """Log-probabilities of reply options, with the cost of computing them (charged to a ledger
-    as a :class:`Generation` is: one forward pass, completion_tokens = 1). ``method``: how the
-    numbers were obtained; ``n_tokens``: tokens per option."""
+    """Log-probabilities of reply options, with their cost (one forward pass, completion_tokens
+    = 1); ``method``: how they were obtained; ``n_tokens``: tokens per option."""
     logprobs: dict[str, float]
     prompt_tokens: int
     seconds: float = 0.0

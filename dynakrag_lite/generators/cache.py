@@ -120,9 +120,8 @@ def is_corruption(e: sqlite3.DatabaseError) -> bool:
 
 
 class SQLiteCache:
-    """What the cache files of this package share (this LLM call cache, the embedding cache):
-    the connection (:func:`open_sqlite`, reopened in a forked child), a lock for threads, and
-    the failures met in use (:meth:`_run`)."""
+    """What this package's cache files share: the connection (:func:`open_sqlite`, reopened in a
+    forked child), a lock for threads, and the failures met in use (:meth:`_run`)."""
 
     what, env_hint, schema = "cache", "DYNAKRAG_CACHE_DIR", ""
 

@@ -125,9 +125,8 @@ class TransformersGenerator(DecodingMixin):
 
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
-        """Log-probabilities of each reply option after the chat-templated prompt (see
-        :class:`~dynakrag_lite.generators.base.Generator`): one forward pass over the prompt
-        ("first_token"), or one over prompt + option per option ("sequence")."""
+        """Log-probabilities of each reply option after the chat-templated prompt: one forward
+        pass ("first_token"), or one over prompt + option per option ("sequence")."""
         import torch  # heavy optional dependency
         msgs = check_messages(list(messages))
         t0 = time.perf_counter()

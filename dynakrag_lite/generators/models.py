@@ -241,9 +241,8 @@ def file_sha256(path: str | Path, sidecar_dir: str | Path | None = None) -> str:
 
 
 def _assemble(m: BundledModel, parts: list[Path], target: Path) -> None:
-    """Concatenate ``parts`` into ``target`` (:func:`~dynakrag_lite.storage.atomic_writer`:
-    concurrent assemblers each write their own temp file, the last rename wins), checking the
-    hash before the rename."""
+    """Concatenate ``parts`` into ``target`` via :func:`~dynakrag_lite.storage.atomic_writer`
+    (concurrent assemblers: the last rename wins), checking the hash before the rename."""
     h = hashlib.sha256()
     with atomic_writer(target) as out:
         for p in parts:

@@ -81,9 +81,8 @@ class ReleasingGenerator:
 
 @contextmanager
 def released(generator: Any) -> Iterator[None]:
-    """Within the block the calling worker does not hold the shared lock, when ``generator``
-    is its :class:`ReleasingGenerator` (the block must be a server call and nothing else);
-    a no-op for any other generator."""
+    """Within the block the calling worker does not hold the shared lock when ``generator`` is
+    its :class:`ReleasingGenerator` (the block must be a server call only); else a no-op."""
     if not isinstance(generator, ReleasingGenerator):
         yield
         return

@@ -55,9 +55,8 @@ def same_signal(a, b, X: np.ndarray) -> bool:
 
 # -- the .npz file ---------------------------------------------------------------------------
 def save_training_data(data: TrainingData, path: str | Path) -> Path:
-    """Write ``data`` to ``path`` (``.npz``, written atomically). Raises ValueError when
-    there are prefixes but no stated ``continuation_target`` (a file must say what its
-    gains are)."""
+    """Write ``data`` to ``path`` (``.npz``, atomically); ValueError for prefixes without a
+    stated ``continuation_target`` (a file must say what its gains are)."""
     if data.continuation_target is not None and \
             data.continuation_target not in CONTINUATION_TARGETS:
         raise ValueError(f"unknown continuation target {data.continuation_target!r}; one "
