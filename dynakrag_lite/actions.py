@@ -172,10 +172,9 @@ def rewrite_query(state: EvidenceState, env: Environment) -> EvidenceState:
 
 def sufficiency_check(state: EvidenceState, env: Environment) -> EvidenceState:
     """Judge answerability with ``config.sufficiency_signal`` (:mod:`dynakrag_lite.sufficiency`);
-    if insufficient, the generator writes the gap (from the ``text`` reply itself, else by a
-    second call, ``prompts.gap_messages``). With ``sufficiency_gates=False`` (a signal at
-    chance) the verdict gates nothing and the gap is always written. A new gap replaces the old
-    one; a gating 'sufficient' verdict clears it."""
+    if insufficient, the gap comes from the ``text`` reply or a second call
+    (``prompts.gap_messages``). With ``sufficiency_gates=False`` the gap is always written. A
+    new gap replaces the old one; a gating 'sufficient' verdict clears it."""
     j = judge(state, env)
     ledger = state.ledger
     for g in j.generations:

@@ -162,11 +162,9 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
                 seed: int = 0, nprobe: int | None = DEFAULT_NPROBE,
                 ef_search: int | None = DEFAULT_EF_SEARCH, chunk_rows: int = ADD_CHUNK):
     """An inner-product index over ``vectors`` (n x d float32, normalized; in memory or a
-    memory-mapped ``.npy``, see :func:`write_vectors`).
-
-    ``factory`` None/"Flat": exact ``IndexFlatIP``; else a FAISS factory string, trained when
-    needed on a seeded :func:`training_sample`. Vectors are added in order, ``chunk_rows`` at a
-    time, so index position i is row i. Raises ValueError naming the string when faiss cannot
+    memory-mapped ``.npy``). ``factory`` None/"Flat": exact ``IndexFlatIP``; else a FAISS
+    factory string, trained when needed on a seeded :func:`training_sample`. Vectors are added
+    in order, so index position i is row i. ValueError naming the string when faiss cannot
     make, train or fill it. HNSW built by several threads may differ in a few links."""
     n, dim = vectors.shape
     f = normalize_factory(factory)

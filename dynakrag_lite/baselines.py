@@ -262,28 +262,18 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     Gap"), with the retrieved context shown to the proposer as in FlashRAG's version.
 
     Reproduced: few-shot demonstrations in Self-Ask's format; generation stops at
-    'Intermediate answer:', so the search engine answers each follow-up (here: the reader on
-    the follow-up's top ``per_action`` documents). The chain's 'So the final answer is' is
-    the prediction. Up to ``max_iterations`` = 5 proposer calls (FlashRAG's max_iter).
+    'Intermediate answer:', which the reader gives from the follow-up's top ``per_action``
+    documents; 'So the final answer is' is the prediction; at most ``max_iterations`` = 5
+    proposer calls (FlashRAG's max_iter). Our choices: four demonstrations of our own
+    (copies counted in ``extra["demo_copies"]``); the question's documents and each follow-up's
+    new ones are shown to the proposer (as FlashRAG; Press et al.'s sees none), so a final
+    answer before any follow-up is accepted; at most ``config.max_steps`` searches, the
+    question's included, within ``max_docs`` and the retrieval cap; a repeated follow-up or an
+    exhausted budget asks once for the final answer (``force_final``), else the reader answers.
 
-    Our choices and deviations:
-
-    * four demonstrations of our own (:data:`~dynakrag_lite.demonstrations.SELF_ASK_DEMOS`);
-      copies of them are counted in ``extra["demo_copies"]``;
-    * the question is searched first and its documents shown to the proposer, and every
-      intermediate answer comes with the documents its follow-up added (as FlashRAG; Press et
-      al.'s proposer sees none), so a final answer before any follow-up is accepted;
-    * chat turns alternate at Self-Ask's hand-over points;
-    * at most ``config.max_steps`` searches, the question's included (IRCoT's and DynaKRAG's
-      budget), within ``max_docs`` and the retrieval cap;
-    * a repeated follow-up is not searched again: the proposer is asked once for its final
-      answer (``force_final``), as when no search is left; failing that, the reader answers
-      from all collected documents.
-
-    Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
-    ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
-    ``max_iterations``; ``malformed``. ``extra["answer_source"]``: ``chain``, ``forced`` or
-    ``reader``."""
+    ``extra["stop_reason"]``: ``concluded``, ``repeated_followup``, ``search_budget``,
+    ``max_docs``, ``retrieval_cap``, ``max_iterations`` or ``malformed``;
+    ``extra["answer_source"]``: ``chain``, ``forced`` or ``reader``."""
     t0 = time.perf_counter()
     cfg = env.config
     budget = max(0, cfg.max_steps - 1) if max_followups is None else max_followups

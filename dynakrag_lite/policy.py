@@ -361,10 +361,9 @@ def training_overlap(policy: Policy, ids: Iterable[str]) -> list[str]:
 
 def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_action: int,
                  eval_ids: Iterable[str] = ()) -> None:
-    """Refuse a policy that does not fit the run about to use it (a :class:`PolicyError`
-    listing every problem): feature names, the embedder, ``doc_chars`` and ``per_action`` (they
-    enter the features), the scikit-learn version, and no evaluation question among the
-    training ones. Another generator is allowed (the paper's generator transfer)."""
+    """Refuse a policy that does not fit the run (a :class:`PolicyError` listing every problem):
+    feature names, embedder, ``doc_chars``, ``per_action``, scikit-learn version, and evaluation
+    questions among the training ones. Another generator is allowed (generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"

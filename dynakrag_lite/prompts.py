@@ -55,10 +55,9 @@ _THIS_SLOT = re.compile(r"\b(this|these|that)\s+\w+", re.I)
 
 
 def is_yes_no_question(question: str) -> bool:
-    """True for a question whose answer is yes or no: it starts with an auxiliary verb and
-    offers no choice with "or" ("Is X or Y older?"), or it is a declarative comparison with
-    "both"/"same" and no wh-word or "this <noun>" slot. On the dev files every question with
-    a yes/no gold answer passes, and only two others."""
+    """True for a question answered yes or no: it starts with an auxiliary verb and offers no
+    choice with "or", or it is a "both"/"same" comparison with no wh-word or "this <noun>"
+    slot. On the dev files every yes/no gold question passes, and only two others."""
     q = " ".join(question.split())
     if not q:
         return False

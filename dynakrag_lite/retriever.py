@@ -174,10 +174,9 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
 
 
 class DenseRetriever:
-    """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
-    Defaults give exact search; ``index_factory``, ``train_size``, ``seed``, ``nprobe``,
-    ``ef_search``, ``mmap`` and ``vectors_path`` are :mod:`dynakrag_lite.ann`'s large-corpus
-    options, and part of the index key: an index of another kind is never loaded."""
+    """Dense retrieval over a corpus, with a persisted index and a query-vector cache. The
+    :mod:`dynakrag_lite.ann` options (``index_factory`` ... ``vectors_path``) default to exact
+    search and are part of the index key: an index of another kind is never loaded."""
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,

@@ -127,10 +127,9 @@ def read_manifest(folder: str | Path) -> dict[str, str]:
 def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = None,
                     pattern: str = "*.joblib",
                     check: Callable[[Path], str | None] | None = None) -> Path:
-    """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
-    With ``files`` only those entries are written, else every ``pattern`` file; entries of
-    deleted files are dropped. ``check`` may refuse a file by raising, or return the sha256 of
-    the bytes it accepted, which is then recorded."""
+    """Record the sha256 of ``files`` (else of every ``pattern`` file) in
+    ``folder/MANIFEST.sha256``, dropping deleted files; returns its path. ``check`` may refuse
+    a file by raising, or return the sha256 of the bytes it accepted, which is recorded."""
     folder = Path(folder)
     if files is None:
         entries: dict[str, str] = {}

@@ -51,10 +51,9 @@ class SufficiencyError(RuntimeError):
 
 def score_options(generator: Any, messages: Sequence[dict], options: Sequence[str],
                   mode: str = "auto") -> OptionScores:
-    """Log-probabilities of each reply option right after the chat-templated prompt.
-
-    ``mode``: "first_token" (each option's first token), "sequence" (sum over the option's
-    tokens) or "auto" (first tokens when they differ between options, else sequences)."""
+    """Log-probabilities of each reply option right after the chat-templated prompt; ``mode``:
+    "first_token", "sequence" (summed over the option's tokens) or "auto" (first tokens when
+    they differ between options)."""
     if mode not in SCORING_MODES:
         raise ValueError(f"unknown scoring mode {mode!r}")
     options = list(dict.fromkeys(options))

@@ -151,10 +151,9 @@ def policy_digest(policy: Any) -> str:
 def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = None,
                     policy_sha256: str | None = None, data_sha256: str | None = None,
                     demos: Any = None, questions: Sequence[Question] = ()) -> dict:
-    """Everything that decides a run's rows (:func:`check_run_folder` refuses another): from
-    ``settings`` the method, ``fixed_k``, ``seed`` and ``stop_after``; the policy's and
-    selector's file sha256 and decision settings; IRCoT's ``demos`` by their ids (refused when
-    one is among ``questions``)."""
+    """Everything that decides a run's rows (:func:`check_run_folder` refuses another): the
+    method, ``fixed_k``, ``seed``, ``stop_after``, the policy's and selector's sha256 and
+    decision settings, IRCoT's ``demos`` by id (refused when one is among ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever
@@ -355,8 +354,7 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
                      build: dict | None = None) -> dict:
     """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
     or question list (:func:`check_recorded_run`). An equal version-1 record is rewritten in
-    version 2 (the old one under ``"upgraded_from"``); a lost run.json is restored from
-    summary.json."""
+    version 2 (old one under ``"upgraded_from"``); a lost run.json is restored from summary.json."""
     out = Path(out)
     path = out / RUN_FILE
     old, seen, source = check_recorded_run(out, fingerprint, selection, corpus)

@@ -55,10 +55,9 @@ def _uri(path: Path, mode: str) -> str:
 
 def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
                 timeout: float = 60.0) -> int:
-    """Insert the rows of ``src`` whose key ``dst`` lacks, in one transaction; returns how many
-    were added. ``dst``'s rows are never changed, ``src`` is opened read-only; ``vacuum``
-    compacts ``dst`` after adding rows. :class:`CacheError`, naming the file, when ``src`` is
-    missing or either file is not a cache database."""
+    """Insert the rows of ``src`` whose key ``dst`` lacks, in one transaction; returns how many.
+    ``dst``'s rows are never changed; ``vacuum`` compacts it after adding rows. :class:`CacheError`
+    naming the file when ``src`` is missing or either file is not a cache database."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
     if not src.is_file():
         raise CacheError(f"{src}: no cache file to merge from")

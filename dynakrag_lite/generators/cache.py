@@ -282,9 +282,8 @@ class CallCache(SQLiteCache):
 # -- the cache wrapper -----------------------------------------------------------------------
 class CachedGenerator:
     """Wraps a generator with a :class:`CallCache` keyed by backend, ``model_id``, messages,
-    ``max_tokens``, ``stop`` and ``decoding``. A hit comes back with ``cached=True``; a miss
-    under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A generation cut by the time limit
-    is not stored: it reflects machine speed."""
+    ``max_tokens``, ``stop`` and ``decoding``; a miss under $DYNAKRAG_REPLAY_ONLY raises
+    ``ReplayMissError``. A generation cut by the time limit is not stored (machine speed)."""
 
     def __init__(self, inner: Generator, cache: CallCache) -> None:
         self.inner = inner

@@ -133,10 +133,9 @@ class _Deadline:
 
 
 class LlamaCppGenerator(DecodingMixin):
-    """A GGUF model run by llama.cpp, greedy by default, with the GGUF's chat template;
-    ``n_ctx=4096`` holds 12 paragraphs plus the answer. ``lazy=True`` (behind the call cache)
-    loads the model on its first live call, so a fully cached re-run never loads it.
-    ``last_reused_tokens`` / ``last_evaluated_tokens`` and :meth:`counters` measure prefix
+    """A GGUF model run by llama.cpp, greedy by default; ``n_ctx=4096`` holds 12 paragraphs
+    plus the answer. ``lazy=True`` (behind the call cache) loads the model on its first live
+    call. ``last_reused_tokens`` / ``last_evaluated_tokens`` and :meth:`counters` measure prefix
     reuse (benchmarks/bench_prefix_reuse.py)."""
 
     backend = "llama.cpp"

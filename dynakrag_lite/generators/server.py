@@ -21,9 +21,8 @@ __all__ = ["OpenAIGenerator"]
 
 
 class OpenAIGenerator(DecodingMixin):
-    """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
-    The API key is ``OPENAI_API_KEY`` or ``"none"``; a server that omits ``usage`` gets
-    whitespace-token estimates (:attr:`approximate_usage_calls`). Failures raise
+    """Any server speaking the OpenAI chat-completions API (key: ``OPENAI_API_KEY`` or
+    ``"none"``). A reply without ``usage`` gets whitespace-token estimates; failures raise
     :class:`GeneratorError` naming the server URL, credentials redacted."""
 
     backend = "openai"
@@ -129,9 +128,8 @@ class OpenAIGenerator(DecodingMixin):
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
         """Top-20 log-probs of the first reply token: an option gets the log of the summed
-        probability of listed tokens that begin it and no other option ("S", "SU" for
-        SUFFICIENT), else the smallest listed log-prob (an upper bound). A server returns
-        log-probs of generated tokens only, so sequence scoring is not available."""
+        probability of listed tokens that begin it and no other ("S", "SU" for SUFFICIENT), else
+        the smallest listed log-prob. Servers give log-probs of generated tokens only."""
         if mode == "sequence":
             raise GeneratorError("an OpenAI-compatible server returns log-probs of generated "
                                  "tokens only; sequence scoring of given options is "

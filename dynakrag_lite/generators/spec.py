@@ -24,11 +24,9 @@ __all__ = ["parse_spec", "make_generator", "unload_models"]
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """Split a spec string into (kind, arguments) without loading anything.
-
-    ``smollm2-135m`` -> ("bundled", {"name"}); ``gguf:<path>`` -> ("gguf", {"path"});
-    ``hf:<id-or-folder>[#file.gguf]`` -> ("hf", {"model", "gguf_file"});
-    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"})."""
+    """Split a spec string into (kind, arguments) without loading anything: ("bundled",
+    {"name"}), ("gguf", {"path"}), ("hf", {"model", "gguf_file"}) or ("openai", {"model",
+    "base_url"})."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty generator spec")
     spec = spec.strip()

@@ -82,10 +82,9 @@ def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState
 
 def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13,
                        contrast: bool = True) -> list[CalibrationState]:
-    """States of training questions at different SR, reached without an LLM call: at most
-    ``per_question`` document sets per question. Reachable states are mostly complete on
-    pooled HotpotQA, so ``contrast`` adds the first complete state with one gold document
-    swapped for the best unseen distractor."""
+    """States of training questions at different SR, reached without an LLM call, at most
+    ``per_question`` per question. Reachable states are mostly complete on pooled HotpotQA, so
+    ``contrast`` adds a complete state with one gold document swapped for a distractor."""
     out: list[CalibrationState] = []
     cfg = env.config
     for q in questions:
