@@ -68,9 +68,8 @@ class Chooser(Protocol):
 
 
 class UniformChooser:
-    """Uniform-valid controller (paper ablation): a seeded random valid action, never
-    stop_answer, so it runs until a cap; with ``stop_after`` K it stops after K acquisitions,
-    as the learned policy's stop-at-K schedule does."""
+    """Uniform-valid controller (paper ablation): a seeded random valid action but stop_answer,
+    until a cap; with ``stop_after`` K it stops after K acquisitions (as stop-at-K does)."""
     name = "uniform"
 
     def __init__(self, seed: int = 13, stop_after: int | None = None):

@@ -95,8 +95,7 @@ def _cut(qs: list, split: str, offset: int | None, limit: int | None) -> list:
 
 def run_setup(s: RunSettings) -> tuple[Setup, list[Question]]:
     """(setup, the run's questions): :func:`build_setup` from the settings, configured by
-    ``s.control_config``, and the ``split`` part cut by ``offset`` and ``limit`` (without the
-    selector's fit questions when ``unseen_by_selector``)."""
+    ``s.control_config``, and the ``split`` part cut by ``offset`` and ``limit``."""
     setup = build_setup(s.data, generator=s.generator, data_dir=s.data_dir,
                         embedder=s.embedder, n_eval=s.n_eval, split_seed=s.split_seed,
                         corpus_file=s.corpus, index_dir=s.index_dir,

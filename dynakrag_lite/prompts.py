@@ -400,9 +400,8 @@ _FINAL = re.compile(r"(?:final|the) answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
 
 
 def parse_self_ask(text: str) -> tuple[str | None, str | None]:
-    """(follow-up question, final answer), at most one set (both None: malformed). The reply is
-    cut at its first 'Intermediate answer:'; the earlier of follow-up and conclusion wins.
-    Fallback: a bare line ending in '?' is the follow-up."""
+    """(follow-up question, final answer), at most one set (both None: malformed), read before
+    'Intermediate answer:'; the earlier wins. Fallback: a bare line ending in '?' follows up."""
     head = re.split(r"intermediate answer\s*:", text, maxsplit=1, flags=re.I)[0]
     fin, fup = _FINAL.search(head), _FOLLOW_UP.search(head)
     if fin and (fup is None or fin.start() < fup.start()):

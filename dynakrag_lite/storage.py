@@ -47,9 +47,8 @@ def _umask() -> int:
 
 @contextmanager
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file that replaces ``path`` in one step when the block ends without an
-    exception (temp file + fsync + os.replace), else is removed. Its mode is what ``open()``
-    gives a new file, not ``mkstemp``'s private ``0600``."""
+    """A binary file that replaces ``path`` atomically (temp file + fsync + os.replace) when the
+    block ends without an exception, else is removed; mode as ``open()`` gives, not ``0600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -61,9 +61,8 @@ def _is_number(x: object) -> bool:
 
 
 def row_problem(row: dict, complete: bool = False) -> str | None:
-    """What is wrong with one predictions row (None: nothing). ``complete`` (a resuming writer)
-    also requires every field :func:`~dynakrag_lite.experiments.run.score` writes; readers of
-    tables stay lenient about absent fields."""
+    """What is wrong with one predictions row (None: nothing); ``complete`` (a resuming writer)
+    also requires every field :func:`~dynakrag_lite.experiments.run.score` writes."""
     if "error" in row:
         return "field 'error' of an error row is not an object" \
             if complete and not isinstance(row["error"], dict) else None
@@ -95,9 +94,8 @@ def is_error(row: dict) -> bool:
 
 # -- the predictions file ---------------------------------------------------------------
 def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
-    """Parse ``path`` without writing: (rows, byte length of the good part, whether the good
-    part lacks its final newline). A torn final line is left out of both. ``complete``: the
-    rows' checks of a resuming writer (:func:`row_problem`)."""
+    """Parse ``path`` without writing: (rows, byte length of the good part, whether it lacks its
+    final newline), a torn final line left out; ``complete`` as :func:`row_problem`."""
     if path.is_dir():
         raise ResultsError(f"{path} is a folder, not a predictions file; move it away or "
                            "evaluate into another --out folder")

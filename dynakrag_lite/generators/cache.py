@@ -154,9 +154,8 @@ class SQLiteCache:
                           stacklevel=4)
 
     def _run(self, sql: str, args: tuple = (), write: bool = False) -> list | None:
-        """The rows of one statement, or None when the file cannot serve it (a write to a
-        read-only file, anything once it turned out damaged: the cache is then off for the
-        process). One warning each; a computed value is returned, never lost."""
+        """The rows of one statement, or None when the file cannot serve it (read-only, or
+        damaged: the cache is then off for the process), with one warning each."""
         if self.damaged or (write and self.read_only):
             return None
         try:

@@ -94,9 +94,8 @@ def released(generator: Any) -> Iterator[None]:
 
 
 def locked_runner(fn: Callable[[T, Any], R], env: Any, workers: int) -> Callable[[T], R]:
-    """The function that runs one item: ``fn(item, env)``. For workers > 1 it holds a shared
-    lock throughout, and ``fn`` gets a copy of ``env`` whose generator releases the lock
-    during server calls (the non-LLM parts are not thread-safe)."""
+    """The function that runs ``fn(item, env)``; for workers > 1 under a shared lock, with a copy
+    of ``env`` whose generator releases it during server calls."""
     if workers == 1:
         return lambda item: fn(item, env)
     shared = threading.Lock()
