@@ -1,12 +1,8 @@
-"""The seven atomic actions (chapter 5). Each is a function ``(state, env) -> new state``.
+"""The seven atomic actions (chapter 5), each a function ``(state, env) -> new state``.
 
-``env`` (:class:`~dynakrag_lite.config.Environment`) carries what the actions use but the state
-must not hold: the retriever, the generator, the budgets, the learned sufficiency estimator and
-the extractive compressor. Gold labels are not in it either.
-
-Retrieval actions add at most ``config.per_action`` (paper: 3) documents that are new by id
-and by normalized title, never beyond ``config.max_docs`` (paper: 12).
-"""
+``env`` carries what the actions use but the state must not hold (retriever, generator,
+budgets, estimator, compressor); no gold labels. Retrieval actions add at most
+``config.per_action`` (3) documents new by id and title, never beyond ``config.max_docs`` (12)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -168,26 +164,17 @@ def rewrite_query_detailed(state: EvidenceState, env: Environment
 
 
 def rewrite_query(state: EvidenceState, env: Environment) -> EvidenceState:
-    """The generator reformulates the query from the evidence; then search with it.
-
-    The reply is parsed without copied document text (prompts.parse_query) and rejected when
-    it is empty, repeats the question or copies a document (check_rewrite); a rejected query
-    is replaced by rewrite_fallback's, and the note says so (RewriteInfo.note)."""
+    """The generator reformulates the query from the evidence; then search with it. A reply
+    that is empty, repeats the question or copies a document (check_rewrite) is replaced by
+    rewrite_fallback's query, and the note says so (RewriteInfo.note)."""
     return rewrite_query_detailed(state, env)[0]
 
 
 def sufficiency_check(state: EvidenceState, env: Environment) -> EvidenceState:
-    """Judge answerability with the configured signal (``config.sufficiency_signal``, see
-    :mod:`dynakrag_lite.sufficiency`); if insufficient, the generator writes the gap.
-
-    * ``text`` (default): one call; the reply's verdict, and its gap when INSUFFICIENT.
-    * ``margin`` / ``learned`` / ``answer_conf``: a score against the calibrated threshold
-      (a forward pass, no call, or the draft answer); the gap is written by a second call
-      (``prompts.gap_messages``) only when the verdict is insufficient.
-    * ``sufficiency_gates=False`` (a signal at chance): the verdict is recorded but gates
-      nothing: the gap is always written (from the reply, else by the second call).
-
-    A new gap replaces the old one; a gating 'sufficient' verdict clears it."""
+    """Judge answerability with ``config.sufficiency_signal`` (:mod:`dynakrag_lite.sufficiency`);
+    if insufficient, the gap comes from the ``text`` reply or a second call
+    (``prompts.gap_messages``). With ``sufficiency_gates=False`` the gap is always written. A
+    new gap replaces the old one; a gating 'sufficient' verdict clears it."""
     j = judge(state, env)
     ledger = state.ledger
     for g in j.generations:
@@ -217,10 +204,8 @@ def stop_answer(state: EvidenceState, env: Environment | None = None,
 
 def compress_answer_evidence(state: EvidenceState, env: Environment
                              ) -> tuple[EvidenceState, Compression]:
-    """After termination: compress the documents into evidence lines with
-    ``config.compressor`` (``"llm"``, the paper's, validated; or ``"extractive"``, no LLM
-    call). Returns the state and the :class:`~dynakrag_lite.compression.Compression` record,
-    whose snippets are empty (``fallback_to_docs``) when too few valid ones remain."""
+    """After termination: compress the documents with ``config.compressor`` (``"llm"`` or
+    ``"extractive"``); returns the state and the :class:`~dynakrag_lite.compression.Compression`."""
     cfg = env.config
     history = state.history + ("compress_answer_evidence",)
     if cfg.compressor == "extractive":

@@ -1,13 +1,8 @@
-"""Approximate FAISS indexes for corpora past the pooled dev paragraphs (Wikipedia-sized):
-index-factory strings (``"IVF4096,PQ48"``, ``"HNSW32"``, ...), their training sample, search
-knobs, memory-mapped reading, and corpus vectors streamed to and from a ``.npy`` file.
-
-The paper searches an exact flat index, and so does every run of this project
-(``index_factory=None`` or ``"Flat"``: ``IndexFlatIP``). The rest is used only when a factory
-string, a memory map or a vectors file is asked for (``python -m dynakrag_lite index
---index-factory``, ``benchmarks/bench_index.py``); chapter 2 uses the exact index. Search knobs
-are set after building and after loading: they are not part of a saved index's identity.
-"""
+"""Approximate FAISS indexes for Wikipedia-sized corpora: index-factory strings
+(``"IVF4096,PQ48"``, ``"HNSW32"``), their training sample, search knobs, memory-mapped reading,
+and corpus vectors streamed through a ``.npy`` file. The paper and every run of this project
+use the exact ``IndexFlatIP``; the rest serves ``index --index-factory`` and
+``benchmarks/bench_index.py``. Search knobs are not part of a saved index's identity."""
 from __future__ import annotations
 
 import hashlib
@@ -79,9 +74,8 @@ def _nlist(index) -> int:
 
 
 def train_rows(index, n: int, train_size: int | None = None) -> int:
-    """How many of ``n`` vectors train ``index``: ``train_size`` when given, else
-    :data:`TRAIN_SAMPLE` raised to 40 per IVF list (faiss's k-means asks for 39 points per
-    centroid), never more than ``n``."""
+    """How many of ``n`` vectors train ``index``: ``train_size``, else :data:`TRAIN_SAMPLE` raised
+    to 40 per IVF list (faiss's k-means asks for 39 per centroid), never more than ``n``."""
     cap = train_size if train_size is not None else max(TRAIN_SAMPLE, 40 * _nlist(index))
     return max(0, min(int(n), int(cap)))
 
@@ -153,9 +147,8 @@ def set_search_params(index, nprobe: int | None = DEFAULT_NPROBE,
 
 
 def _skip_polysemous_training(index) -> None:
-    """Turn off the polysemous training index_factory enables for IVF-PQ: it only matters
-    with a polysemous search threshold (never set here), leaves ranking unchanged, and costs
-    over a second per sub-quantizer (a minute for PQ48)."""
+    """Turn off IVF-PQ's polysemous training: it only matters with a polysemous threshold (never
+    set here) and costs over a second per sub-quantizer (a minute for PQ48)."""
     import faiss  # heavy optional dependency
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
@@ -168,15 +161,11 @@ def _skip_polysemous_training(index) -> None:
 def build_index(vectors, factory: str | None = None, *, train_size: int | None = None,
                 seed: int = 0, nprobe: int | None = DEFAULT_NPROBE,
                 ef_search: int | None = DEFAULT_EF_SEARCH, chunk_rows: int = ADD_CHUNK):
-    """An inner-product index over ``vectors`` (n x d float32, normalized; an in-memory array
-    or a memory map of a ``.npy`` file, see :func:`write_vectors`).
-
-    ``factory`` None/"Flat": exact ``IndexFlatIP``. Otherwise a FAISS index-factory string:
-    an index that needs training (IVF, PQ, SQ) is trained on a seeded :func:`training_sample`
-    of :func:`train_rows` vectors; then every vector is added in order, ``chunk_rows`` at a
-    time, so index position i is row i, and the search knobs are set. Raises ValueError naming
-    the string when faiss cannot make, train or fill it (e.g. ``IVF4096`` on fewer than 4,096
-    vectors). HNSW built by several threads may differ in a few links between rebuilds."""
+    """An inner-product index over ``vectors`` (n x d float32, normalized; in memory or a
+    memory-mapped ``.npy``). ``factory`` None/"Flat": exact ``IndexFlatIP``; else a FAISS
+    factory string, trained when needed on a seeded :func:`training_sample`. Vectors are added
+    in order, so index position i is row i. ValueError naming the string when faiss cannot
+    make, train or fill it. HNSW built by several threads may differ in a few links."""
     n, dim = vectors.shape
     f = normalize_factory(factory)
     index = make_index(dim, f)
@@ -199,10 +188,8 @@ def build_index(vectors, factory: str | None = None, *, train_size: int | None =
 
 
 def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
-    """``(index, mapped)``: the index saved at ``path``, memory-mapped (its stored codes; graph
-    links and small tables are read) when ``mmap`` is set and faiss can map it, else read. A
-    mapped index is read-only and relies on its file staying as it is: the retriever only
-    replaces index files with ``os.replace``."""
+    """``(index, mapped)``: the index at ``path``, memory-mapped when ``mmap`` is set and faiss
+    can (the retriever only replaces index files with ``os.replace``), else read."""
     import faiss  # heavy optional dependency
     if mmap:
         for flag in (faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP):
@@ -214,9 +201,8 @@ def read_index(path: str | Path, mmap: bool = False) -> tuple[Any, bool]:
 
 
 def write_index_atomic(index, path: str | Path) -> tuple[int, str]:
-    """Write ``index`` to ``path`` in one step (a reader sees the old file or the new one),
-    streamed through a callback so a large index is never held twice in memory; returns
-    (bytes, sha256) of the file."""
+    """Write ``index`` to ``path`` atomically, streamed so a large index is never held twice in
+    memory; returns (bytes, sha256) of the file."""
     import faiss  # heavy optional dependency
     digest = hashlib.sha256()
     size = 0
@@ -258,9 +244,8 @@ def write_vectors(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
 
 def stored_vectors(path: Path, key: str, n: int, write: Callable[[], np.memmap],
                    info: dict) -> tuple[np.memmap, bool]:
-    """``(vectors, reused)``: the float32 rows in the ``.npy`` file ``path`` when its sidecar
-    ``<name>.json`` records ``key``, its size and ``n`` rows, else ``write()``'s new file (the
-    sidecar removed first, written last)."""
+    """``(vectors, reused)``: the rows of the ``.npy`` file ``path`` when its sidecar records
+    ``key``, size and ``n`` rows, else ``write()``'s new file (its sidecar written last)."""
     side = path.with_name(path.name + ".json")
     try:
         rec = json.loads(side.read_text())

@@ -1,15 +1,8 @@
 """The paper's baselines (chapter 11), on the same :class:`~dynakrag_lite.config.Environment`
-as DynaKRAG.
-
-Same retriever, corpus, generator, budgets, ``doc_chars`` truncation and final-answer prompt,
-so differences in EM/F1 and in the ledger come from the control strategy alone. Every method
-returns a :class:`~dynakrag_lite.controller.MethodResult` whose trace has one step per search
-or generator call except the final answer call, as DynaKRAG's. Each baseline's docstring names
-the behaviour it reproduces and every deviation our budgets force; diagnostics (stop reason,
-iterations, searches, ``parse_fallbacks``) go to ``MethodResult.extra``. No baseline
-compresses evidence. Malformed replies never raise: a reply that gives nothing to act on ends
-acquisition and the reader answers from the documents.
-"""
+as DynaKRAG: same retriever, generator, budgets and final-answer prompt, so differences come
+from the control strategy alone. Traces have one step per search or generator call except the
+final answer, as DynaKRAG's; diagnostics go to ``MethodResult.extra``. No baseline compresses.
+Malformed replies never raise: the reader then answers from the documents."""
 from __future__ import annotations
 
 import re
@@ -80,8 +73,7 @@ def _llm_step(state: EvidenceState, env: Environment, messages, max_tokens: int,
     """One generator call (with stop sequences), charged to the ledger."""
     if env.generator is None:
         raise RuntimeError("this baseline needs a generator, and the environment has none")
-    gen = env.generator.generate(messages, max_tokens=max_tokens,
-                                 stop=list(stop) if stop else None)
+    gen = env.generator.generate(messages, max_tokens=max_tokens, stop=list(stop) if stop else None)
     return replace(state, history=state.history + (action,),
                    ledger=state.ledger.plus_generation(gen)), gen
 
@@ -115,8 +107,7 @@ def run_fixed_k(question: str, env: Environment, k: int | None = None,
     .466 against .469 for top-3 at ~4x the tokens and time. The paper's Fixed-K token count
     (1,892 on HotpotQA) suggests it read ~12 passages; pass ``k=env.config.max_docs`` to
     reproduce that reading. K is clipped to ``max_docs`` (the shared final-context cap);
-    ``k=0`` answers closed-book.
-    """
+    ``k=0`` answers closed-book."""
     if k is not None and k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     t0 = time.perf_counter()
@@ -148,18 +139,16 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
     :func:`prompts.answer_messages`) answers from the collected paragraphs at the end. The
     chain's own answer is kept in ``extra["chain_answer"]`` but is not the prediction.
 
-    ``demos``: :func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the *training*
-    split (gold paragraphs + distractors, template CoT; see that module). A ``qid`` that is a
-    demonstration's id raises :class:`~dynakrag_lite.demonstrations.DemoLeakError`.
-    ``demos=None`` runs zero-shot (same loop and prompt layout, no demonstrations): NOT the
-    faithful baseline, kept for the embedded library and tests; ``extra["n_demos"]`` says
-    which one ran.
+    ``demos``: :func:`~dynakrag_lite.demonstrations.build_ircot_demos` of the *training* split (gold
+    paragraphs + distractors, template CoT; see that module). A ``qid`` that is a demonstration's id
+    raises :class:`~dynakrag_lite.demonstrations.DemoLeakError`. ``demos=None`` runs zero-shot (same
+    loop and prompt layout, no demonstrations): NOT the faithful baseline, kept for the embedded
+    library and tests; ``extra["n_demos"]`` says which one ran.
 
     Deviations forced by our budgets and models:
 
-    * paragraph cap: the shared ``max_docs`` (12) instead of the original's 15 for HotpotQA;
-      when it (or the retrieval cap) is reached, reasoning goes on without retrieval, as in
-      the original;
+    * paragraph cap: the shared ``max_docs`` (12) instead of the original's 15 for HotpotQA; when it
+      (or the retrieval cap) is reached, reasoning goes on without retrieval, as in the original;
     * iterations: at most ``max_steps`` reasoning calls (default ``config.max_steps`` = 4, the
       budget DynaKRAG gets) and as many searches, the question's included; the original runs
       until 'answer is' or its paragraph cap;
@@ -174,13 +163,11 @@ def run_ircot(question: str, env: Environment, max_steps: int | None = None,
       fits (FlashRAG's 32-token cap truncated 46 of 52 thoughts); steps that used the whole
       budget are counted in ``extra["thoughts_truncated"]``.
 
-    Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept
-    sentence), ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated
-    earlier thoughts), ``empty_thought`` (a reply with no sentence at all: nothing to
-    retrieve with; parse fallback ``ircot``). ``extra["concluded_by"]`` is ``answer_is``,
-    ``cap`` or that reason. At most ``max_steps`` + 1 LLM calls and ``max_steps``
-    searches.
-    """
+    Stop reasons (``extra["stop_reason"]``): ``concluded`` ('answer is' in the kept sentence),
+    ``max_steps`` (iteration cap), ``repeated_thought`` (the reply only restated earlier thoughts),
+    ``empty_thought`` (a reply with no sentence at all: nothing to retrieve with; parse fallback
+    ``ircot``). ``extra["concluded_by"]`` is ``answer_is``, ``cap`` or that reason. At most
+    ``max_steps`` + 1 LLM calls and ``max_steps`` searches."""
     t0 = time.perf_counter()
     rounds = env.config.max_steps if max_steps is None else max_steps
     demo_items = tuple(demos) if demos is not None else ()
@@ -275,28 +262,18 @@ def run_self_ask(question: str, env: Environment, max_followups: int | None = No
     Gap"), with the retrieved context shown to the proposer as in FlashRAG's version.
 
     Reproduced: few-shot demonstrations in Self-Ask's format; generation stops at
-    'Intermediate answer:', so the search engine answers each follow-up (here: the reader on
-    the follow-up's top ``per_action`` documents). The chain's 'So the final answer is' is
-    the prediction. Up to ``max_iterations`` = 5 proposer calls (FlashRAG's max_iter).
+    'Intermediate answer:', which the reader gives from the follow-up's top ``per_action``
+    documents; 'So the final answer is' is the prediction; at most ``max_iterations`` = 5
+    proposer calls (FlashRAG's max_iter). Our choices: four demonstrations of our own
+    (copies counted in ``extra["demo_copies"]``); the question's documents and each follow-up's
+    new ones are shown to the proposer (as FlashRAG; Press et al.'s sees none), so a final
+    answer before any follow-up is accepted; at most ``config.max_steps`` searches, the
+    question's included, within ``max_docs`` and the retrieval cap; a repeated follow-up or an
+    exhausted budget asks once for the final answer (``force_final``), else the reader answers.
 
-    Our choices and deviations:
-
-    * four demonstrations of our own (:data:`~dynakrag_lite.demonstrations.SELF_ASK_DEMOS`);
-      copies of them are counted in ``extra["demo_copies"]``;
-    * the question is searched first and its documents shown to the proposer, and every
-      intermediate answer comes with the documents its follow-up added (as FlashRAG; Press et
-      al.'s proposer sees none), so a final answer before any follow-up is accepted;
-    * chat turns alternate at Self-Ask's hand-over points;
-    * at most ``config.max_steps`` searches, the question's included (IRCoT's and DynaKRAG's
-      budget), within ``max_docs`` and the retrieval cap;
-    * a repeated follow-up is not searched again: the proposer is asked once for its final
-      answer (``force_final``), as when no search is left; failing that, the reader answers
-      from all collected documents.
-
-    Stop reasons (``extra["stop_reason"]``): ``concluded``; ``repeated_followup``,
-    ``search_budget``, ``max_docs``, ``retrieval_cap`` (then a forced final answer);
-    ``max_iterations``; ``malformed``. ``extra["answer_source"]``: ``chain``, ``forced`` or
-    ``reader``."""
+    ``extra["stop_reason"]``: ``concluded``, ``repeated_followup``, ``search_budget``,
+    ``max_docs``, ``retrieval_cap``, ``max_iterations`` or ``malformed``;
+    ``extra["answer_source"]``: ``chain``, ``forced`` or ``reader``."""
     t0 = time.perf_counter()
     cfg = env.config
     budget = max(0, cfg.max_steps - 1) if max_followups is None else max_followups

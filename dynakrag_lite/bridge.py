@@ -1,28 +1,21 @@
-"""Bridge-entity detection: entities the evidence mentions that the question does not
-(chapter 5, bridge_entity_expand).
+"""Bridge-entity detection (chapter 5, bridge_entity_expand): entities the evidence mentions
+that the question does not.
 
-In a bridge question ("Where was the founder of X born?") the first document names the bridge
-("X was founded by Y"); the document that answers is about Y and shares no words with the
-question. bridge_entity_expand searches for Y.
+In "Where was the founder of X born?" the first document names the bridge ("X was founded by
+Y"); the answering document is about Y and shares no words with the question. Candidates (our
+choice; the paper does not say):
 
-How candidates are found (the paper does not say; this is our choice):
+1. Named entities in the documents (spaCy ``en_core_web_sm`` when installed, else capitalized
+   runs) of types that can name a document (:data:`KEEP_LABELS`). Nationalities, dates and
+   numbers never do: on 30 HotpotQA questions expanding them added 69 documents, 1 gold.
+2. Capitalized spans that are a corpus title, whatever NER made of them.
+3. Dropped: generic single words, entities in the question, titles already held, a document's
+   own subject, anything already expanded.
+4. Ranked: corpus titles, multi-word entities, single words; then retrieval score, position.
 
-1. Named entities in the retrieved documents (spaCy ``en_core_web_sm`` when installed, else
-   capitalized word runs), of types that can name a document of their own (:data:`KEEP_LABELS`;
-   GPE only when multi-word or a corpus title). Nationalities, dates, numbers etc. never are:
-   on 30 HotpotQA questions, expansion around such words added 69 documents, 1 of them gold.
-2. Capitalized spans that *are* a corpus title (``titles``), whatever NER made of them.
-3. Dropped: strings not starting with a capital or a digit, single generic words
-   ("University"), entities covered by the question, titles already in the state, parts or
-   long forms of a retrieved document's title (its own subject), anything already expanded.
-4. Ranked: corpus titles first, then multi-word entities, then single words (NER's noisiest
-   guesses); within each group by the retrieval score of the document, then position in it.
-
-spaCy's entities of a text are kept in a persistent cache (``entities.sqlite`` beside the LLM
-call cache; ``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), keyed by the
-spaCy and model versions and the text, so a re-run whose texts are all cached never imports
-spaCy.
-"""
+spaCy's entities are cached in ``entities.sqlite`` beside the LLM call cache
+(``$DYNAKRAG_ENTITY_CACHE`` names another file, ``off`` disables it), so a fully cached re-run
+never imports spaCy."""
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +32,7 @@ from .generators.cache import CallCache, cache_dir, canonical_json
 from .storage import installed_versions
 
 # Entity types that can be the subject of a document of their own.
-KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT",
-                         "LAW"})
+KEEP_LABELS = frozenset({"PERSON", "ORG", "WORK_OF_ART", "EVENT", "FAC", "LOC", "PRODUCT", "LAW"})
 # Only when multi-word or a corpus title: a lone country/city word rarely is the missing hop.
 CONDITIONAL_LABELS = frozenset({"GPE"})
 # Never candidates (and never matched as titles either): groups, times, quantities.
@@ -189,9 +181,8 @@ def entities_in(text: str, use_spacy: bool = True) -> tuple[str, ...]:
 
 @lru_cache(maxsize=65536)
 def capitalized_spans(text: str) -> tuple[tuple[str, str], ...]:
-    """(span, normalized key) of every run of 1..6 tokens that starts and ends with a
-    capitalized token (possibly with lowercase words inside: "Battle of the Bulge"). The
-    candidates a title lookup is tried on."""
+    """(span, normalized key) of every run of 1..6 tokens starting and ending with a capitalized
+    token ("Battle of the Bulge"): the candidates a title lookup is tried on."""
     toks = [(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
     out, seen = [], set()
     for i, (w, s, _) in enumerate(toks):
@@ -275,10 +266,8 @@ def _generic(entity_key: str) -> bool:
 def bridge_candidates(question: str, docs: Sequence, exclude: Iterable[str] = (),
                       max_candidates: int = 5, use_spacy: bool = True,
                       titles: AbstractSet[str] | None = None) -> tuple[str, ...]:
-    """Candidates from ``docs`` ordered best first (see the module docstring).
-
-    ``titles``: normalized corpus title keys (:func:`corpus_title_keys`); None disables the
-    title rules (then GPE needs two words and only NER/regex entities are candidates)."""
+    """Candidates from ``docs`` ordered best first (see the module docstring); ``titles``
+    (:func:`corpus_title_keys`) None disables the title rules."""
     qkey = normalize_title(question)
     retrieved = {normalize_title(d.title) for d in docs}
     skip = retrieved | {normalize_title(e) for e in exclude}

@@ -1,30 +1,20 @@
 """Terminal compression that keeps the evidence (chapter 10).
 
-The paper's compressor asks the generator for "mutually supporting snippets" and answers from
-them. With a small generator that step lost evidence (qwen2.5-coder-0.5b, 30 HotpotQA
-questions: 22 of 90 snippets matched no document, 4 were the template word "snippet", the
-answer string was lost for 6 of 24 questions), so this module makes it checkable:
+The paper's compressor asks the generator for "mutually supporting snippets". With a small
+generator that lost evidence (qwen2.5-coder-0.5b, 30 HotpotQA questions: 22 of 90 snippets
+matched no document, the answer string was lost for 6 of 24), so here it is checked:
 
-**LLM compressor, validated** (:func:`validate_snippets`). Each parsed snippet is matched to
-the documents as a fuzzy quote: the *quote ratio* is the share of its word tokens inside runs
-of at least :data:`MIN_RUN` tokens copied from one document. The best document wins (ties: the
-document number the model wrote, then the earlier document). A snippet is valid when its ratio
-is at least :data:`QUOTE_THRESHOLD` and it has at least :data:`MIN_SNIPPET_TOKENS` tokens;
-template text, too short, unmatched and duplicate snippets are dropped with a reason. The
-answerer then reads the *source sentences* the match covers, prefixed with the document title,
-one line per document: a snippet cut before the answer string gets its whole sentence back.
+**LLM compressor, validated** (:func:`validate_snippets`): each snippet is matched to the
+documents as a fuzzy quote (share of its tokens in runs of :data:`MIN_RUN` tokens copied from one
+document); weak, short, template and duplicate snippets are dropped with a reason. The answerer
+reads the *source sentences* a match covers, so a snippet cut before the answer gets it back.
 
-**Fallback to the documents.** When fewer than ``min_valid_snippets`` snippets survive, or they
-come from fewer than ``min_snippet_docs`` documents while the state holds that many (a
-multi-hop answer needs its hops), the compression is ``fallback_to_docs`` with no snippets, so
-answer() reads the documents themselves.
+**Fallback to the documents** (:func:`decide_fallback`): too few valid snippets, or from too few
+documents for a multi-hop answer, and answer() reads the documents themselves.
 
-**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, zero
-LLM calls, on features that read no gold (:func:`sentence_features`). It is trained by the
-lab's :mod:`dynakrag_lab.studies.selector`; a selector file is a joblib pickle, checked against
-its folder's ``MANIFEST.sha256`` before unpickling (:func:`load_selector`). Measurements:
-``results/diagnostics/compression.json``; the LLM compressor stays the library default.
-"""
+**Extractive compressor** (:class:`ExtractiveCompressor`): a learned sentence selector, no LLM
+calls, trained by :mod:`dynakrag_lab.studies.selector` and checked against its folder's
+``MANIFEST.sha256`` before unpickling. The LLM compressor stays the library default."""
 from __future__ import annotations
 
 import difflib
@@ -68,12 +58,9 @@ class Snippet:
 
 @dataclass(frozen=True)
 class Compression:
-    """What compress_answer_evidence produced.
-
-    ``snippets`` is what the answer reads: one ``"Title: sentence sentence"`` line per source
-    document in document order, or ``()`` when ``fallback_to_docs`` (then the answer reads the
-    documents). ``valid_snippets`` are the kept snippets with their source, ``dropped`` the
-    rejected ones as ``(text, reason)``."""
+    """What compress_answer_evidence produced: ``snippets``, what the answer reads (one
+    ``"Title: sentence sentence"`` line per source document, or ``()`` when
+    ``fallback_to_docs``); ``valid_snippets`` with their source; ``dropped`` as (text, reason)."""
     snippets: tuple[str, ...]
     raw: str
     generation: object | None  # Generation of the LLM call; None for the extractive compressor
@@ -210,9 +197,8 @@ def render_evidence(kept: Sequence[Snippet]) -> tuple[str, ...]:
 
 
 def fact_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, tuple[int, ...]]:
-    """Fact-table lines ("entity | relation | value") are not quotes: their ratio is the share
-    of their content words found in the document (title included); the sentences are those
-    holding the most of them."""
+    """Fact-table lines ("entity | relation | value") are not quotes: their ratio is the share of
+    their content words in the document (title included), their sentences those holding most."""
     cw = {t for t in snippet_tokens if t not in STOPWORDS}
     if not cw or not doc.tokens:
         return 0.0, ()
@@ -231,9 +217,8 @@ def fact_match(snippet_tokens: Sequence[str], doc: _DocTokens) -> tuple[float, t
 def validate_snippets(parsed: Sequence[str], docs: Sequence,
                       threshold: float = QUOTE_THRESHOLD, fact_table: bool = False
                       ) -> tuple[list[Snippet], list[tuple[str, str]], list[float]]:
-    """Match each parsed snippet to the documents (as a quote, or as a fact-table line).
-    Returns (kept snippets in document order, dropped ``(snippet, reason)``, the best ratio of
-    every snippet that reached matching)."""
+    """Match each parsed snippet to the documents (as a quote or a fact-table line). Returns
+    (kept in document order, dropped ``(snippet, reason)``, every matched snippet's best ratio)."""
     match = fact_match if fact_table else quote_match
     dts = [_doc_tokens(d) for d in docs]
     kept: list[tuple[int, int, Snippet]] = []
@@ -273,8 +258,7 @@ def validate_snippets(parsed: Sequence[str], docs: Sequence,
     return [k[2] for k in kept], dropped, ratios
 
 
-def decide_fallback(kept: Sequence[Snippet], n_docs: int, min_valid: int, min_docs: int
-                    ) -> str:
+def decide_fallback(kept: Sequence[Snippet], n_docs: int, min_valid: int, min_docs: int) -> str:
     """The reason to answer from the documents instead, or '' to use the snippets."""
     if len(kept) < min_valid:
         return f"{len(kept)} valid snippets < {min_valid}"
@@ -321,11 +305,9 @@ class SentenceRows:
 def sentence_features(question: str, docs: Sequence,
                       encode: Callable[[Sequence[str]], np.ndarray] | None = None
                       ) -> SentenceRows:
-    """Feature rows of every sentence of ``docs`` (their order is the rank order used for
-    ``doc_rank``; ``doc.score`` is the retrieval score). No gold label is read: overlap with
-    the question's words and capitalised entities, title mentions (own and other documents':
-    a bridge cue), position, retrieval rank and score, length, year/number cues against the
-    question's wh-word, and the embedding cosine to the question."""
+    """Feature rows of every sentence of ``docs`` (in rank order; ``doc.score`` is the
+    retrieval score). No gold label is read: question overlap, title mentions (a bridge cue),
+    position, rank, score, length, number cues against the wh-word, and embedding cosine."""
     q_cw = content_words(question)
     q_caps = {w.lower() for w in _CAPS.findall(question)} - STOPWORDS
     ql = question.lower()
@@ -423,16 +405,13 @@ class SentenceSelector:
 
 def load_selector(path: str | Path, *, trusted: bool | None = None) -> SentenceSelector:
     """Load a selector saved by :meth:`SentenceSelector.save`; its ``sha256`` is the file's.
-
-    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
-    takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there)."""
+    **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`."""
     return SentenceSelector.load(path, trusted=trusted)
 
 
 class ExtractiveCompressor:
-    """Selects evidence sentences with a :class:`SentenceSelector`; zero LLM calls.
-    ``encode``: the retriever's encoder, for the embedding features of a selector trained
-    with them (``meta["use_embeddings"]``)."""
+    """Selects evidence sentences with a :class:`SentenceSelector`, no LLM calls; ``encode``: the
+    retriever's encoder, for a selector trained with embedding features."""
 
     def __init__(self, selector: SentenceSelector,
                  encode: Callable[[Sequence[str]], np.ndarray] | None = None,
@@ -449,8 +428,7 @@ class ExtractiveCompressor:
         rows = sentence_features(question, docs, self.encode)
         return rows, self.selector.predict_proba(rows.X)
 
-    def select(self, question: str, docs: Sequence, max_snippets: int = 8
-               ) -> tuple[Snippet, ...]:
+    def select(self, question: str, docs: Sequence, max_snippets: int = 8) -> tuple[Snippet, ...]:
         """The best sentences (at most ``per_doc`` of one document), in document order."""
         if not docs or max_snippets <= 0:
             return ()

@@ -1,15 +1,10 @@
 """A run's settings, budgets, switches and the environment the actions run in (chapters 4-5).
 
-:class:`RunSettings`: every setting of one ``train`` or ``evaluate`` run, built once from the
-command line and passed whole (as FlashRAG's one ``Config``) to the setup, the choosers, the
-evaluation loop, the fingerprint and the training recipe.
-:class:`ControlConfig` holds the paper's budgets (top-3 new documents per retrieval action,
-at most 12 documents and 4 steps, optional retrieval cap) and the ablation switches.
-:class:`Environment` carries what actions use but a state must not hold, as loaded objects
-(never paths): the retriever, the generator, the config, the learned sufficiency estimator and
-the extractive compressor (:func:`dynakrag_lite.pipeline.build_setup` loads them once). Gold
-labels are never in either.
-"""
+:class:`RunSettings` holds every setting of one ``train`` or ``evaluate`` run, passed whole to
+the setup, the choosers, the evaluation loop, the fingerprint and the training recipe.
+:class:`ControlConfig` holds the paper's budgets and the ablation switches. :class:`Environment`
+carries what actions use but a state must not hold, as loaded objects (retriever, generator,
+config, sufficiency estimator, compressor); gold labels are never in either."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -47,9 +42,8 @@ class ControlConfig:
     # documents, uncompressed (0: always compress, the paper's; the lab's answer-stage study,
     # python -m dynakrag_lab.studies.answer_stage, chooses it on training questions).
     answer_docs_up_to: int = 0
-    # The sufficiency probe's signal (dynakrag_lite.sufficiency): "text", "margin", "learned"
-    # or "answer_conf"; "sufficient" iff score >= threshold (None: the signal's default).
-    # gates=False: the verdict gates nothing (a gap is always written), for a signal at chance.
+    # The probe's signal (dynakrag_lite.sufficiency): "text", "margin", "learned", "answer_conf";
+    # "sufficient" iff score >= threshold (None: its default); gates=False: it gates nothing.
     sufficiency_signal: str = "text"
     sufficiency_threshold: float | None = None
     sufficiency_gates: bool = True

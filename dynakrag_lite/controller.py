@@ -1,5 +1,4 @@
-"""The control loop (paper, Algorithm 1; chapter 9) and the result record every method
-returns.
+"""The control loop (paper, Algorithm 1; chapter 9) and the result record every method returns.
 
     s <- s0
     while not stopped:
@@ -9,10 +8,8 @@ returns.
     if compression: snippets <- compress_answer_evidence(s)
     answer <- generator(question, snippets or documents)
 
-A chooser is any object with ``choose(state, valid) -> (action, scores)``: the learned policy
-(:mod:`dynakrag_lite.policy`), the uniform-valid controller, or the oracle. ``scores`` maps
-each valid action to a dict of numbers shown in the trace (value, cost, score...).
-"""
+A chooser is any object with ``choose(state, valid) -> (action, scores)`` (the learned policy,
+the uniform-valid controller, the oracle); ``scores`` holds the numbers shown in the trace."""
 from __future__ import annotations
 
 import random
@@ -71,10 +68,8 @@ class Chooser(Protocol):
 
 
 class UniformChooser:
-    """Uniform-valid controller (paper ablation): a seeded random valid action, fixed horizon:
-    it never chooses stop_answer itself, so it runs until a cap forces the stop. With
-    ``stop_after`` K (``evaluate --method uniform --stop-after K``) it stops once K
-    acquisitions were made, as the learned policy's stop-at-K schedule does."""
+    """Uniform-valid controller (paper ablation): a seeded random valid action but stop_answer,
+    until a cap; with ``stop_after`` K it stops after K acquisitions (as stop-at-K does)."""
     name = "uniform"
 
     def __init__(self, seed: int = 13, stop_after: int | None = None):

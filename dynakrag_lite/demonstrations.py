@@ -1,26 +1,15 @@
 """Few-shot demonstrations for the IRCoT and Self-Ask baselines.
 
-IRCoT (Trivedi et al. 2023) is a few-shot method: each demonstration shows a question with
-its gold paragraphs plus distractor paragraphs, and a chain of thought ending in 'So the
-answer is: X.'. :func:`build_ircot_demos` draws them from a pool of *training* questions of
-the same dataset (never from evaluation questions: :class:`DemoLeakError`).
+IRCoT (Trivedi et al. 2023) shows a question with its gold and distractor paragraphs and a chain
+of thought ending in 'So the answer is: X.'. :func:`build_ircot_demos` draws them from *training*
+questions of the same dataset (never evaluation ones: :class:`DemoLeakError`). The originals'
+hand-written CoTs are not in our data, so the chain is a template (:func:`template_chain`), and
+k = 2 demonstrations with 1 distractor each (not up to 15) fit n_ctx 4096 beside a test turn of
+up to 12 paragraphs.
 
-Our choices (the originals' hand-written CoTs are not in our data):
-
-* **The chain of thought is a deterministic template** (:func:`template_chain`): one sentence
-  copied verbatim from each gold paragraph, then 'So the answer is: <gold answer>.'.
-* **k = 2 demonstrations with 1 distractor each** by default (the original used up to 15):
-  with n_ctx 4096 the test turn alone holds up to 12 paragraphs (~1,700 tokens); two
-  demonstrations of three clipped paragraphs add ~600-700. They are picked in a seeded hash
-  order, one per question type when the pool has types, among questions whose answer occurs
-  in a gold paragraph (or is yes/no); paragraphs are shuffled with the same seed.
-
-Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours
-(:data:`SELF_ASK_DEMOS`) are about well-known real-world facts (a fictional name was copied
-verbatim into real follow-up questions by the 0.5B model), mirror HotpotQA's question types,
-and carry short documents of their own where a test dialogue has them. Our datasets carry no
-follow-up decompositions to draw them from the training split.
-"""
+Self-Ask (Press et al. 2023) used four hand-written demonstrations; ours (:data:`SELF_ASK_DEMOS`)
+are about well-known real facts (the 0.5B model copied a fictional name into real follow-ups)
+and mirror HotpotQA's question types."""
 from __future__ import annotations
 
 import hashlib
@@ -112,10 +101,9 @@ def _is_yes_no(answer: str) -> bool:
 
 def template_chain(question: str, gold: Sequence[tuple[str, str]], answer: str,
                    max_sentence_chars: int = 300) -> tuple[str, ...] | None:
-    """The deterministic CoT of one training question, or None when no usable chain exists (a
-    gold paragraph without sentences, or a sentence over ``max_sentence_chars``). From a gold
-    paragraph holding the answer: its first sentence with it (placed last); from another: the
-    sentence sharing most words with the other gold titles (weight 2) and the question."""
+    """The deterministic CoT of one training question (None when a gold paragraph has no
+    usable sentence): per gold paragraph the sentence holding the answer (placed last), else
+    the one sharing most words with the other gold titles and the question."""
     if not gold:
         return None
     ans = _norm(answer)
@@ -163,8 +151,7 @@ def _eligible(q, max_sentence_chars: int) -> tuple[str, ...] | None:
     answer = q.answers[0]
     if not 1 <= len(gold) <= 3 or len(q.question) > 200 or len(answer) > 60:
         return None
-    if not _is_yes_no(answer) and not any(f" {_norm(answer)} " in f" {_norm(t)} "
-                                          for _, t in gold):
+    if not _is_yes_no(answer) and not any(f" {_norm(answer)} " in f" {_norm(t)} " for _, t in gold):
         return None
     return template_chain(q.question, gold, answer, max_sentence_chars)
 
@@ -175,13 +162,10 @@ _CACHE: dict[tuple, Demonstrations] = {}
 def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: int = 1,
                       max_chars: int = 400, eval_ids: Iterable[str] = (),
                       max_sentence_chars: int = 300) -> Demonstrations:
-    """``k`` IRCoT demonstrations from ``pool``, a list of :class:`~dynakrag_lite.data.Question`
-    of the *training* split (gold labels are read here, and only here).
-
-    Each shows the question's gold paragraphs plus ``n_distractors`` of its own, clipped to
-    ``max_chars`` (never before the chain's sentence), and the template chain of thought. An
-    overlap of the pool with ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k``
-    usable questions, ``ValueError``. Cached."""
+    """``k`` cached IRCoT demonstrations from ``pool``, questions of the *training* split (gold
+    labels are read here only): gold paragraphs plus ``n_distractors``, clipped to ``max_chars``
+    (never before the chain's sentence), and the template chain. A pool overlapping
+    ``eval_ids`` raises :class:`DemoLeakError`; fewer than ``k`` usable questions, ValueError."""
     pool = list(pool)
     check_disjoint((q.id for q in pool), eval_ids)
     if k <= 0:
@@ -229,8 +213,7 @@ def build_ircot_demos(pool: Sequence, k: int = 2, seed: int = 0, n_distractors: 
         for p in shown:
             sent = next((s for s in chain if s.rstrip(".") in " ".join(p.text.split())), "")
             paras.append((p.title, _shown_text(p.text, sent, max_chars)))
-        items.append(Demonstration(q.id, q.question, tuple(paras), chain, q.answers[0],
-                                   q.type))
+        items.append(Demonstration(q.id, q.question, tuple(paras), chain, q.answers[0], q.type))
     demos = Demonstrations(dataset, seed, tuple(items))
     _CACHE[key] = demos
     return demos

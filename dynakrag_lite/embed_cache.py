@@ -1,18 +1,11 @@
-"""Persistent SQLite cache of embedder calls (query and sentence encodes); no chapter
-teaches it, chapter 2's retriever goes through it.
+"""Persistent SQLite cache of embedder calls (query and sentence encodes), used by chapter 2's
+retriever, so a warm re-run never loads the model.
 
-A warm re-run reads the vectors instead of loading the model. The key is one whole encode CALL
-(the embedder's identity, the encode settings and the texts in order), not single texts:
-sentence-transformers pads each batch to its longest text, which changes the last bits of the
-other vectors (up to 1.3e-7), so re-batched misses could return vectors a fresh run would not
-compute. A hit returns exactly the float32 array that call returned before; a re-run repeats
-the same calls, so it hits every one of them.
-
-Rows carry a sha256 over key, shape and bytes (a row that fails it is a miss), and the file is
-handled like the LLM call cache (:class:`~dynakrag_lite.generators.cache.SQLiteCache`). File:
-``$DYNAKRAG_EMBED_CACHE`` (``off`` disables it), else ``embeddings.sqlite`` beside
-``llm_calls.sqlite``.
-"""
+The key is one whole encode CALL (embedder identity, settings, texts in order), not single
+texts: sentence-transformers pads each batch to its longest text, which changes the last bits
+of the other vectors (up to 1.3e-7). Rows carry a sha256 over key, shape and bytes (a mismatch
+is a miss); the file is handled like :class:`~dynakrag_lite.generators.cache.SQLiteCache`:
+``$DYNAKRAG_EMBED_CACHE`` (``off`` disables it), else ``embeddings.sqlite`` beside the LLM cache."""
 from __future__ import annotations
 
 import hashlib

@@ -1,11 +1,9 @@
-"""Adding retrieved documents to a state: the one rule every method shares (chapters 5
-and 11).
+"""Adding retrieved documents to a state: the one rule every method shares (chapters 5 and 11).
 
 A retrieval step adds at most ``config.per_action`` documents that are new by id *and* by
 normalized title, and never grows the context past ``config.max_docs``. DynaKRAG's actions and
 the baselines (Fixed-K, IRCoT, Self-Ask) all go through these functions, so they read the same
-number of documents under the same dedup rule.
-"""
+number of documents under the same dedup rule."""
 from __future__ import annotations
 
 from typing import Sequence

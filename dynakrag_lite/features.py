@@ -1,14 +1,11 @@
 """phi(s, a): the features the value model sees, computed from the observable state only
-(chapter 8).
+(chapter 8; :func:`state_features` takes an :class:`EvidenceState`, which has no gold).
 
-The paper's feature families: question length and shape; number of documents and of distinct
-titles; frontier position; retrieval-score statistics; lexical question-evidence overlap;
-bridge-entity count; the current action's identity; prior action counts; estimated action
-cost. We add the sufficiency verdict and gap presence (both observable; a verdict whose
-signal was measured to be at chance, ``Sufficiency.gates=False``, shows as neither yes nor no).
-Nothing here reads a gold label: :func:`state_features` takes an :class:`EvidenceState`, which
-has none. :data:`FEATURE_DESCRIPTIONS` says in one line what each named feature measures.
-"""
+The paper's families: question length and shape; document and title counts; frontier position;
+retrieval-score statistics; question-evidence overlap; bridge-entity count; the action; prior
+action counts; estimated cost. We add the sufficiency verdict and gap presence (a verdict of a
+signal at chance, ``gates=False``, shows as neither yes nor no). :data:`FEATURE_DESCRIPTIONS`
+says what each feature measures."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +44,7 @@ def state_features(state: EvidenceState) -> dict[str, float]:
         if state.docs else frozenset()
     per_doc = [len(qw & feature_content_words(d.title + " " + d.text)) / max(1, len(qw))
                for d in state.docs]
-    last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs),
-                                                          default=-1)]
+    last = [d.score for d in state.docs if d.step == max((x.step for x in state.docs), default=-1)]
     ranking = state.initial_ranking or ()
     suff = state.sufficiency
     gap_words = feature_content_words(state.gap)

@@ -1,22 +1,12 @@
 """A fitted random forest as flat numpy arrays: the controller's fast predict path.
 
-A learned decision asks two 300-tree forests about a handful of rows; scikit-learn dispatches
-every tree through joblib and a Python-level call, so a decision cost tens of milliseconds.
-:class:`FlatForest` copies the fitted trees once into padded 2-D arrays and walks all trees
-and rows together, one tree level per numpy step: a fraction of a millisecond.
-
-The result is bit-identical to ``forest.predict(X)`` with ``n_jobs = 1`` (scikit-learn 1.9):
-
-* X is cast to float32 and compared as float64 (``X <= threshold``, exact widening); a NaN
-  follows the node's ``missing_go_to_left`` when the trees accept missing values.
-* Leaf values are added to a float64 zero vector one tree at a time in ``estimators_`` order,
-  then divided by the tree count: ``np.add.accumulate`` makes exactly those additions (``sum``
-  adds pairwise), after ``+ 0.0`` on the first column (a -0.0 leaf becomes +0.0).
-
-Only fitted single-output ``RandomForestRegressor`` forests are supported
-(:class:`UnsupportedEstimator` otherwise); a refit needs a new FlatForest
-(:func:`flat_forest_for` notices).
-"""
+scikit-learn dispatches each of 300 trees through joblib, so a decision cost tens of
+milliseconds; :class:`FlatForest` walks all trees and rows together, one level per numpy step.
+The result is bit-identical to ``forest.predict(X)`` with ``n_jobs = 1`` (scikit-learn 1.9): X
+is cast to float32 and compared as float64, NaN follows ``missing_go_to_left``, and leaf values
+are summed in ``estimators_`` order with ``np.add.accumulate`` (``sum`` adds pairwise) after
+``+ 0.0`` (a -0.0 leaf becomes +0.0). Only single-output ``RandomForestRegressor`` forests are
+supported (:class:`UnsupportedEstimator`); :func:`flat_forest_for` notices a refit."""
 from __future__ import annotations
 
 import threading
@@ -52,13 +42,9 @@ def _check_supported(forest) -> None:
 
 class FlatForest:
     """Predict like a fitted single-output ``RandomForestRegressor``, bit for bit, without
-    calling scikit-learn.
-
-    Arrays (``T`` trees, ``M`` = the largest node count), indexed by a node's *flat* id
-    ``t * M + i``: ``children`` (T, M, 2), ``feature``, ``threshold``, ``missing_left`` and
-    ``value`` (T, M). A leaf (and every padding slot) is its own child on both sides, so
-    ``predict`` walks every (row, tree) pair ``depth`` steps with no mask. Input is checked as
-    sklearn checks it, except for column names."""
+    scikit-learn. Arrays are indexed by a node's flat id ``t * M + i`` (``M``: the largest node
+    count); a leaf (and every padding slot) is its own child, so ``predict`` walks every (row,
+    tree) pair ``depth`` steps with no mask. Input is checked as sklearn does, bar column names."""
 
     #: (row, tree) pairs walked at once: bounds the temporaries (rows are independent).
     BLOCK_PAIRS = 1 << 16

@@ -3,10 +3,9 @@ demos)`` runs one question with ``settings.method`` (chapter 11; ``evaluate``, t
 the book and the tests all call it).
 
 The three controllers (:func:`~dynakrag_lite.controller.run_controller` with the learned
-policy, the uniform-valid chooser or the oracle) and the three baselines of
-:mod:`dynakrag_lite.baselines` take the same environment, so they differ in how they choose
-alone. Each runner reads only the settings it needs: ``fixed_k`` (Fixed-K's K, None: its
-default), ``seed`` and ``stop_after`` (the uniform chooser's).
+policy, the uniform-valid chooser or the oracle) and the baselines of :mod:`dynakrag_lite.baselines`
+share one environment and differ only in how they choose; each runner reads the settings it
+needs (``fixed_k``, ``seed``, ``stop_after``).
 """
 from __future__ import annotations
 

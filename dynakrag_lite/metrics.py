@@ -1,12 +1,8 @@
 """Answer metrics exactly as the official HotpotQA script computes them, plus support recall.
-(The per-question cost record is :class:`dynakrag_lite.state.Ledger`.)
 
-* ``normalize_answer``: lowercase, drop punctuation, drop the articles a/an/the, collapse
-  whitespace (in that order, as ``hotpot_evaluate_v1.py`` does).
-* ``f1_score``: token F1, with HotpotQA's rule that a yes/no/noanswer prediction or reference
-  scores 0 unless the two normalize to the same string.
-* EM and F1 against several references take the max over aliases (2Wiki and MuSiQue do).
-"""
+``normalize_answer`` lowercases, drops punctuation and articles and collapses whitespace, in
+``hotpot_evaluate_v1.py``'s order; ``f1_score`` gives a yes/no/noanswer mismatch 0; several
+references (2Wiki, MuSiQue aliases) take the max."""
 from __future__ import annotations
 
 import re
@@ -63,9 +59,8 @@ def em_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
 
 
 def support_recall(retrieved_titles: Iterable[str], gold_titles: Iterable[str]) -> float:
-    """SR: share of gold supporting documents present among the retrieved ones.
-
-    Documents are matched by normalized title, the same key the retrieval dedup uses."""
+    """SR: share of gold supporting documents among the retrieved ones, matched by normalized
+    title (the retrieval dedup's key)."""
     gold = {normalize_title(t) for t in gold_titles}
     if not gold:
         raise ValueError("no gold supporting documents")

@@ -16,10 +16,9 @@ def sr(state: EvidenceState, gold: Sequence[str]) -> float:
 
 
 class OracleChooser:
-    """Upper bound, NOT a deployable method: it reads the gold support labels. At each state it
-    executes every valid acquisition action and takes the one with the largest true SR gain;
-    it stops when support is complete or no single action raises it (greedy, one step).
-    Its ledger counts only the path it takes, not the branches it peeked at."""
+    """Upper bound, NOT a deployable method (it reads gold support labels): at each state it
+    takes the valid acquisition with the largest true SR gain and stops when support is
+    complete or no single action raises it. Its ledger counts only the path it takes."""
     name = "oracle"
 
     def __init__(self, env: Environment, gold: Sequence[str]):

@@ -1,14 +1,9 @@
 """One call from a dataset name to a ready environment (questions, corpus, retriever,
-generator, budgets, and the extractive compressor when asked for): what the CLI, the
-experiments and every chapter start from (chapter 4 first).
+generator, budgets, extractive compressor): what the CLI, the experiments and every chapter
+start from. Everything is loaded here, once: the actions never read a file.
 
     setup = build_setup("hotpotqa", generator="qwen2.5-coder-0.5b")
-    setup.env, setup.questions, setup.train, setup.eval
-
-Everything the environment needs is loaded here, once: the actions never read a file.
-:func:`run_setup` builds it from a run's :class:`~dynakrag_lite.config.RunSettings` (what
-``train`` and ``evaluate`` do) and cuts the run's questions from the split.
-"""
+    setup.env, setup.questions, setup.train, setup.eval"""
 from __future__ import annotations
 
 import sys
@@ -63,13 +58,9 @@ def build_setup(dataset: str = "library", generator: str | None = QUICK_GENERATO
                 vectors_path: str | Path | None = None,
                 selector: str | Path | None = None) -> Setup:
     """Load ``dataset`` (a name or a path), make and check the generator (None: retrieval
-    only), pool its corpus (or read ``corpus_file``), index it (loaded from disk when built
-    before) and split the questions into disjoint train/eval parts exactly as the CLI does.
-
-    ``selector``: a sentence selector file, loaded once into ``env.compressor`` (used when the
-    config says ``compressor="extractive"``). ``index_factory``, ``index_mmap``, ``nprobe``,
-    ``ef_search`` and ``vectors_path`` are the retriever's large-corpus options; their
-    defaults give the exact flat index."""
+    only), pool or read the corpus, index it and split the questions into disjoint train/eval
+    parts as the CLI does. ``selector`` is loaded into ``env.compressor``; the ``index_*``,
+    ``nprobe``, ``ef_search`` and ``vectors_path`` options default to the exact flat index."""
     questions = load_dataset(dataset, data_root=data_dir)
     name = questions[0].dataset
     # First and checked: a wrong spec is one error before indexing, not an error per question
@@ -103,10 +94,8 @@ def _cut(qs: list, split: str, offset: int | None, limit: int | None) -> list:
 
 
 def run_setup(s: RunSettings) -> tuple[Setup, list[Question]]:
-    """(setup, the run's questions): :func:`build_setup` of the settings' data, index, split
-    and generator, the environment configured by ``s.control_config``, the sentence selector
-    loaded for the extractive compressor only, and the ``split`` part of the questions (without
-    the selector's fit questions when ``unseen_by_selector``) cut by ``offset`` and ``limit``."""
+    """(setup, the run's questions): :func:`build_setup` from the settings, configured by
+    ``s.control_config``, and the ``split`` part cut by ``offset`` and ``limit``."""
     setup = build_setup(s.data, generator=s.generator, data_dir=s.data_dir,
                         embedder=s.embedder, n_eval=s.n_eval, split_seed=s.split_seed,
                         corpus_file=s.corpus, index_dir=s.index_dir,

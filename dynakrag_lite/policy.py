@@ -1,34 +1,22 @@
-"""Learned control: the action-value model v(s, a), the cost model c(s, a), the continuation
-model, and the learned chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a).
+"""Learned control (chapters 8-9): the value model v(s, a), the cost model c(s, a), the
+continuation model, and the chooser a* = argmax_{a in A(s)} v(s, a) - lambda * c(s, a).
 
-* Value model: a random forest regressor on phi(s, a) (paper: 300 trees, min leaf 8, seed 13)
-  fitted to the support-recall targets of :mod:`dynakrag_lite.trajectories`.
-* Cost model: c(s, a) in tokens. An LLM action's cost grows with the evidence it reads, so per
-  action we fit tokens = a + b * n_docs by least squares on logged costs. A retrieval action
-  costs no tokens now but ``per_action`` more documents in every later prompt; we charge it the
-  mean logged tokens of that many documents. lambda = 0 reproduces the paper's main runs.
-* Continuation model: a random forest on trajectory prefixes (state features only) estimating
-  the answer utility of continuing against stopping now (its target, ``f1``, ``sr`` or
-  ``onestep``, is chosen at collection time: :mod:`dynakrag_lite.trajectories`). When its
-  estimate exceeds ``veto_threshold`` and anything else is valid, stop_answer is removed from
-  A(s) (the paper's "can suppress stop_answer"): with the paper's targets v(s, stop) = SR(s)
-  is a level while acquisition values are deltas, so without a veto the value model stops as
-  soon as some support is in hand.
-* Stop rule (:func:`select`): ``level``, ``gain`` or ``continuation``.
-* ``veto_threshold`` and ``lam`` are tuned by cross-validation on the training questions only
-  (:mod:`dynakrag_lite.training.tuning`).
-* ``sufficiency``: the calibrated sufficiency signal trained with the policy;
-  :meth:`Policy.configure` applies it to an environment before a run.
+* Value model: a random forest on phi(s, a) (paper: 300 trees, min leaf 8, seed 13) fitted to
+  the support-recall targets of :mod:`dynakrag_lite.trajectories`.
+* Cost model: tokens = a + b * n_docs per LLM action, least squares on logged costs (an LLM
+  action's cost grows with the evidence it reads). A retrieval action is charged the mean logged
+  tokens of the ``per_action`` documents it adds to every later prompt. lambda = 0 is the paper.
+* Continuation model: a random forest on prefix state features estimating the utility of
+  continuing over stopping. Above ``veto_threshold`` it removes stop_answer from A(s) (the
+  paper's "can suppress stop_answer"): v(s, stop) = SR(s) is a level while acquisition values
+  are deltas, so without a veto the value model stops as soon as some support is in hand.
+* ``veto_threshold`` and ``lam`` are tuned on the training questions only
+  (:mod:`dynakrag_lite.training.tuning`); :meth:`Policy.configure` applies the calibrated
+  ``sufficiency`` signal to an environment.
 
-Policies are saved with joblib together with metadata (feature names, training data hash,
-generator, dataset, embedder, budgets, training question ids, library versions); loading
-checks the feature names, :func:`check_policy` the rest against the run about to use it. A
-joblib file is code: a file of a folder that keeps a ``MANIFEST.sha256`` (``results/policies``
-does) is unpickled only when listed there (``python -m dynakrag_lite policy-manifest --update
-FILE`` registers one).
-
-Chapter 8 fits the value, cost and continuation models; chapter 9 chooses with them.
-"""
+Policies are saved with joblib and metadata checked by :func:`check_policy`. A joblib file is
+code: in a folder with a ``MANIFEST.sha256`` (``results/policies``) it is unpickled only when
+listed there (``python -m dynakrag_lite policy-manifest --update FILE`` registers one)."""
 from __future__ import annotations
 
 import dataclasses
@@ -80,10 +68,8 @@ def _container_problem(raw: bytes) -> str | None:
 
 
 def check_policy_file(path: Path) -> str:
-    """PolicyError naming ``path`` unless it holds the container :meth:`Policy.save` writes
-    (one complete zlib stream holding one whole pickle), checked without unpickling: a
-    manifest is where a file is vouched for, not where it runs. Returns the sha256 of the
-    bytes checked, for the manifest entry."""
+    """PolicyError naming ``path`` unless it holds what :meth:`Policy.save` writes, checked
+    without unpickling (a manifest vouches for a file, it does not run it). Returns its sha256."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -299,11 +285,8 @@ class Policy:
 
     @staticmethod
     def load(path: str | Path, *, trusted: bool | None = None) -> "Policy":
-        """Load a policy saved by :meth:`save`.
-
-        **A joblib file is code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256`
-        takes it (default: a file of a folder with a ``MANIFEST.sha256`` must be listed there).
-        Also checks the feature names; :meth:`provenance` then gives the file's path and sha256."""
+        """Load a policy saved by :meth:`save`, checking its feature names. **A joblib file is
+        code**: ``trusted`` as :func:`~dynakrag_lite.storage.verified_sha256` takes it."""
         path = Path(path)
         if not path.exists():
             raise PolicyError(f"{path}: policy file not found")
@@ -378,14 +361,9 @@ def training_overlap(policy: Policy, ids: Iterable[str]) -> list[str]:
 
 def check_policy(policy: Policy, *, embedder: str, doc_chars: int | None, per_action: int,
                  eval_ids: Iterable[str] = ()) -> None:
-    """Refuse a policy that does not fit the run about to use it (raises :class:`PolicyError`
-    listing every problem).
-
-    Checked against the policy's meta: feature names, the embedder (retrieval scores are
-    features), ``doc_chars`` and ``per_action`` (both enter the cost features), the
-    scikit-learn version (forests may not predict the same across versions), and that no
-    evaluation question was a training question. Another generator is allowed (the paper's
-    generator transfer)."""
+    """Refuse a policy that does not fit the run (a :class:`PolicyError` listing every problem):
+    feature names, embedder, ``doc_chars``, ``per_action``, scikit-learn version, and evaluation
+    questions among the training ones. Another generator is allowed (generator transfer)."""
     meta = policy.meta
     src = getattr(policy, "_source", None)
     name = _display_path(src[0]) if src else "policy"
@@ -427,8 +405,7 @@ def train_policy(data: TrainingData, n_estimators: int = 300, min_samples_leaf: 
                  n_jobs: int = -1, meta: dict | None = None, sufficiency=None,
                  stop_rule: str = "level") -> Policy:
     """Fit the value, cost and continuation models on collected trajectories (``sufficiency``:
-    a calibrated SufficiencySignal to keep with the policy; ``stop_rule``: see
-    :func:`select`)."""
+    a calibrated SufficiencySignal to keep with the policy; ``stop_rule``: see :func:`select`)."""
     if stop_rule not in STOP_RULES:
         raise ValueError(f"unknown stop rule {stop_rule!r}; one of {STOP_RULES}")
     X, y, acts = data.matrix()

@@ -6,8 +6,7 @@ The paper released no prompts; these are ours. Two layout rules:
   prefix (system text + the same documents in the same order), which llama.cpp reuses from its
   KV cache instead of reading it again.
 * Every parser has a defined fallback for a malformed reply (small models often ignore
-  formats); none raises.
-"""
+  formats); none raises."""
 from __future__ import annotations
 
 import re
@@ -56,16 +55,9 @@ _THIS_SLOT = re.compile(r"\b(this|these|that)\s+\w+", re.I)
 
 
 def is_yes_no_question(question: str) -> bool:
-    """True for a question whose answer is yes or no.
-
-    * Starts with an auxiliary verb ("Are both X and Y magazines?", "Did X win ...?") and does
-      not offer a choice with "or" ("Is X or Y older?" is answered with X or Y; "either/neither
-      ... or" still asks yes/no).
-    * Or a declarative comparison with "both"/"same" and no wh-word or "this <noun>" slot
-      ("Both X and Y are a genus of flowering plants?"; but "X and Y are both in this
-      country?" asks for the country).
-
-    On the dev files every question with a yes/no gold answer passes, and only two others."""
+    """True for a question answered yes or no: it starts with an auxiliary verb and offers no
+    choice with "or", or it is a "both"/"same" comparison with no wh-word or "this <noun>"
+    slot. On the dev files every yes/no gold question passes, and only two others."""
     q = " ".join(question.split())
     if not q:
         return False
@@ -156,9 +148,8 @@ _GAP_PREFIX = re.compile(r"^\s*(insufficient|missing( fact| information)?|(searc
 
 
 def parse_gap(text: str) -> str:
-    """First non-empty line without labels, quotes or a trailing period, at most 300
-    characters. Fallback for an empty reply or one that names nothing ('none', 'sufficient'):
-    the empty string, so gap_query stays invalid."""
+    """First non-empty line without labels, quotes or a trailing period, at most 300 characters;
+    '' for a reply naming nothing ('none', 'sufficient'), so gap_query stays invalid."""
     for line in text.strip().splitlines():
         line = line.strip().strip("\"'*` ")
         while _GAP_PREFIX.match(line):
@@ -170,8 +161,7 @@ def parse_gap(text: str) -> str:
 
 
 # -- query rewriting --------------------------------------------------------------------
-def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None
-                     ) -> list[Message]:
+def rewrite_messages(question: str, docs: Sequence, max_chars: int | None = None) -> list[Message]:
     return _with_docs(docs, f"Question: {question}\nWrite one new search query that would find "
                       "the document still needed to answer the question (for example about "
                       "an entity named in the documents). Reply with the query only.\nQuery:",
@@ -193,12 +183,9 @@ def _norm_key(s: str) -> str:
 
 
 def parse_query(text: str, fallback: str, titles: Sequence[str] = ()) -> str:
-    """First usable line of a rewrite reply, without labels, quotes or copied document text.
-
-    Small models often copy a document instead of writing a query. Stripped: document markers
-    ("[1]", "Document 3:"), labels ("Query:"), "Search for ... in the documents". Skipped: a
-    "Title: text" copy of one of ``titles`` (without titles, any marker-led "X: text" line) and
-    echoed prompt lines ("Question:", "Answer:", a bare "Query"). Fallback: ``fallback``."""
+    """First usable line of a rewrite reply, without labels, quotes or copied document text
+    (small models often copy a document): markers, labels and "Search for ..." are stripped,
+    a "Title: text" copy and echoed prompt lines skipped. Fallback: ``fallback``."""
     title_keys = {_norm_key(t) for t in titles if t}
     for raw_line in text.strip().splitlines():
         line = raw_line.strip()
@@ -231,8 +218,7 @@ def compress_messages(question: str, docs: Sequence, fact_table: bool = False,
                "documents that together support the answer, one per line as "
                "'- [doc number] snippet'. Only snippets that connect to each other and to "
                "the question.")
-    return _with_docs(docs, ask + "\nSnippets:" if not fact_table else ask + "\nFacts:",
-                      max_chars)
+    return _with_docs(docs, ask + "\nSnippets:" if not fact_table else ask + "\nFacts:", max_chars)
 
 
 def parse_snippets(text: str, max_snippets: int) -> list[str]:
@@ -333,10 +319,9 @@ def _norm_sentence(s: str) -> str:
 
 def parse_ircot(text: str, previous: Sequence[str] = ()) -> IrcotThought:
     """IRCoT's rule: keep the FIRST sentence of the generation, and stop iff that sentence
-    contains 'answer is'. Only the first non-empty line is read; echoed labels ('A:',
-    'Thought:') are removed, and leading sentences that restate an earlier thought or ask a
-    question are skipped. Fallback for an empty or all-echo reply: ``IrcotThought('', False,
-    '')``."""
+    contains 'answer is'. Only the first non-empty line is read; echoed labels ('A:', 'Thought:')
+    are removed, and leading sentences that restate an earlier thought or ask a question are
+    skipped. Fallback for an empty or all-echo reply: ``IrcotThought('', False, '')``."""
     line = ""
     for raw in text.strip().splitlines():
         raw = raw.strip().strip("*`# ")
@@ -392,15 +377,10 @@ def self_ask_messages(question: str, qa_pairs: Sequence[tuple[str, str]],
                       docs: Sequence = (), max_chars: int | None = None, *,
                       step_docs: Sequence[Sequence] | None = None, demos: Sequence = (),
                       force_final: bool = False) -> list[Message]:
-    """Self-Ask's proposer as a dialogue in which the search engine is the other speaker.
-
-    Press et al.'s text is split into chat turns where Self-Ask hands over to search: the
-    model writes the 'Follow up:' and 'So the final answer is:' lines, the user turns bring
-    the question (with 'Are follow up questions needed here: Yes.', as FlashRAG states it) and
-    each 'Intermediate answer:'. The documents retrieved for the question (``docs``) open the
-    dialogue and each intermediate answer comes with the documents its follow-up added
-    (``step_docs[i]``): FlashRAG's variant. ``demos`` come first in the same shape;
-    ``force_final`` asks for the final answer now."""
+    """Self-Ask's proposer as a dialogue with the search engine as the other speaker: the model
+    writes 'Follow up:' and 'So the final answer is:' lines, user turns bring the question and
+    each 'Intermediate answer:' with the documents its follow-up added (FlashRAG's variant;
+    ``docs`` open the dialogue). ``demos`` come first; ``force_final`` asks for the answer now."""
     msgs: list[Message] = [{"role": "system", "content": SELF_ASK_SYSTEM}]
     for demo in demos:
         msgs += _self_ask_dialogue(demo.question, demo.docs, demo.steps, None)
@@ -420,11 +400,8 @@ _FINAL = re.compile(r"(?:final|the) answer is[ \t]*:?[ \t]*([^:\s].*)", re.I)
 
 
 def parse_self_ask(text: str) -> tuple[str | None, str | None]:
-    """(follow-up question, final answer); at most one is set, both None for a malformed reply.
-
-    The reply is cut at its first 'Intermediate answer:' (the stop sequence: search answers a
-    follow-up, never the model). Of a follow-up and a conclusion, the earlier one wins.
-    Fallback: a bare line ending in '?' is taken as the follow-up."""
+    """(follow-up question, final answer), at most one set (both None: malformed), read before
+    'Intermediate answer:'; the earlier wins. Fallback: a bare line ending in '?' follows up."""
     head = re.split(r"intermediate answer\s*:", text, maxsplit=1, flags=re.I)[0]
     fin, fup = _FINAL.search(head), _FOLLOW_UP.search(head)
     if fin and (fup is None or fin.start() < fup.start()):

@@ -1,22 +1,13 @@
 """Dense retrieval (chapter 2): sentence-transformers embeddings in a FAISS inner-product index.
 
-One retriever interface (:class:`Retriever`): ``search(query, k, exclude)`` returns the top-k
-documents not in ``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner
-product is cosine similarity (FAISS ``IndexFlatIP``: exact search, as in the paper).
+:class:`Retriever`'s ``search(query, k, exclude)`` returns the top-k documents not in
+``exclude``, best first. :class:`DenseRetriever` normalizes vectors, so inner product is cosine
+(``IndexFlatIP``: exact search, as in the paper; :mod:`dynakrag_lite.ann` for Wikipedia size).
 
-The index and its document ids are saved next to a meta file holding a key of (embedder
-name and identity, corpus ids, titles and texts) and the index file's size, sha256 and vector
-count; a second run with the same corpus and embedder loads instead of re-encoding. A damaged
-or unverifiable index file is rebuilt with a warning, never half-loaded. Writes are atomic and
-under a :class:`~dynakrag_lite.storage.FolderLock` on the index folder.
-
-Wikipedia-sized corpora use the options of :mod:`dynakrag_lite.ann` (see
-:class:`DenseRetriever`): an ``index_factory`` string, ``mmap`` and ``vectors_path``.
-
-The embedder is loaded on first use; query and sentence encodes go through the persistent
-embedding cache (:mod:`dynakrag_lite.embed_cache`; ``DYNAKRAG_EMBED_CACHE=off`` disables it),
-so a re-run whose index is on disk neither encodes nor loads the model.
-"""
+The index is saved with a meta key (embedder, corpus ids, titles and texts) and the file's size,
+sha256 and vector count: a matching run loads instead of re-encoding, a damaged file is rebuilt
+with a warning. Encodes go through :mod:`dynakrag_lite.embed_cache`, so a re-run whose index is
+on disk neither encodes nor loads the model."""
 from __future__ import annotations
 
 import hashlib
@@ -155,9 +146,7 @@ def load_embedder(name: str = DEFAULT_EMBEDDER):
 
 def embedder_identity(name: str = DEFAULT_EMBEDDER, loader: Any = None) -> dict:
     """What decides an embedder's vectors, found without loading it (the embedding cache's
-    key): the name, its folder's files with sizes and mtimes, the versions of torch /
-    transformers / sentence-transformers, the device kind, and the loader function (a test's
-    stand-in embedder never shares the real one's rows)."""
+    key): name, folder files, library versions, device kind and the loader function."""
     path = resolve_embedder(name)
     files: list = []
     folder = Path(path)
@@ -185,14 +174,9 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
 
 
 class DenseRetriever:
-    """Dense retrieval over a corpus, with a persisted index and a query-vector cache.
-
-    Defaults give exact search (``IndexFlatIP``). For large corpora (:mod:`dynakrag_lite.ann`):
-    ``index_factory`` (a FAISS factory string; trained kinds use a sample of ``train_size``
-    vectors picked by ``seed``), the search knobs ``nprobe`` and ``ef_search``, ``mmap`` (map
-    the saved index instead of reading it) and ``vectors_path`` (stream the corpus embeddings
-    to this ``.npy`` file, reused by later builds). The factory and its training settings are
-    part of the index key and of meta.json: an index of another kind is never loaded."""
+    """Dense retrieval over a corpus, with a persisted index and a query-vector cache. The
+    :mod:`dynakrag_lite.ann` options (``index_factory`` ... ``vectors_path``) default to exact
+    search and are part of the index key: an index of another kind is never loaded."""
 
     def __init__(self, corpus: Corpus, embedder: str = DEFAULT_EMBEDDER,
                  index_dir: str | Path | None = None, batch_size: int = 64,
@@ -389,9 +373,8 @@ class DenseRetriever:
         return np.ascontiguousarray(vecs, dtype="float32")
 
     def encode_cached(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """:meth:`encode` of ``texts`` through the persistent embedding cache: a call made
-        before returns its array bit for bit without loading the model. Query and sentence
-        encodes go through here; the corpus (index build) does not."""
+        """:meth:`encode` through the persistent embedding cache (a repeated call returns its
+        array bit for bit without loading the model); the index build does not use it."""
         texts = list(texts)
         cache = self.embed_cache
         if cache is None or not texts:
@@ -412,8 +395,7 @@ class DenseRetriever:
         return write_vectors(lambda chunk: self.encode(chunk, batch_size=batch_size), texts,
                              path, self._embedding_dim(), chunk_size, show_progress)
 
-    def _corpus_vectors(self, texts: list[str], batch_size: int,
-                        show_progress: bool) -> np.memmap:
+    def _corpus_vectors(self, texts: list[str], batch_size: int, show_progress: bool) -> np.memmap:
         """The corpus embeddings in ``self.vectors_path`` (:func:`~dynakrag_lite.ann.
         stored_vectors`: reused when written before for this embedder and corpus)."""
         vecs, self.vectors_reused = stored_vectors(

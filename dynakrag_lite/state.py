@@ -1,11 +1,7 @@
-"""The evidence state s_t: everything the controller may look at, and nothing gold.
-
-A state is an immutable dataclass; every action returns a new one (``dataclasses.replace``).
-Immutability lets the trainer branch from one state into each valid action's outcome
-(counterfactual labels) without copying by hand, and lets a trace keep every s_t.
-
-Never in a state: gold answers, support labels, support recall, answer scores.
-"""
+"""The evidence state s_t: everything the controller may look at, and nothing gold (no gold
+answers, support labels, support recall or answer scores). A state is an immutable dataclass;
+every action returns a new one, so the trainer branches into each valid action's outcome
+without copying and a trace keeps every s_t."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace

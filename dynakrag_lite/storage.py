@@ -1,17 +1,10 @@
 """Writing files so that nothing is lost or half-written, and one writer per folder.
 
-* :func:`atomic_writer` and the ``atomic_write_*`` functions: a reader sees the old file or the
-  new one, never a torn one, and two writers never share a temporary name.
-* :class:`FolderLock`: an exclusive, non-blocking ``flock`` on ``<folder>/.lock``; the kernel
-  drops it when the process dies, so a killed run never leaves a stale lock.
-* :func:`relative_command`: ``sys.argv`` as a command worth committing (relative paths, no
-  credentials).
-* Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files of that
-  folder that may be unpickled; the loaders of policies and sentence selectors refuse a file
-  of such a folder it does not list with that hash, before anything is unpickled. Which
-  folders keep one is :mod:`dynakrag_lite.experiments.artifacts`' business
-  (``results/policies/README.md`` explains them).
-"""
+* ``atomic_write_*``: a reader sees the old file or the new one, never a torn one.
+* :class:`FolderLock`: a non-blocking ``flock`` on ``<folder>/.lock``; the kernel drops it
+  when the process dies, so a killed run never leaves a stale lock.
+* Manifests: a folder's ``MANIFEST.sha256`` (``sha256sum`` format) lists the files that may be
+  unpickled; policy and selector loaders refuse an unlisted file before unpickling it."""
 from __future__ import annotations
 
 import hashlib
@@ -54,10 +47,8 @@ def _umask() -> int:
 
 @contextmanager
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file whose bytes replace ``path`` in one step when the block ends without an
-    exception (unique temp file in the target's folder + fsync + os.replace); on an exception
-    the temp file is removed and ``path`` is untouched. The new file's mode is what ``open()``
-    gives a new file (``0666`` minus the umask), not ``mkstemp``'s private ``0600``."""
+    """A binary file that replaces ``path`` atomically (temp file + fsync + os.replace) when the
+    block ends without an exception, else is removed; mode as ``open()`` gives, not ``0600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -135,13 +126,9 @@ def read_manifest(folder: str | Path) -> dict[str, str]:
 def update_manifest(folder: str | Path, files: Iterable[str | Path] | None = None,
                     pattern: str = "*.joblib",
                     check: Callable[[Path], str | None] | None = None) -> Path:
-    """Record the sha256 of files in ``folder/MANIFEST.sha256``; returns the manifest path.
-
-    With ``files``, only those entries are (re)written, so saving one file vouches for nothing
-    else; without, the manifest is rebuilt from every ``pattern`` file in the folder. Entries of
-    deleted files are dropped (they would vouch for whatever later takes their name).
-    ``check``: called with each file first; it refuses a file by raising, and may return the
-    sha256 of the bytes it accepted, which is then what is recorded."""
+    """Record the sha256 of ``files`` (else of every ``pattern`` file) in
+    ``folder/MANIFEST.sha256``, dropping deleted files; returns its path. ``check`` may refuse
+    a file by raising, or return the sha256 of the bytes it accepted, which is recorded."""
     folder = Path(folder)
     if files is None:
         entries: dict[str, str] = {}
@@ -169,8 +156,7 @@ def in_folder(path: str | Path, folder: str | Path) -> bool:
         return False
 
 
-def register_in_manifest(path: str | Path, project_folder: str | Path | None = None
-                         ) -> Path | None:
+def register_in_manifest(path: str | Path, project_folder: str | Path | None = None) -> Path | None:
     """After saving ``path``: record it (only it) in its folder's manifest when that folder is
     ``project_folder`` or already keeps a manifest. Returns the manifest path, or None."""
     path = Path(path)
@@ -204,10 +190,9 @@ def verify_manifest(path: str | Path, data: bytes, what: str = "file", fix: str 
 
 def verified_sha256(path: str | Path, data: bytes, trusted: bool | None = None,
                     what: str = "file", fix: str = "") -> str:
-    """sha256 of ``data`` (the bytes read from ``path``, about to be unpickled), checked by
-    :func:`verify_manifest` as ``trusted`` says: ``None``, when the folder keeps a
-    ``MANIFEST.sha256`` (one without holds the user's own files); ``False``, always; ``True``,
-    never (the caller vouches for the file)."""
+    """sha256 of ``data`` (read from ``path``, about to be unpickled), checked by
+    :func:`verify_manifest` when ``trusted`` is ``None`` and the folder keeps a manifest, or
+    ``False``; never when ``True`` (the caller vouches for the file)."""
     path = Path(path)
     if trusted is None:
         trusted = not (path.parent / MANIFEST_NAME).exists()
@@ -297,9 +282,8 @@ def relative_path(path: str | os.PathLike, base: str | os.PathLike) -> str:
 
 def relative_command(argv: Sequence[str], prefix: str = "python -m dynakrag_lite",
                      cwd: str | Path | None = None) -> str:
-    """A shell command for the record: paths relative to ``cwd`` (default: the working
-    directory), including those inside ``--flag=PATH`` and ``gguf:PATH``; no credentials;
-    quoted so that it can be pasted back."""
+    """A shell command for the record, pasteable: paths relative to ``cwd`` (default: the working
+    directory), also inside ``--flag=PATH`` and ``gguf:PATH``; no credentials."""
     base = Path(cwd or os.getcwd()).resolve()
     out: list[str] = [prefix] if prefix else []
     hide_next = False

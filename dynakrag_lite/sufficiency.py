@@ -1,27 +1,19 @@
 """Sufficiency signals (chapter 5; calibrated in chapter 8): how the probe decides "the
 evidence is enough".
 
-The paper's ``sufficiency_check`` lets the generator judge answerability and, when the
-evidence is insufficient, write the missing information (the gap). Small readers are poor
-judges *in text*: on real HotpotQA pairs qwen2.5-coder-0.5b and -1.5b both greedily answer
-SUFFICIENT to every context, yet the 1.5B model's log-probabilities still separate complete
-from incomplete evidence (AUC .75). So the verdict is taken from a *signal* with a threshold
-calibrated per generator on training states (:mod:`dynakrag_lite.training.calibration`).
-Signals (higher means "more likely sufficient"):
+Small readers are poor judges *in text*: on HotpotQA qwen2.5-coder-0.5b and -1.5b greedily
+answer SUFFICIENT to every context, yet the 1.5B model's log-probabilities separate complete
+from incomplete evidence (AUC .75). So the verdict is a *signal* with a threshold calibrated
+per generator (:mod:`dynakrag_lite.training.calibration`); higher means "more likely sufficient":
 
 * ``text``: the greedy reply parsed (1 = SUFFICIENT); an INSUFFICIENT reply carries its gap.
-* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt (one forward pass).
-* ``learned``: a classifier on observable state features predicting 1[SR(s) = 1]
-  (:class:`SufficiencyEstimator`); no LLM call.
-* ``answer_conf``: the mean token log-probability of the reader's greedy draft answer (one
-  cached answer call plus a scoring pass).
+* ``margin``: log P(SUFFICIENT) - log P(INSUFFICIENT) after the same prompt.
+* ``learned``: :class:`SufficiencyEstimator` on state features; no LLM call.
+* ``answer_conf``: mean token log-probability of the reader's greedy draft answer.
 
-With the score-based signals a second call writes the gap (``prompts.gap_messages``) only
-when the verdict is insufficient. When no signal is informative the text probe is kept with
-``gates=False``: it always writes a gap and its verdict reaches neither the gap nor the
-value model's features. Log-probabilities come from the generator's ``option_logprobs``,
-stored by the call cache like the generations.
-"""
+Score-based signals write the gap (``prompts.gap_messages``) only when insufficient. With no
+informative signal the text probe runs with ``gates=False``: its verdict reaches neither the gap
+nor the value model's features."""
 from __future__ import annotations
 
 import json
@@ -59,10 +51,9 @@ class SufficiencyError(RuntimeError):
 
 def score_options(generator: Any, messages: Sequence[dict], options: Sequence[str],
                   mode: str = "auto") -> OptionScores:
-    """Log-probabilities of each reply option right after the chat-templated prompt.
-
-    ``mode``: "first_token" (each option's first token), "sequence" (sum over the option's
-    tokens) or "auto" (first tokens when they differ between options, else sequences)."""
+    """Log-probabilities of each reply option right after the chat-templated prompt; ``mode``:
+    "first_token", "sequence" (summed over the option's tokens) or "auto" (first tokens when
+    they differ between options)."""
     if mode not in SCORING_MODES:
         raise ValueError(f"unknown scoring mode {mode!r}")
     options = list(dict.fromkeys(options))
@@ -102,9 +93,8 @@ def probe_margin(question: str, docs: Sequence, generator: Any,
 
 def answer_confidence(question: str, docs: Sequence, generator: Any,
                       doc_chars: int | None = 600) -> tuple[float, str, list]:
-    """(mean token log-prob of the reader's greedy draft answer, the draft, the calls made).
-    The draft is the ordinary answer call (cached and shared with the final answer); an empty
-    draft scores -10 (no confidence)."""
+    """(mean token log-prob of the reader's greedy draft answer, the draft, the calls made); the
+    draft is the cached ordinary answer call, an empty one scores -10."""
     return reply_confidence(prompts.answer_messages(question, docs, doc_chars), generator)
 
 
@@ -181,11 +171,8 @@ class SignalStats:
 
 @dataclass
 class SufficiencySignal:
-    """Which signal decides the probe's verdict, with its calibrated threshold.
-
-    ``gates=False``: the verdict is recorded but gates nothing (a gap is always written and
-    the value model's features see no verdict): the setting for a signal at chance.
-    ``estimator``: the fitted :class:`SufficiencyEstimator` (``kind="learned"``).
+    """Which signal decides the probe's verdict, with its calibrated threshold. ``gates=False``
+    (a signal at chance): the verdict gates nothing; ``estimator`` for ``kind="learned"``;
     ``stats``: every candidate's :class:`SignalStats` on the calibration states."""
     kind: str = "text"
     threshold: float | None = None
@@ -262,8 +249,7 @@ def judge(state, env) -> Judgement:
     if kind == "margin":
         if env.generator is None:
             raise RuntimeError("this action needs a generator, and the environment has none")
-        score, sc = probe_margin_scored(state.question, state.docs, env.generator,
-                                        cfg.doc_chars)
+        score, sc = probe_margin_scored(state.question, state.docs, env.generator, cfg.doc_chars)
         raw = json.dumps({k: round(v, 4) for k, v in sc.logprobs.items()})
         return Judgement(score >= thr, score, thr, kind, gates, raw, True, "", [sc])
     if kind == "learned":

@@ -5,8 +5,7 @@ Two variants exist on purpose, each because a committed artifact was fitted on i
 model's features use :func:`feature_content_words` (:func:`ascii_words` and the shorter
 :data:`FEATURE_STOPWORDS`, no accent folding), on which the committed policies were trained;
 and :func:`paragraph_sentences` (the dataset's own sentence breaks, no abbreviation rule,
-unlike :func:`split_sentences`), on which the committed sentence selectors were trained.
-"""
+unlike :func:`split_sentences`), on which the committed sentence selectors were trained."""
 from __future__ import annotations
 
 import difflib

@@ -3,8 +3,7 @@
 Read by llama.cpp, torch (the encoder) and scikit-learn's OpenMP code (:func:`openmp_limit`).
 On two busy cores OpenMP's spinning threads made the selector's predict 0.23 s per question;
 with one thread a warm 2Wiki re-run went from 45 s to 7 s (benchmarks/bench_warm_rerun.py).
-Results do not depend on it. Unset, every library keeps its default.
-"""
+Results do not depend on it. Unset, every library keeps its default."""
 from __future__ import annotations
 
 import os

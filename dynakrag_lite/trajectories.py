@@ -1,31 +1,22 @@
 """Training data (chapter 7): trajectories on training questions and support-recall targets
-(paper Eq. 1), and the records they produce.
+(paper Eq. 1).
 
-At every state s visited by a seeded uniform-valid rollout each valid action a gets its label:
+At every state s of a seeded uniform-valid rollout each valid action a is labelled:
 
-    acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed: s' is needed)
-    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no execution needed: no LLM call)
+    acquisition actions:  v(s, a) = SR(s') - SR(s)   (the branch is executed)
+    sufficiency_check:    v(s, a) = 1[SR(s) = 1]     (no LLM call needed)
     stop_answer:          v(s, a) = SR(s)
     compress_answer_evidence: not labelled (terminal)
 
-Acquisition branches are executed once each (states are immutable, so branching is free); a
-counterfactual sufficiency_check is labelled without being run, and executed (its real token
-cost logged) only when the rollout takes it. SR uses the gold support labels, which exist only
-here and in the metrics, never in a state. The rollout continues with the uniform controller's
-pick until a cap forces the stop.
+States are immutable, so branching is free; a counterfactual sufficiency_check is run (its
+tokens logged) only when the rollout takes it. Gold support labels exist only here and in the
+metrics, never in a state.
 
 Every visited state with documents is a :class:`PrefixSample` for the continuation model (the
-paper: "estimating the answer utility of continuing"; the exact target is not stated):
-
-* ``f1`` (default): F1(reader's answer at the end of the continued rollout) - F1(answer if
-  stopping at this prefix), both from the documents alone (one answer call per prefix);
-* ``sr``: SR(end of the rollout) - SR(now): the cheap variant (no answer calls);
-* ``onestep``: the best one-step SR gain among the valid acquisition actions.
-
-The continuing rollout is the seeded uniform-valid exploration, so the targets estimate the
-utility of continuing *under that exploration*, not under the learned policy.
-:mod:`dynakrag_lite.training.files` saves :class:`TrainingData` to a pickle-free ``.npz``.
-"""
+paper does not state its target): ``f1`` (default; F1 of the answer at the end of the rollout
+minus F1 if stopping here, one answer call per prefix), ``sr`` (SR gain to the end, no answer
+calls) or ``onestep`` (best one-step SR gain). The targets estimate the utility of continuing
+under the uniform exploration, not under the learned policy."""
 from __future__ import annotations
 
 import math
@@ -118,10 +109,8 @@ class TrainingData:
     def action_gains(self, retrieval_actions: tuple[str, ...] = (
             "retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query")
                      ) -> dict[str, dict[str, float]]:
-        """Per acquisition action, over every executed branch (chosen or counterfactual):
-        ``calls``, ``questions`` reached, ``mean_sr_gain`` (its Eq. 1 label, SR(s') - SR(s)),
-        ``hit_rate`` (share of calls that added a gold document) and ``chosen`` (calls on the
-        exploration path)."""
+        """Per acquisition action over every executed branch: ``calls``, ``questions``,
+        ``mean_sr_gain``, ``hit_rate`` (share adding a gold document) and ``chosen`` calls."""
         out: dict[str, dict[str, float]] = {}
         for a in retrieval_actions:
             ss = [s for s in self.samples if s.action == a and s.executed]
@@ -136,8 +125,7 @@ class TrainingData:
 
     def set_continuation_target(self, kind: str) -> "TrainingData":
         """Recompute every prefix's ``gain`` as ``kind`` from the stored components (no model
-        call). Raises ValueError when the data lacks them (``f1`` needs answer F1s, collected
-        with ``continuation="f1"``)."""
+        call); ValueError when they are missing (``f1`` needs ``continuation="f1"`` data)."""
         if kind not in CONTINUATION_TARGETS:
             raise ValueError(f"unknown continuation target {kind!r}; one of "
                              f"{CONTINUATION_TARGETS}")
@@ -171,8 +159,7 @@ class TrainingData:
         """The prefixes as a DataFrame (no features): what stopping at each would give."""
         cols = ["qid", "step", "gain", "onestep", "sr_now", "sr_end", "f1_now", "f1_end",
                 "tokens", "answer_tokens"]
-        return pd.DataFrame([{c: getattr(p, c) for c in cols} for p in self.prefixes],
-                            columns=cols)
+        return pd.DataFrame([{c: getattr(p, c) for c in cols} for p in self.prefixes], columns=cols)
 
 
 # -- collection -------------------------------------------------------------------------------
@@ -271,17 +258,13 @@ def collect(questions: Iterable[Question], env: Environment, seed: int = 13,
             progress: bool = True, continuation: str = "f1",
             answer_questions: int | None = None,
             runner: Callable[[list, Callable, Callable, Environment], None] | None = None) -> TrainingData:
-    """Trajectories of ``questions`` (training questions only) with continuation targets of
-    kind ``continuation`` (``"f1"``: one answer call per prefix; ``"sr"``/``"onestep"``: none).
-
-    ``answer_questions``: with ``"f1"``, only the first N questions get answer calls (they
-    dominate the cost). ``runner(items, one, emit, env)`` calls ``one(item, env)`` for each
-    item and ``emit(item, result)`` in item order (default: one by one)."""
+    """Trajectories of ``questions`` (training only) with ``continuation`` targets (``"f1"``:
+    answer calls for the first ``answer_questions``; ``"sr"``/``"onestep"``: none).
+    ``runner(items, one, emit, env)`` calls ``one`` per item and ``emit`` in item order."""
     data = TrainingData(continuation_target=continuation)
     qs = list(questions)
 
-    def one(item: tuple[int, Question], e: Environment
-            ) -> tuple[list[Sample], list[PrefixSample]]:
+    def one(item: tuple[int, Question], e: Environment) -> tuple[list[Sample], list[PrefixSample]]:
         i, q = item  # the position, not the worker, decides the answer calls
         return collect_question(q, e, seed, continuation,
                                 answer_calls=answer_questions is None or i < answer_questions)

@@ -2,20 +2,16 @@
 
 Rules (paper Table 5, with our readings of what it leaves open):
 
-* retrieve_more: the initial ranking is not exhausted (or not computed yet) and the retrieval
-  budget is not spent.
-* gap_query: a non-empty gap has been recorded by the last sufficiency probe.
-* rewrite_query: evidence has been retrieved.
-* bridge_entity_expand: an unexpanded bridge candidate exists.
-* sufficiency_check: evidence exists, the probe is enabled, and it is not redundant: the
-  evidence changed since the last probe (a second probe of the same documents would return
-  the same verdict at the same price).
+* retrieve_more: the initial ranking is not exhausted and the retrieval budget is not spent.
+* gap_query: the last sufficiency probe recorded a non-empty gap.
+* rewrite_query: evidence has been retrieved. bridge_entity_expand: a candidate is unexpanded.
+* sufficiency_check: evidence exists, the probe is enabled, and the evidence changed since the
+  last probe (a second probe of the same documents would return the same verdict).
 * stop_answer: evidence exists, or nothing else is valid; always valid when a cap is hit.
-* Caps: at ``max_steps`` steps or ``max_docs`` documents only stop_answer remains; when the
-  retrieval cap is spent the four retrieval actions vanish.
-* compress_answer_evidence is terminal: valid only after stop_answer, once, if enabled and the
-  state holds more than ``answer_docs_up_to`` documents.
-"""
+* Caps: at ``max_steps`` or ``max_docs`` only stop_answer remains; a spent retrieval cap removes
+  the four retrieval actions.
+* compress_answer_evidence is terminal: once, after stop_answer, if enabled and the state holds
+  more than ``answer_docs_up_to`` documents."""
 from __future__ import annotations
 
 from .config import ControlConfig

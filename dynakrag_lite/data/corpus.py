@@ -3,8 +3,7 @@
 The paper retrieves from one corpus shared by every method. Here the corpus of a benchmark
 file is the pool of all candidate paragraphs of all its questions (gold and distractors), so
 each question competes with every other question's paragraphs, not only its own ten. A user's
-own corpus is a JSONL file of ``{"title", "text"}`` (``"id"`` optional) objects.
-"""
+own corpus is a JSONL file of ``{"title", "text"}`` (``"id"`` optional) objects."""
 from __future__ import annotations
 
 import hashlib

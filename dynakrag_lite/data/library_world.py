@@ -4,8 +4,7 @@ invented names built from random syllables, the filler sentences that pad a para
 writes the paragraphs the question templates of :mod:`dynakrag_lite.data.library` assemble.
 
 Everything comes from the one ``random.Random`` the library is built with; the order of the
-calls is part of the output (the library's questions, and so their data hash, depend on it).
-"""
+calls is part of the output (the library's questions, and so their data hash, depend on it)."""
 from __future__ import annotations
 
 import random

@@ -1,22 +1,13 @@
 """Convert the official raw benchmark files to the normalized :class:`~dynakrag_lite.data.Question`.
 
-Supported shapes (detected from the keys of each record):
+Shapes, detected from each record's keys: **HotpotQA** (distractor ``.json``; sentences carry
+their leading spaces, so a paragraph is ``"".join(sentences).strip()``), **2WikiMultiHopQA**
+(same ``context``/``supporting_facts`` shape; sentences joined with ``" "``) and **MuSiQue**
+(``.jsonl`` with ``paragraphs`` and ``is_supporting``).
 
-* **HotpotQA** (distractor setting, ``.json`` list): ``_id, question, answer, type, level,
-  context [[title, [sentences]]], supporting_facts [[title, sent_id]]``. Sentences carry their
-  own leading spaces, so a paragraph is ``"".join(sentences).strip()``.
-* **2WikiMultiHopQA** (``.json`` list): the same ``context``/``supporting_facts`` shape plus
-  ``evidences`` and a type among compositional/comparison/bridge_comparison/inference.
-  Sentences carry no leading spaces: a paragraph is ``" ".join(sentences)``.
-* **MuSiQue** (``.jsonl``): ``id, question, answer, answer_aliases, paragraphs [{idx, title,
-  paragraph_text, is_supporting}], question_decomposition, answerable``.
-
-A paragraph is supporting when ``supporting_facts`` names its title or its ``is_supporting``
-flag is set. Answers: the gold answer, then any ``answer_aliases``. Unanswerable MuSiQue
-records (``answerable == false``) have no gold answer to score against: they are the one thing
-skipped, counted in :attr:`RawLoadReport.n_unanswerable` with a warning. Every other defect
-raises :class:`~dynakrag_lite.data.DataError` naming file, record and field.
-"""
+Answers are the gold answer, then any ``answer_aliases``. Unanswerable MuSiQue records have no
+gold answer: they are the one thing skipped, counted in :attr:`RawLoadReport.n_unanswerable`.
+Every other defect raises :class:`~dynakrag_lite.data.DataError` naming file, record and field."""
 from __future__ import annotations
 
 import json
@@ -220,8 +211,7 @@ def read_raw(path: str | os.PathLike) -> RawLoadReport:
         report.dataset = report.dataset or q.dataset
         report.questions.append(q)
     if report.n_unanswerable:
-        log.warning("%s: skipped %d unanswerable MuSiQue record(s)", path,
-                    report.n_unanswerable)
+        log.warning("%s: skipped %d unanswerable MuSiQue record(s)", path, report.n_unanswerable)
     if not report.questions:
         raise DataError(path, None, None, "no answerable records")
     return report

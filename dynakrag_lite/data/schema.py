@@ -6,10 +6,8 @@ Normalized JSONL (one object per line)::
     {"id", "dataset", "question", "answers": [...], "type",
      "paragraphs": [{"title", "text", "is_supporting": bool}]}
 
-Gold fields live here and in the metrics only: the controller's state never sees them (see
-:mod:`dynakrag_lite.state`). Bad input raises :class:`DataError` naming the file, the line and
-the field; nothing is silently dropped.
-"""
+Gold fields never reach the controller's state. Bad input raises :class:`DataError` naming the
+file, the line and the field; nothing is silently dropped."""
 from __future__ import annotations
 
 import codecs
@@ -62,8 +60,7 @@ class Question:
         return d
 
 
-def require(obj: dict, key: str, kind: type | tuple, path, line,
-            name: str | None = None) -> Any:
+def require(obj: dict, key: str, kind: type | tuple, path, line, name: str | None = None) -> Any:
     """``obj[key]`` if it is of ``kind`` (a bool is no number), else DataError naming the
     field ``name`` (default ``key``); the normalized and the raw loaders' one field check."""
     name = name or key

@@ -3,8 +3,7 @@ official raw formats, detected by shape), writing, and the train/eval split.
 
 ``load_dataset("hotpotqa")`` reads ``$DYNAKRAG_DATA_DIR/hotpotqa.jsonl`` (default
 ``../shared/data``); ``load_dataset("library")`` builds the embedded synthetic set
-(:mod:`dynakrag_lite.data.library`), which needs no download.
-"""
+(:mod:`dynakrag_lite.data.library`), which needs no download."""
 from __future__ import annotations
 
 import hashlib
@@ -132,8 +131,7 @@ def split_questions(questions: list[Question], n_eval: int, seed: int = 0
     return train, evals
 
 
-def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = None
-                ) -> str | None:
+def data_sha256(spec: str | os.PathLike, data_root: str | os.PathLike | None = None) -> str | None:
     """sha256 of the dataset file named by ``spec`` (a path or a dataset name); for the
     embedded library, of its generated questions as JSON lines. None if it cannot be found.
     Runs and trajectory files record it, so a result names the exact questions it used."""

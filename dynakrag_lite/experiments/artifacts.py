@@ -1,13 +1,7 @@
-"""The checkout's committed artifacts: where ``results/`` keeps policies, sentence selectors,
-trajectories and experiment runs, how a policy file is named, and the manifests that vouch for
-the committed pickles.
-
-The only code of dynakrag_lite that knows the ``results/`` folder (the core and training take
-paths). ``results/policies`` and ``results/selectors`` keep a ``MANIFEST.sha256``:
-:func:`register_policy` records a just-trained policy there, :func:`update_policy_manifest` and
-:func:`manifest_problems` are ``python -m dynakrag_lite policy-manifest --update`` and
-``--check``.
-"""
+"""The checkout's committed artifacts: where ``results/`` keeps policies, selectors,
+trajectories and runs, how a policy file is named, and the ``MANIFEST.sha256`` files that vouch
+for committed pickles. The only code of dynakrag_lite that knows ``results/`` (the rest takes
+paths); :func:`update_policy_manifest` and :func:`manifest_problems` back ``policy-manifest``."""
 from __future__ import annotations
 
 import os
@@ -72,19 +66,16 @@ def register_policy(path: str | Path) -> Path | None:
 
 def update_policy_manifest(folder: str | Path | None = None,
                            files: Iterable[str | Path] | None = None) -> Path:
-    """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies).
-
-    As :func:`dynakrag_lite.storage.update_manifest`; PolicyError naming the file, with
-    nothing written, when a file is missing or is not what :meth:`Policy.save` writes."""
+    """Record the sha256 of policies in ``folder/MANIFEST.sha256`` (default: results/policies),
+    as :func:`dynakrag_lite.storage.update_manifest`; PolicyError, with nothing written, when a
+    file is missing or is not what :meth:`Policy.save` writes."""
     return update_manifest(POLICIES_DIR if folder is None else folder, files,
                            check=check_policy_file)
 
 
-def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib"
-                      ) -> list[str]:
+def manifest_problems(folder: str | Path | None = None, pattern: str = "*.joblib") -> list[str]:
     """What ``sha256sum -c MANIFEST.sha256`` and a complete listing would complain about in
-    ``folder`` (default: results/policies); [] when the manifest vouches for exactly its
-    ``pattern`` files."""
+    ``folder`` (default: results/policies); [] when it vouches for exactly its ``pattern`` files."""
     folder = POLICIES_DIR if folder is None else Path(folder)
     manifest = folder / MANIFEST_NAME
     if not manifest.exists():

@@ -13,16 +13,12 @@
     cache merge     SRC DST [--missing-ok] [--vacuum]           (LLM call cache files)
     policy-manifest [--check | --update] [FOLDER | FILE ...]    (results/policies/MANIFEST.sha256)
 
-``--data`` takes a file path or a dataset name (hotpotqa, 2wikimultihopqa, musique, library);
-names are looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR. Train and evaluate share one
-deterministic split of FILE (``--n-eval`` questions held out, seed ``--split-seed``), so a
-policy is never evaluated on its training questions. Errors go to stderr, exit code 2.
-
-``evaluate --method dynakrag`` without ``--policy`` uses ``results/policies/<dataset>-
-<generator>.joblib``; a policy of another generator must be named (generator transfer).
-``--policy`` with ``uniform`` or ``oracle`` takes only its calibrated sufficiency signal.
-``evaluate`` resumes into ``--out``, refusing a folder of another setup or other questions
-(only ``--limit`` may change); failed questions are retried.
+``--data`` takes a file or a dataset name (looked up in ``--data-dir`` or $DYNAKRAG_DATA_DIR).
+Train and evaluate share one deterministic split (``--n-eval`` held out, ``--split-seed``), so a
+policy never sees its evaluation questions; errors go to stderr, exit code 2. ``dynakrag``
+without ``--policy`` uses ``results/policies/<dataset>-<generator>.joblib`` (another generator's
+policy must be named); ``uniform`` and ``oracle`` take only its calibrated sufficiency signal.
+``evaluate`` resumes into ``--out`` (only ``--limit`` may change) and retries failed questions.
 """
 from __future__ import annotations
 
@@ -68,8 +64,7 @@ def _add_data(p: argparse.ArgumentParser) -> None:
                    '"HNSW32" (default: the exact flat index)')
     p.add_argument("--index-mmap", action="store_true",
                    help="memory-map the saved index instead of reading it into memory")
-    p.add_argument("--nprobe", type=int, default=DEFAULT_NPROBE,
-                   help="IVF lists probed per query")
+    p.add_argument("--nprobe", type=int, default=DEFAULT_NPROBE, help="IVF lists probed per query")
     p.add_argument("--ef-search", type=int, default=DEFAULT_EF_SEARCH,
                    help="HNSW candidates per query")
     p.add_argument("--vectors", default=None, metavar="FILE.npy",
@@ -230,8 +225,7 @@ def add_train_command(sub) -> None:
     p.add_argument("--tune-folds", type=int, default=5,
                    help="CV folds (by question) for lambda/veto threshold; 0 = off")
     p.add_argument("--tune-metric", choices=("f1", "sr"), default=None)
-    p.add_argument("--lambdas", type=_floats, default=(),
-                   help="lambda grid, comma-separated")
+    p.add_argument("--lambdas", type=_floats, default=(), help="lambda grid, comma-separated")
     p.add_argument("--veto-thresholds", type=_floats, default=(), help="veto threshold grid")
     p.add_argument("--stop-rule", choices=STOP_RULES, default="level",
                    help="what stop_answer is worth: level = the paper's v = SR(s); "

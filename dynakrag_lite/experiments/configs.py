@@ -1,12 +1,10 @@
 """Experiments named in files: ``results/configs/<name>.toml`` over ``results/configs/base.toml``.
 
 Settings are named as the CLI's options (``n_eval`` is ``--n-eval``; ``true`` sets a flag,
-``false`` leaves an option to the CLI's default); ``[train]``, ``[variants.SUFFIX]`` and
-``[runs.NAME]`` hold a policy's, a variant policy's and a run's. Later wins: the base's
-(``base = "FILE"``) top level, the config's, the caller's overrides, the base's ``[runs.NAME]``,
-the config's. ``{name}`` is filled from the other settings, ``{run}`` and ``{reader}`` (the
-generator, or ``<generator>-policy-<policy_generator>``). Paths are relative to the project.
-"""
+``false`` leaves the CLI's default); ``[train]``, ``[variants.SUFFIX]`` and ``[runs.NAME]`` hold
+a policy's, a variant policy's and a run's. Later wins: the base's top level, the config's, the
+caller's overrides, the base's ``[runs.NAME]``, the config's. ``{name}`` is filled from the other
+settings, ``{run}`` and ``{reader}``. Paths are relative to the project."""
 from __future__ import annotations
 
 import argparse

@@ -1,23 +1,11 @@
-"""Diagnostics of recorded runs (``predictions.jsonl`` rows): how each question ended, what
-the actions did, where a parser fell back. Measurements, gold labels allowed, never inputs of
-the controller; recorded per question in each row's ``"diagnostics"`` and summed in the
-summary, so that degenerate behaviour is visible:
-
-* ``stop_reasons``: how each question ended (the chooser's ``stop_answer_chosen``, a cap,
-  or a baseline's own ``MethodResult.extra["stop_reason"]``).
-* ``actions_mean``: mean number of trace steps of each action per question.
-* ``sufficiency``: verdicts of all probes: ``sufficient``, ``insufficient``, ``unparsed``
-  (the parser's fallback: insufficient with no gap).
-* ``parse_fallbacks`` per prompt kind: ``sufficiency`` (as above), ``rewrite`` (the rewritten
-  query equals the question), ``compress`` (no snippet at all), ``answer`` (empty
-  prediction), ``ircot`` / ``self_ask`` (a chain reply the parser could not read),
-  ``intermediate_answer`` (Self-Ask's ``unknown``), plus whatever a method reports in
-  ``MethodResult.extra["parse_fallbacks"]``. Where a trace step does not carry ``"parsed"``,
-  an earlier probe's ``unparsed`` is an upper bound (an INSUFFICIENT reply naming no missing
-  fact looks like the fallback).
-* ``vetoes``: steps where the continuation model removed stop_answer, in total and the
-  number of questions with at least one; ``errors`` and ``error_types``: error rows.
-"""
+"""Diagnostics of recorded runs (``predictions.jsonl`` rows): how each question ended, what the
+actions did, where a parser fell back. Measurements (gold allowed), never controller inputs;
+recorded per row under ``"diagnostics"`` and summed in the summary so that degenerate behaviour
+is visible: ``stop_reasons``, ``actions_mean`` (trace steps per action per question),
+``sufficiency`` verdicts, ``parse_fallbacks`` per prompt kind (plus a method's own
+``MethodResult.extra["parse_fallbacks"]``), ``vetoes`` and ``errors``. Where a trace step does
+not carry ``"parsed"``, ``unparsed`` probes are an upper bound (an INSUFFICIENT reply naming no
+missing fact looks like the fallback)."""
 from __future__ import annotations
 
 from collections import Counter

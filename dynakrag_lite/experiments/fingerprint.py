@@ -1,23 +1,15 @@
 """A run's fingerprint: what decides its rows, recorded in ``DIR/run.json`` so that results of
 two setups never mix in one folder (:func:`check_run_folder`).
 
-The fingerprint hashes *behaviour*, not the bytes of a module: the prompt module is probed
-(:func:`prompts_digest`), the corpus hashed by its documents' ids, titles and texts, the
-sentence selector and the policy by their files' sha256. Moving code between modules
-therefore leaves committed run folders resumable, while an edited prompt, corpus, selector,
-budget or model does not.
+It hashes *behaviour*, not module bytes: the prompt module is probed (:func:`prompts_digest`),
+the corpus hashed by ids, titles and texts, the selector and policy by their files' sha256. So
+moving code leaves run folders resumable, while an edited prompt, corpus or model does not.
+:func:`upgrade` reads version-1 fingerprints (prompts.py bytes, corpus ids, selector path) in
+version 2 terms where the old record proves the same setup.
 
-Version 1 fingerprints hashed ``prompts.py``'s bytes, the corpus's ids only and the selector's
-path; :func:`upgrade` reads them in version 2 terms where the old record proves the same setup
-(:data:`LEGACY_PROMPTS`; an ids-only corpus hash stands for the texts when every id is derived
-from its title and text; the selector path becomes that file's sha256).
-
-Kept out of it: which questions a folder is for (checked beside it:
-:mod:`dynakrag_lite.experiments.selection`) and the llama.cpp build (:func:`llama_build`),
-recorded in run.json (:func:`build_change`). Builds do not give the same greedy replies: on
-identical prompts the portable and the AVX-512 build answered differently on 14 of 250 final
-answers (README, "The llama.cpp build"), so runs compared with each other must share a build.
-"""
+Kept out: the question selection (checked beside it) and the llama.cpp build (:func:`llama_build`,
+recorded for :func:`build_change`): the portable and AVX-512 builds gave different greedy
+answers on 14 of 250 identical prompts, so compared runs must share a build."""
 from __future__ import annotations
 
 import hashlib
@@ -115,9 +107,8 @@ def _calls(fn: Callable) -> list[dict]:
 
 
 def prompts_digest(module: ModuleType = prompts) -> str:
-    """sha256 of what the prompt module does: every public ``*_messages`` builder and
-    ``parse_*`` parser on the probe inputs, and every upper-case constant (token limits, stop
-    sequences, system texts)."""
+    """sha256 of what the prompt module does: every public ``*_messages`` builder and ``parse_*``
+    parser on the probe inputs, and every upper-case constant."""
     record: dict[str, Any] = {}
     for name in sorted(dir(module)):
         obj = getattr(module, name)
@@ -160,13 +151,9 @@ def policy_digest(policy: Any) -> str:
 def run_fingerprint(settings: RunSettings, env: Environment, *, policy: Any = None,
                     policy_sha256: str | None = None, data_sha256: str | None = None,
                     demos: Any = None, questions: Sequence[Question] = ()) -> dict:
-    """Everything that decides a run's rows: two runs with equal fingerprints may share a
-    folder; a resume with a different one is refused (:func:`check_run_folder`).
-
-    From ``settings``: the method, ``fixed_k``, ``seed`` and the uniform chooser's
-    ``stop_after``; from ``policy``: its file's sha256 and decision settings. The selector
-    enters by its file's sha256, IRCoT's ``demos`` by their ids (refused when one is among
-    ``questions``)."""
+    """Everything that decides a run's rows (:func:`check_run_folder` refuses another): the
+    method, ``fixed_k``, ``seed``, ``stop_after``, the policy's and selector's sha256 and
+    decision settings, IRCoT's ``demos`` by id (refused when one is among ``questions``)."""
     method = settings.method
     gen = env.generator
     retriever = env.retriever
@@ -215,9 +202,8 @@ def budget_record(config: Any) -> dict:
 
 
 def _index_fingerprint(retriever: Any) -> dict | None:
-    """An approximate index changes which documents are retrieved, so it enters the
-    fingerprint; memory-mapping does not. None for the exact flat index (and for retrievers
-    without index options, such as test doubles)."""
+    """An approximate index changes what is retrieved, so it enters the fingerprint (mmap does
+    not); None for the exact flat index and for retrievers without index options."""
     factory = getattr(retriever, "index_factory", None)
     if factory is None:
         return None
@@ -244,9 +230,8 @@ def fingerprint_diff(old: dict, new: dict) -> list[str]:
 
 
 def upgrade(old: dict, corpus: Corpus | None) -> dict:
-    """A recorded fingerprint in today's terms (see the module text); a version-2 record is
-    returned unchanged. What cannot be proven equal gets a value naming why, so the
-    comparison fails and says so."""
+    """A recorded fingerprint in today's terms (version 2 unchanged); what cannot be proven equal
+    gets a value naming why, so the comparison fails and says so."""
     if old.get("version", 1) >= FINGERPRINT_VERSION:
         return old
     new = json.loads(json.dumps(old))
@@ -276,9 +261,8 @@ def _read_json(path: Path) -> Any:
 
 
 def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
-    """(the fingerprint recorded in ``out``, the file it was found in, the folder's run
-    records as (where, record): run.json and summary.json's ``"run"`` block, which hold its
-    commands and question selection)."""
+    """(the fingerprint recorded in ``out``, the file it was found in, the folder's run records
+    as (where, record) from run.json and summary.json's ``"run"`` block)."""
     for name in (RUN_FILE, SUMMARY_FILE):
         path = out / name
         if not path.exists():
@@ -306,11 +290,9 @@ def _recorded(out: Path) -> tuple[dict | None, str, list[tuple[str, dict]]]:
 
 def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | None = None,
                        corpus: Corpus | None = None) -> tuple[dict | None, dict | None, str]:
-    """The checks of a resume into ``out``, reading only: :class:`FingerprintError` when it
-    records another setup than ``fingerprint`` or, with ``selection``, another question list,
-    or predictions with no fingerprint at all (run.json, else summary.json's). Returns (the
-    recorded fingerprint, it upgraded to today's terms, the file it was found in); (None,
-    None, "") for a folder with no run."""
+    """The checks of a resume into ``out``, reading only: :class:`FingerprintError` for another
+    setup, another question list, or predictions with no fingerprint. Returns (the recorded
+    fingerprint, it upgraded, the file it was found in); (None, None, "") for no run."""
     out = Path(out)
     old, source, records = _recorded(out)
     if old is None:
@@ -330,8 +312,7 @@ def check_recorded_run(out: str | Path, fingerprint: dict, selection: dict | Non
     # Which questions: compared apart from the fingerprint (see selection.py).
     allowed = recorded_selection(records) if selection is not None else []
     if allowed and selection not in [a for a, _ in allowed]:
-        said = [f"{'; '.join(selection_diff(a, selection))} (in {where})"
-                for a, where in allowed]
+        said = [f"{'; '.join(selection_diff(a, selection))} (in {where})" for a, where in allowed]
         raise FingerprintError(
             f"{out} holds the rows of another question list than this command selects: "
             + ", or ".join(said) + ". Resuming would mix rows of two question lists in one "
@@ -372,11 +353,8 @@ def check_run_folder(out: str | Path, fingerprint: dict, command: str | None = N
                      corpus: Corpus | None = None, selection: dict | None = None,
                      build: dict | None = None) -> dict:
     """Write ``out/run.json`` if the folder holds no run; else refuse a different fingerprint
-    or, with ``selection``, a different question list (:func:`check_recorded_run`).
-
-    A version-1 record is upgraded (:func:`upgrade`, with ``corpus``, the run's corpus) and,
-    when equal, run.json is rewritten in version 2 with the old record kept under
-    ``"upgraded_from"``; a lost run.json is restored from summary.json."""
+    or question list (:func:`check_recorded_run`). An equal version-1 record is rewritten in
+    version 2 (old one under ``"upgraded_from"``); a lost run.json is restored from summary.json."""
     out = Path(out)
     path = out / RUN_FILE
     old, seen, source = check_recorded_run(out, fingerprint, selection, corpus)

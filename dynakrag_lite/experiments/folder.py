@@ -1,23 +1,15 @@
 """A run folder: the files an evaluation writes (:func:`dynakrag_lite.experiments.run.evaluate`
 is the only writer) and how they are read and repaired. ``DIR`` holds:
 
-* ``DIR/predictions.jsonl``: one line per finished question, appended and fsynced as soon as
-  the question is done, so a killed run loses at most the question in flight. A question whose
-  method raised gets an *error row* (:func:`error_row`) and the run goes on; a re-run retries
-  it, and **the last row of an id wins** (:func:`latest_rows`). Nothing is ever deleted from
-  the file but a torn final line, which the *writer* cuts off before it appends
-  (:func:`repair_predictions`); readers never write. A bad line anywhere else
-  (:func:`row_problem`) is a :class:`ResultsError` naming file, line and field: the run
-  refuses to go on rather than lose data or count a stub as a finished question.
-* ``DIR/run.json``: the run's fingerprint (:mod:`dynakrag_lite.experiments.fingerprint`) and,
-  beside it, ``"selection"`` (which questions: :mod:`dynakrag_lite.experiments.selection`);
-  resuming with another of either is refused (another ``--limit`` is allowed).
-* ``DIR/summary.json``: metric means over the latest real row of each requested question
-  (error rows counted in ``"errors"``), ``"diagnostics"``, the fingerprint and a ``"run"``
-  block; rewritten atomically after every question.
-* ``DIR/.lock``: held for the whole evaluation, so a second process evaluating into the same
-  folder fails at once.
-"""
+* ``predictions.jsonl``: one fsynced line per finished question, so a killed run loses at most
+  the question in flight. A failed question gets an *error row* (:func:`error_row`); a re-run
+  retries it and **the last row of an id wins** (:func:`latest_rows`). Only a torn final line is
+  ever removed, by the writer (:func:`repair_predictions`); any other bad line is a
+  :class:`ResultsError`, so a run never loses data or counts a stub as finished.
+* ``run.json``: the fingerprint (:mod:`~dynakrag_lite.experiments.fingerprint`) and the
+  ``"selection"`` (:mod:`~dynakrag_lite.experiments.selection`); resuming with another is refused.
+* ``summary.json``: metric means over the latest real rows, rewritten atomically per question.
+* ``.lock``: held for the whole evaluation, so a second process fails at once."""
 from __future__ import annotations
 
 import json
@@ -61,8 +53,7 @@ def output_problem(path: str | Path, *, folder: bool) -> str | None:
 METRIC_FIELDS = ("em", "f1", "support_recall")
 # The other numbers score() writes into every row and summarize() averages: a row without one
 # cannot count as a finished question.
-RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls",
-                     "seconds")
+RUN_NUMBER_FIELDS = ("all_support", "n_docs", "tokens", "llm_calls", "retrieval_calls", "seconds")
 
 
 def _is_number(x: object) -> bool:
@@ -70,10 +61,8 @@ def _is_number(x: object) -> bool:
 
 
 def row_problem(row: dict, complete: bool = False) -> str | None:
-    """What is wrong with one predictions row (None: nothing): a number field that is not a
-    number, a ``prediction`` that is not text. ``complete`` (what a resuming writer checks):
-    also every field :func:`~dynakrag_lite.experiments.run.score` writes, and an error row's
-    ``error`` object. Readers of tables stay lenient about absent fields."""
+    """What is wrong with one predictions row (None: nothing); ``complete`` (a resuming writer)
+    also requires every field :func:`~dynakrag_lite.experiments.run.score` writes."""
     if "error" in row:
         return "field 'error' of an error row is not an object" \
             if complete and not isinstance(row["error"], dict) else None
@@ -105,9 +94,8 @@ def is_error(row: dict) -> bool:
 
 # -- the predictions file ---------------------------------------------------------------
 def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
-    """Parse ``path`` without writing: (rows, byte length of the good part, whether the good
-    part lacks its final newline). A torn final line is left out of both. ``complete``: the
-    rows' checks of a resuming writer (:func:`row_problem`)."""
+    """Parse ``path`` without writing: (rows, byte length of the good part, whether it lacks its
+    final newline), a torn final line left out; ``complete`` as :func:`row_problem`."""
     if path.is_dir():
         raise ResultsError(f"{path} is a folder, not a predictions file; move it away or "
                            "evaluate into another --out folder")
@@ -155,9 +143,8 @@ def _scan(path: Path, complete: bool = False) -> tuple[list[dict], int, bool]:
 
 
 def read_predictions(path: str | Path, complete: bool = False) -> list[dict]:
-    """Every row of a predictions file in file order, error rows included; never writes. A
-    torn final line is ignored, a bad line elsewhere raises :class:`ResultsError`; a missing
-    file gives ``[]``."""
+    """Every row of a predictions file in file order, error rows included ([] when missing);
+    never writes. A torn final line is ignored, a bad one elsewhere is a :class:`ResultsError`."""
     path = Path(path)
     if not path.exists():
         return []

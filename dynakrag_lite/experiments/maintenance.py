@@ -2,8 +2,7 @@
 cli` adds them to its parser): ``cache merge`` (LLM call cache files) and ``policy-manifest``
 (the ``MANIFEST.sha256`` of a folder of committed policies). The README and
 ``results/policies/README.md`` explain them; ``make llm-cache`` merges the book's recorded
-calls into a working copy with :func:`merge_cache`.
-"""
+calls into a working copy with :func:`merge_cache`."""
 from __future__ import annotations
 
 import argparse
@@ -56,13 +55,9 @@ def _uri(path: Path, mode: str) -> str:
 
 def merge_cache(src: str | Path, dst: str | Path, *, vacuum: bool = False,
                 timeout: float = 60.0) -> int:
-    """Insert the rows of ``src`` whose key ``dst`` lacks; returns how many were added.
-
-    ``dst``'s own rows are never changed, ``src`` is opened read-only, ``dst`` is created when
-    missing. The insert is one transaction (an interrupted merge leaves ``dst`` as it was).
-    ``vacuum``: compact ``dst`` after adding rows (a merge that added nothing leaves its bytes
-    unchanged). :class:`CacheError`, naming the file, when ``src`` is missing or either file
-    is no SQLite database of the cache's schema."""
+    """Insert the rows of ``src`` whose key ``dst`` lacks, in one transaction; returns how many.
+    ``dst``'s rows are never changed; ``vacuum`` compacts it after adding rows. :class:`CacheError`
+    naming the file when ``src`` is missing or either file is not a cache database."""
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
     if not src.is_file():
         raise CacheError(f"{src}: no cache file to merge from")
@@ -124,10 +119,8 @@ def cmd_cache_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_manifest(args: argparse.Namespace) -> int:
-    """``policy-manifest --check [FOLDER]``: the folder's MANIFEST.sha256 lists exactly its
-    policies, each with its sha256. ``--update [FOLDER | FILE ...]``: record the files (only
-    those; or, given a folder or nothing, rebuild from every ``*.joblib`` in it), each
-    checked to be what Policy.save writes; a bad file leaves the manifest as it was."""
+    """``policy-manifest --check [FOLDER]`` or ``--update [FOLDER | FILE ...]`` (given a folder
+    or nothing, rebuild from every ``*.joblib``); a bad file leaves the manifest as it was."""
     paths = args.paths
     one_folder = not paths or (len(paths) == 1 and paths[0].is_dir())
     if not args.update:

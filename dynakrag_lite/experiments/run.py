@@ -3,10 +3,8 @@ finishes, resume, summarize (chapters 11-12; the folder's files, their reading a
 fingerprint are :mod:`dynakrag_lite.experiments.folder`; the diagnostics recorded in every row
 and summary are :mod:`dynakrag_lite.experiments.diagnostics`).
 
-Concurrent questions (``evaluate --workers N``, with a server generator only): the scheme of
-:mod:`dynakrag_lite.training.concurrency`. The main thread stays the only writer and takes
-finished rows in question order, so the file is the one a sequential run writes except for
-the ``seconds`` fields.
+Concurrent questions (``--workers N``, server generators only) follow
+:mod:`dynakrag_lite.training.concurrency`; the main thread alone writes, in question order.
 """
 from __future__ import annotations
 
@@ -79,7 +77,7 @@ def score(q: Question, result: MethodResult) -> dict:
     }
 
 
-# -- concurrent questions (the scheme: dynakrag_lite.training.concurrency) --------------------------
+# -- concurrent questions (the scheme: dynakrag_lite.training.concurrency) ---------------------
 def _run_question(q: Question, settings: RunSettings, env: Environment, policy, demos
                   ) -> tuple[dict, bool]:
     """(row, failed): the question's result row, or its error row when the method raised."""
@@ -182,8 +180,7 @@ def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environm
                 write_summary()
                 bar.update(1)
             # emit in ``todo`` order, from this thread only
-            run_in_order(todo, run, s.workers, lambda q, result: emit(q, *result),
-                         name="evaluate")
+            run_in_order(todo, run, s.workers, lambda q, result: emit(q, *result), name="evaluate")
         summary = write_summary()
     if n_errors:
         warnings.warn(f"{n_errors} of {len(todo)} questions failed (error rows in "

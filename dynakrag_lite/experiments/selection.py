@@ -1,14 +1,8 @@
-"""Which questions a run folder is for: the split options of an ``evaluate`` command, recorded
-in ``DIR/run.json`` under ``"selection"`` and compared when a run resumes into the folder, so
-that rows of two question lists never mix in one predictions file.
-
-Not part of the fingerprint, which decides each question's row (and older folders record no
-selection). ``--limit`` is not part of it either: a larger limit evaluates more of the same
-list, which is how runs are extended. A folder without the field has its selection derived
-from the commands it records (:func:`recorded_selection`); one with neither is not checked.
-``--n-eval`` is recorded as given, so two values above the split's cap are refused as
-different although they select the same list.
-"""
+"""Which questions a run folder is for: the split options of ``evaluate``, recorded in
+``DIR/run.json`` under ``"selection"`` and compared on resume, so that rows of two question
+lists never mix. ``--limit`` is not part of it (a larger limit extends a run); a folder without
+the field has it derived from its recorded commands (:func:`recorded_selection`). ``--n-eval``
+is recorded as given, so two values above the split's cap are refused although they agree."""
 from __future__ import annotations
 
 import argparse
@@ -57,8 +51,7 @@ def add_split_options(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--unseen-by-selector", action="store_true",
                    help="leave out the questions the sentence selector (--selector) was fit "
                    "on (before --offset), e.g. to run on training questions")
-    p.add_argument("--limit", type=POSITIVE, default=None,
-                   help="first N questions of the split")
+    p.add_argument("--limit", type=POSITIVE, default=None, help="first N questions of the split")
 
 
 # -- the record ---------------------------------------------------------------------------------
@@ -85,9 +78,8 @@ class _RecordParser(argparse.ArgumentParser):
 
 
 def selection_from_command(command: str | None) -> dict | None:
-    """The selection of a recorded ``evaluate`` command (``python -m dynakrag_lite evaluate
-    ...``, or data_scripts/warm_cache.py's ``... -- <the run's arguments>``); None when there
-    is no command or it cannot be read as one."""
+    """The selection of a recorded ``evaluate`` command (direct or through
+    data_scripts/warm_cache.py); None when there is none or it cannot be read."""
     if not isinstance(command, str) or not command.strip():
         return None
     try:
@@ -112,10 +104,9 @@ def selection_from_command(command: str | None) -> dict | None:
 
 
 def recorded_selection(records: Sequence[tuple[str, dict]]) -> list[tuple[dict, str]]:
-    """The selections a folder's records allow (``records``: (where, record) of its run.json,
-    then of summary.json's ``"run"``), each with where it is recorded: a record's
-    ``"selection"`` field (run.json's decides alone), else the one its ``"command"`` makes
-    (older runs could change the split on resume, so each is allowed). []: not checked."""
+    """The selections a folder's ``records`` ((where, record) of run.json, then summary.json's
+    ``"run"``) allow, each with where: a ``"selection"`` field (run.json's decides alone), else
+    what its ``"command"`` makes (older runs could change the split). []: not checked."""
     allowed: list[tuple[dict, str]] = []
     for i, (where, record) in enumerate(records):
         if isinstance(record.get(SELECTION_FIELD), dict):

@@ -1,11 +1,7 @@
-"""One generator interface and its backends (chapter 3): chat messages in; text, token counts
-and option log-probabilities out.
-
-``base`` holds the :class:`Generator` protocol and what backends share; ``llamacpp``, ``hf``
-and ``server`` are the backends, ``cache`` the persistent call cache, ``spec`` builds a
-generator from a spec string and ``models`` assembles the bundled offline models. Importing
-this package is cheap: each backend imports its heavy library when it is used.
-"""
+"""One generator interface and its backends (chapter 3): ``base`` (the :class:`Generator`
+protocol), the backends ``llamacpp``, ``hf`` and ``server``, ``cache`` (the call cache),
+``spec`` (spec strings) and ``models`` (bundled offline models). Importing this package is
+cheap: each backend imports its heavy library when it is used."""
 from .base import (REPLAY_ONLY_ENV, TIMEOUT_ENV, Generation, Generator, GeneratorError, Message,
                    OptionScores, ReplayMissError, approx_token_count, replay_only,
                    resolve_timeout)

@@ -1,13 +1,7 @@
-"""The generator interface every backend offers (chapter 3): chat messages in; text and token
-counts out, and log-probabilities of given reply options.
-
-:class:`Generator` is the protocol; the backends live in their own modules (``llamacpp``,
-``hf``, ``server``), ``cache`` wraps any of them with the persistent call cache and ``spec``
-builds one from a spec string. Every call has a time limit (``timeout``, else
-``$DYNAKRAG_GEN_TIMEOUT``, else a backend default): a server request's timeout, or a
-wall-clock cap on in-process decoding, after which the text so far comes back with
-``Generation.truncated = True``.
-"""
+"""The generator interface every backend offers (chapter 3): chat messages in; text, token
+counts and log-probabilities of given reply options out. Every call has a time limit
+(``timeout``, else ``$DYNAKRAG_GEN_TIMEOUT``, else a backend default), after which the text so
+far comes back with ``Generation.truncated = True``."""
 from __future__ import annotations
 
 import math
@@ -44,9 +38,8 @@ class Generation:
 
 @dataclass(frozen=True)
 class OptionScores:
-    """Log-probabilities of reply options, with the cost of computing them (charged to a ledger
-    as a :class:`Generation` is: one forward pass, completion_tokens = 1). ``method``: how the
-    numbers were obtained; ``n_tokens``: tokens per option."""
+    """Log-probabilities of reply options, with their cost (one forward pass, completion_tokens
+    = 1); ``method``: how they were obtained; ``n_tokens``: tokens per option."""
     logprobs: dict[str, float]
     prompt_tokens: int
     seconds: float = 0.0
@@ -70,8 +63,7 @@ class Generator(Protocol):
     first token), "sequence" (the sum over its tokens) or "auto" (first tokens when they
     differ between the options, else sequences). llama.cpp, transformers and OpenAI-compatible
     servers offer it (servers: first tokens only), and so does the call cache's wrapper; a
-    minimal backend may return just ``{option: log-prob}`` (see :func:`option_scores`).
-    """
+    minimal backend may return just ``{option: log-prob}`` (see :func:`option_scores`)."""
 
     spec: str
     model_id: str
@@ -183,9 +175,8 @@ LOGPROB_FLOOR = -1e4  # stands for a missing or infinite log-prob: JSON and marg
 def option_scores(result: OptionScores | Mapping[str, float], messages: list[dict],
                   options: Sequence[str], seconds: float) -> OptionScores:
     """An ``option_logprobs`` result as :class:`OptionScores` over exactly ``options``, every
-    log-prob finite (:data:`LOGPROB_FLOOR` for a missing or infinite one). A plain
-    ``{option: log-prob}`` (a minimal backend, such as a test double) gets whitespace
-    prompt-token estimates of ``messages``, method "backend" and the caller's ``seconds``."""
+    log-prob finite (:data:`LOGPROB_FLOOR`). A plain ``{option: log-prob}`` (a test double)
+    gets whitespace prompt-token estimates, method "backend" and the caller's ``seconds``."""
     if isinstance(result, Mapping):
         result = OptionScores(dict(result), sum(approx_token_count(m["content"])
                                                 for m in messages),

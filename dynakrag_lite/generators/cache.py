@@ -1,15 +1,9 @@
-"""Persistent SQLite cache of LLM calls.
+"""Persistent SQLite cache of LLM calls (chapter 3).
 
 With greedy decoding a reply is a function of (backend, model, messages, decoding parameters):
-the cache key is the sha256 of a canonical JSON of exactly those.
-
-Each row also stores a checksum over key and value: a row that fails to parse or to match (a
-torn write, a manual edit) is deleted, counted as ``corrupt`` and treated as a miss. The
-database runs in WAL mode with a busy timeout, so several processes can share one file. A file
-that is not an SQLite database is refused, never overwritten; a read-only or damaged one is
-worked around (:class:`SQLiteCache`). :class:`CachedGenerator` wraps any generator with the
-cache, replies and option log-probabilities alike (chapter 3).
-"""
+the key is the sha256 of their canonical JSON. A row failing its checksum is deleted, counted as
+``corrupt`` and missed. WAL mode and a busy timeout let processes share one file; a non-SQLite
+file is refused, a read-only or damaged one worked around (:class:`SQLiteCache`)."""
 from __future__ import annotations
 
 import hashlib
@@ -126,9 +120,8 @@ def is_corruption(e: sqlite3.DatabaseError) -> bool:
 
 
 class SQLiteCache:
-    """What the cache files of this package share (this LLM call cache, the embedding cache):
-    the connection (:func:`open_sqlite`, reopened in a forked child), a lock for threads, and
-    the failures met in use (:meth:`_run`)."""
+    """What this package's cache files share: the connection (:func:`open_sqlite`, reopened in a
+    forked child), a lock for threads, and the failures met in use (:meth:`_run`)."""
 
     what, env_hint, schema = "cache", "DYNAKRAG_CACHE_DIR", ""
 
@@ -161,9 +154,8 @@ class SQLiteCache:
                           stacklevel=4)
 
     def _run(self, sql: str, args: tuple = (), write: bool = False) -> list | None:
-        """The rows of one statement, or None when the file cannot serve it (a write to a
-        read-only file, anything once it turned out damaged: the cache is then off for the
-        process). One warning each; a computed value is returned, never lost."""
+        """The rows of one statement, or None when the file cannot serve it (read-only, or
+        damaged: the cache is then off for the process), with one warning each."""
         if self.damaged or (write and self.read_only):
             return None
         try:
@@ -288,12 +280,9 @@ class CallCache(SQLiteCache):
 
 # -- the cache wrapper -----------------------------------------------------------------------
 class CachedGenerator:
-    """Wraps a generator with a :class:`CallCache`.
-
-    The key covers the backend, ``model_id``, the messages, ``max_tokens``, ``stop`` and the
-    inner generator's ``decoding`` parameters. A hit returns the stored text and token counts
-    with ``cached=True``; a miss under $DYNAKRAG_REPLAY_ONLY raises ``ReplayMissError``. A
-    generation cut by the time limit is returned but not stored: it reflects machine speed."""
+    """Wraps a generator with a :class:`CallCache` keyed by backend, ``model_id``, messages,
+    ``max_tokens``, ``stop`` and ``decoding``; a miss under $DYNAKRAG_REPLAY_ONLY raises
+    ``ReplayMissError``. A generation cut by the time limit is not stored (machine speed)."""
 
     def __init__(self, inner: Generator, cache: CallCache) -> None:
         self.inner = inner

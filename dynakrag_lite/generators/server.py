@@ -3,8 +3,7 @@ speaking the chat-completions API (vLLM, the llama.cpp server, Ollama, OpenAI).
 
 A reply whose message content is ``null`` yields empty text (some servers send null for an
 empty completion); a reply with no ``choices`` raises. Option scoring asks for the top-20
-log-probabilities of the first reply token. The openai package is imported by the constructor.
-"""
+log-probabilities of the first reply token. The openai package is imported by the constructor."""
 from __future__ import annotations
 
 import math
@@ -22,13 +21,9 @@ __all__ = ["OpenAIGenerator"]
 
 
 class OpenAIGenerator(DecodingMixin):
-    """Any server speaking the OpenAI chat-completions API (vLLM, llama.cpp server, Ollama...).
-
-    The API key is ``OPENAI_API_KEY`` or ``"none"``. A server that omits ``usage`` gets
-    whitespace-token estimates, counted in :attr:`approximate_usage_calls` (one warning).
-    ``timeout`` (per request; default ``$DYNAKRAG_GEN_TIMEOUT`` or 120 s) and ``max_retries``
-    (default 2) bound a call; failures raise :class:`GeneratorError` naming the server URL,
-    credentials redacted."""
+    """Any server speaking the OpenAI chat-completions API (key: ``OPENAI_API_KEY`` or
+    ``"none"``). A reply without ``usage`` gets whitespace-token estimates; failures raise
+    :class:`GeneratorError` naming the server URL, credentials redacted."""
 
     backend = "openai"
 
@@ -132,11 +127,9 @@ class OpenAIGenerator(DecodingMixin):
 
     def option_logprobs(self, messages: list[Message], options: Sequence[str],
                         mode: str = "auto") -> OptionScores:
-        """Top-20 log-probs of the first reply token. An option's log-prob is the log of the
-        summed probability of the listed tokens that begin it and begin no other option (so
-        "S", "SU" count for SUFFICIENT; "IN", "INS" for INSUFFICIENT); an option with no listed
-        token gets the smallest listed log-prob (an upper bound). Sequence scoring is not
-        available here: a server returns log-probs of generated tokens only."""
+        """Top-20 log-probs of the first reply token: an option gets the log of the summed
+        probability of listed tokens that begin it and no other ("S", "SU" for SUFFICIENT), else
+        the smallest listed log-prob. Servers give log-probs of generated tokens only."""
         if mode == "sequence":
             raise GeneratorError("an OpenAI-compatible server returns log-probs of generated "
                                  "tokens only; sequence scoring of given options is "

@@ -2,14 +2,11 @@
 :func:`make_generator` builds it, wrapped in the call cache.
 
 * ``smollm2-135m`` / ``qwen2.5-coder-0.5b`` / ``qwen2.5-coder-1.5b``: bundled GGUF models
-  assembled from registry packages (:mod:`dynakrag_lite.generators.models`), run with llama.cpp.
-* ``gguf:<path>``: any local GGUF file with llama.cpp.
-* ``hf:<hub-id-or-folder>[#file.gguf]``: transformers (hub id where a network exists).
-* ``openai:<model>@<base_url>``: any OpenAI-compatible server (vLLM, llama.cpp server,
-  Ollama, OpenAI).
+  (:mod:`dynakrag_lite.generators.models`); ``gguf:<path>``: any local GGUF file (llama.cpp).
+* ``hf:<hub-id-or-folder>[#file.gguf]``: transformers.
+* ``openai:<model>@<base_url>``: any OpenAI-compatible server.
 
-Every backend is greedy by default and reports the tokens its own tokenizer (or server) counts.
-"""
+Every backend is greedy by default and counts tokens with its own tokenizer (or server)."""
 from __future__ import annotations
 
 import gc
@@ -27,11 +24,9 @@ __all__ = ["parse_spec", "make_generator", "unload_models"]
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """Split a spec string into (kind, arguments) without loading anything.
-
-    ``smollm2-135m`` -> ("bundled", {"name"}); ``gguf:<path>`` -> ("gguf", {"path"});
-    ``hf:<id-or-folder>[#file.gguf]`` -> ("hf", {"model", "gguf_file"});
-    ``openai:<model>[@<base_url>]`` -> ("openai", {"model", "base_url"})."""
+    """Split a spec string into (kind, arguments) without loading anything: ("bundled",
+    {"name"}), ("gguf", {"path"}), ("hf", {"model", "gguf_file"}) or ("openai", {"model",
+    "base_url"})."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty generator spec")
     spec = spec.strip()
@@ -59,10 +54,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 
 def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True,
                    **kwargs: Any) -> Generator:
-    """Build the generator named by ``spec`` (see :func:`parse_spec`), wrapped in the call cache.
-
-    ``cache``: True = the default cache file, a path = that file, an existing ``CallCache``,
-    False or None = no cache. ``kwargs`` go to the backend (``n_ctx``, ``temperature``, ...)."""
+    """Build the generator named by ``spec`` (:func:`parse_spec`), wrapped in the call cache
+    (``cache``: True = the default file, a path, a ``CallCache``, or False/None = none)."""
     kind, args = parse_spec(spec)
     gen: Generator
     if kind in ("bundled", "gguf") and cache is not False and cache is not None:
@@ -77,8 +70,7 @@ def make_generator(spec: str, cache: str | Path | None | bool | CallCache = True
     elif kind == "gguf":
         gen = LlamaCppGenerator(args["path"], spec=spec, **kwargs)
     elif kind == "hf":
-        gen = TransformersGenerator(args["model"], gguf_file=args["gguf_file"], spec=spec,
-                                    **kwargs)
+        gen = TransformersGenerator(args["model"], gguf_file=args["gguf_file"], spec=spec, **kwargs)
     else:
         gen = OpenAIGenerator(args["model"], args["base_url"], spec=spec, **kwargs)
 

@@ -1,20 +1,12 @@
 """Calibrating the sufficiency signal (chapter 8): which signal, with which threshold, on
 training questions with gold labels.
 
-* :func:`calibration_states`: states of training questions at different support recall
-  (SR), reached by retrieval-only actions, plus matched incomplete *contrast* states.
-* :func:`signal_scores`: each signal's score on those states (the learned estimator's
-  out-of-fold, grouped by question: :mod:`dynakrag_lite.training.estimator`).
-* :func:`calibrate`: per signal the AUC of the score against 1[SR = 1], with a bootstrap
-  standard error over *questions*. A signal is *informative* when AUC - 0.5 exceeds both
-  ``min_gain`` (default .05) and 1.645 standard errors (one-sided 95%). The most informative
-  signal is chosen (ties: the cheaper one), its threshold set by maximal Youden J or, with
-  ``rule="precision:0.8"``, by :func:`precision_threshold`. When none is informative the text
-  probe is kept with ``gates=False``.
-* :func:`calibration_table` keeps the states' rows (:class:`CalibrationTable`, also saved
-  with the trajectories), whose :meth:`~CalibrationTable.signal` calibrates;
-  :func:`train_signal`, what ``train --sufficiency-signal`` calls, runs both.
-"""
+:func:`calibration_states` reaches states at different support recall (SR) by retrieval-only
+actions, plus matched incomplete *contrast* states; :func:`signal_scores` scores each signal on
+them. :func:`calibrate` takes per signal the AUC against 1[SR = 1] with a bootstrap standard
+error over *questions*; a signal is *informative* when AUC - 0.5 exceeds both ``min_gain`` (.05)
+and 1.645 standard errors. The most informative (ties: the cheaper) is chosen, its threshold by
+maximal Youden J or :func:`precision_threshold`; with none the text probe gets ``gates=False``."""
 from __future__ import annotations
 
 import random
@@ -90,11 +82,9 @@ def _contrast(c: CalibrationState, gold: Sequence[str], env) -> CalibrationState
 
 def calibration_states(questions: Iterable, env, per_question: int = 4, seed: int = 13,
                        contrast: bool = True) -> list[CalibrationState]:
-    """States of training questions at different SR, reached without an LLM call
-    (retrieve_more 1..3 times, and a seeded walk mixing in bridge_entity_expand): at most
-    ``per_question`` distinct document sets per question. Reachable states are mostly complete
-    on pooled HotpotQA, so ``contrast`` adds per question the first complete state with one
-    gold document swapped for the best unseen distractor (no policy ever visits it)."""
+    """States of training questions at different SR, reached without an LLM call, at most
+    ``per_question`` per question. Reachable states are mostly complete on pooled HotpotQA, so
+    ``contrast`` adds a complete state with one gold document swapped for a distractor."""
     out: list[CalibrationState] = []
     cfg = env.config
     for q in questions:
@@ -124,8 +114,7 @@ def calibration_states(questions: Iterable, env, per_question: int = 4, seed: in
             keep(s)
         # Keep the first, the last, then the rest; in discovery order (KV-cache reuse).
         idx = list(range(len(found)))
-        keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)
-                          [:per_question])
+        keep_idx = sorted((idx[:1] + idx[-1:] + idx[1:-1] if len(idx) > 2 else idx)[:per_question])
         chosen = [found[i] for i in keep_idx]
         if contrast:
             full = next((k for k, c in enumerate(chosen) if c.sufficient), None)
@@ -214,8 +203,7 @@ def _state_llm_scores(c: CalibrationState, env, llm_kinds: Sequence[str]) -> dic
         elif kind == "margin":
             got[kind] = probe_margin(st.question, st.docs, env.generator, cfg.doc_chars)
         else:  # answer_conf
-            got[kind] = answer_confidence(st.question, st.docs, env.generator,
-                                          cfg.doc_chars)[0]
+            got[kind] = answer_confidence(st.question, st.docs, env.generator, cfg.doc_chars)[0]
     return got
 
 
@@ -223,11 +211,9 @@ def signal_scores(states: Sequence[CalibrationState], env, kinds: Sequence[str],
                   estimator_folds: int = 5, seed: int = 13, progress: bool = False,
                   estimator_kind: str = "forest", workers: int = 1
                   ) -> dict[str, dict[str, np.ndarray]]:
-    """Per signal: {"score": ..., "extra": ...} on the calibration states. ``learned`` scores are
-    out-of-fold (grouped by question). ``text`` extra: 1 where the reply parsed SUFFICIENT.
-
-    ``workers``: states whose LLM signals are scored at once (> 1 needs a server generator;
-    :mod:`dynakrag_lite.training.concurrency`: the scores are the sequential run's)."""
+    """Per signal: {"score": ..., "extra": ...} on the calibration states; ``learned`` scores
+    are out-of-fold, ``text`` extra is 1 where the reply parsed SUFFICIENT. ``workers`` > 1
+    needs a server generator (:mod:`dynakrag_lite.training.concurrency`)."""
     check_workers(workers, env.generator, items="calibration states")
     y = np.array([float(c.sufficient) for c in states])
     groups = np.array([c.qid for c in states], dtype=object)
@@ -268,11 +254,8 @@ def calibrate(scores: dict[str, np.ndarray], labels: Sequence[float], groups: Se
               rule: str = "youden", min_gain: float = 0.05, generator: str | None = None,
               estimator: SufficiencyEstimator | None = None,
               text_sufficient: np.ndarray | None = None, seed: int = 13) -> SufficiencySignal:
-    """Choose the signal and threshold from scores on training states (see the module text).
-
-    ``scores``: {signal: score per state}; ``labels``: 1[SR = 1] per state; ``groups``: the
-    question id per state. ``estimator``: the learned estimator fitted on all states (used when
-    ``learned`` wins; its AUC must come from out-of-fold scores)."""
+    """Choose the signal and threshold (see the module text) from ``scores`` per state, labels
+    1[SR = 1] and question ``groups``; ``estimator`` is used when ``learned`` wins."""
     y = np.asarray(labels, float)
     g = np.asarray(groups, dtype=object)
     stats: dict[str, SignalStats] = {}
@@ -305,14 +288,10 @@ def calibrate(scores: dict[str, np.ndarray], labels: Sequence[float], groups: Se
 
 @dataclass
 class CalibrationTable:
-    """The states a sufficiency signal was calibrated on, as plain arrays (one row per state,
-    in calibration order) so :meth:`signal` can redo the calibration without an environment.
-
-    ``llm``: the row lies in the LLM-scored subset (where every signal's AUC is measured);
-    ``scores``: per LLM signal the score of each row (NaN outside ``llm``); ``text_extra``: 1
-    where the text probe replied SUFFICIENT; ``settings``: :func:`train_signal`'s arguments;
-    ``signal_info``: describe() of the signal the trajectories were collected under;
-    ``reproduced``: :meth:`signal` gave that same signal when the file was written."""
+    """The states a sufficiency signal was calibrated on, as plain arrays (one row per state)
+    so :meth:`signal` can redo the calibration without an environment. ``llm`` marks the
+    LLM-scored rows, ``scores`` the LLM signals' scores (NaN elsewhere); ``reproduced``:
+    :meth:`signal` gave the collection's signal (``signal_info``) when the file was written."""
     qids: np.ndarray
     kinds: np.ndarray
     sr: np.ndarray
@@ -414,10 +393,8 @@ class CalibrationTable:
 def calibration_table(questions: Sequence, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       progress: bool = False, workers: int = 1) -> CalibrationTable | None:
-    """The rows to calibrate ``kind`` on (None for ``text``: nothing to calibrate), on
-    TRAINING questions: :func:`calibration_states` (retrieval only) with the LLM signals'
-    scores on the states of the first ``llm_questions`` questions (a forward pass or a
-    generation each; ``workers`` as :func:`signal_scores`)."""
+    """The rows to calibrate ``kind`` on (None for ``text``) on TRAINING questions, with the LLM
+    signals scored on the first ``llm_questions`` questions' states."""
     if kind == "text":
         return None
     kinds = ("text", "margin", "learned") if kind == "auto" else (kind,)

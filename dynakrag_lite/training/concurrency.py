@@ -1,12 +1,8 @@
-"""Concurrent work against a server generator (``evaluate --workers N``, ``train --workers N``).
-
-With a server backend (``openai:<model>@<base_url>``) the time goes into waiting for the
-server, so N items run at once in threads. A worker holds one lock per run for the whole item
-except while its server call is in flight (:func:`locked_runner`, :class:`ReleasingGenerator`),
-so the library's non-thread-safe parts never run concurrently and results do not depend on
-scheduling; results come back to the calling thread in item order (:func:`run_in_order`).
-In-process backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused.
-"""
+"""Concurrent work against a server generator (``--workers N``): N items wait on the server at
+once in threads. A worker holds one lock per run except while its server call is in flight
+(:func:`locked_runner`, :class:`ReleasingGenerator`), so non-thread-safe parts never overlap and
+results, returned in item order (:func:`run_in_order`), do not depend on scheduling. In-process
+backends are CPU-bound and not thread-safe: ``workers > 1`` with them is refused."""
 from __future__ import annotations
 
 import threading
@@ -85,9 +81,8 @@ class ReleasingGenerator:
 
 @contextmanager
 def released(generator: Any) -> Iterator[None]:
-    """Within the block the calling worker does not hold the shared lock, when ``generator``
-    is its :class:`ReleasingGenerator` (the block must be a server call and nothing else);
-    a no-op for any other generator."""
+    """Within the block the calling worker does not hold the shared lock when ``generator`` is
+    its :class:`ReleasingGenerator` (the block must be a server call only); else a no-op."""
     if not isinstance(generator, ReleasingGenerator):
         yield
         return
@@ -99,9 +94,8 @@ def released(generator: Any) -> Iterator[None]:
 
 
 def locked_runner(fn: Callable[[T, Any], R], env: Any, workers: int) -> Callable[[T], R]:
-    """The function that runs one item: ``fn(item, env)``. For workers > 1 it holds a shared
-    lock throughout, and ``fn`` gets a copy of ``env`` whose generator releases the lock
-    during server calls (the non-LLM parts are not thread-safe)."""
+    """The function that runs ``fn(item, env)``; for workers > 1 under a shared lock, with a copy
+    of ``env`` whose generator releases it during server calls."""
     if workers == 1:
         return lambda item: fn(item, env)
     shared = threading.Lock()
@@ -146,6 +140,5 @@ def collect_in_parallel(workers: int, generator: Any
     check_workers(workers, generator)
 
     def runner(items: list, one: Callable, emit: Callable, env: Environment) -> None:
-        run_in_order(items, locked_runner(one, env, workers), workers, emit,
-                     name="trajectories")
+        run_in_order(items, locked_runner(one, env, workers), workers, emit, name="trajectories")
     return runner

@@ -43,9 +43,8 @@ def fit_estimator(X: np.ndarray, y: np.ndarray, kind: str = "forest", seed: int 
 def oof_estimator_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, folds: int = 5,
                          kind: str = "forest", seed: int = 13,
                          train_mask: np.ndarray | None = None, **kw) -> np.ndarray:
-    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC.
-    ``train_mask``: rows allowed in the training folds (e.g. reachable states only); every
-    row of a held-out fold is predicted."""
+    """Out-of-fold P(sufficient) (folds grouped by question), for an honest training AUC; only
+    ``train_mask`` rows train, every row of a held-out fold is predicted."""
     groups = np.asarray(groups, dtype=object)
     mask = np.ones(len(y), bool) if train_mask is None else np.asarray(train_mask, bool)
     k = min(folds, len(set(groups.tolist())))

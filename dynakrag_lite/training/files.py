@@ -1,13 +1,8 @@
-"""Training-data files (chapters 9 and 13): collected trajectories as one pickle-free
-``.npz``, with the sufficiency calibration states they were collected under.
-
-:func:`save_training_data` writes a :class:`~dynakrag_lite.trajectories.TrainingData` as plain
-arrays (no pickle, so a file from anyone is safe to load), with the settings the trajectories
-were collected under (``TrainingData.run``) and the sufficiency calibration states
-(:class:`CalibrationTable`). With both, ``train --from-data FILE`` rebuilds a whole policy,
-calibrated signal included, without a model call, on any subset of the questions. Format-1
-files (without either) still load for re-tuning; ``--from-data`` refuses them.
-"""
+"""Training-data files (chapters 9 and 13): collected trajectories as one pickle-free ``.npz``
+(safe to load from anyone), with the settings they were collected under (``TrainingData.run``)
+and the sufficiency calibration states (:class:`CalibrationTable`). With both, ``train
+--from-data FILE`` rebuilds a whole policy without a model call; format-1 files (without
+either) still load for re-tuning."""
 from __future__ import annotations
 
 import io
@@ -35,11 +30,8 @@ _SAMPLE_SCALARS = ("step", "target", "cost_tokens", "n_docs", "chosen", "execute
 def build_calibration(questions, env, kind: str = "auto", rule: str = "youden",
                       llm_questions: int | None = 100, seed: int = 13, min_gain: float = 0.05,
                       live_signal=None, check: bool = True) -> CalibrationTable | None:
-    """The :class:`CalibrationTable` of a training run (``train --save-data``): the rows
-    ``train_signal`` calibrated on (its LLM calls are cache hits now); None for the text
-    probe. With ``check``, ``reproduced`` records whether the table's own
-    :meth:`~CalibrationTable.signal` equals ``live_signal``, so a table that would rebuild
-    another signal is never used silently."""
+    """The :class:`CalibrationTable` of a training run (``train --save-data``; None for the text
+    probe). With ``check``, ``reproduced`` records whether it rebuilds ``live_signal``."""
     table = calibration_table(questions, env, kind, rule, llm_questions, seed, min_gain)
     if table is not None:
         table.signal_info = live_signal.describe() if live_signal is not None else None
@@ -63,9 +55,8 @@ def same_signal(a, b, X: np.ndarray) -> bool:
 
 # -- the .npz file ---------------------------------------------------------------------------
 def save_training_data(data: TrainingData, path: str | Path) -> Path:
-    """Write ``data`` to ``path`` (``.npz``, written atomically). Raises ValueError when
-    there are prefixes but no stated ``continuation_target`` (a file must say what its
-    gains are)."""
+    """Write ``data`` to ``path`` (``.npz``, atomically); ValueError for prefixes without a
+    stated ``continuation_target`` (a file must say what its gains are)."""
     if data.continuation_target is not None and \
             data.continuation_target not in CONTINUATION_TARGETS:
         raise ValueError(f"unknown continuation target {data.continuation_target!r}; one "
@@ -93,11 +84,9 @@ def save_training_data(data: TrainingData, path: str | Path) -> Path:
         if data.prefixes else np.zeros((0, n_state)),
     }
     for name in _SAMPLE_SCALARS:
-        arrays[f"s_{name}"] = np.array([getattr(s, name) for s in data.samples],
-                                       dtype=np.float64)
+        arrays[f"s_{name}"] = np.array([getattr(s, name) for s in data.samples], dtype=np.float64)
     for name in pf:
-        arrays[f"p_{name}"] = np.array([getattr(p, name) for p in data.prefixes],
-                                       dtype=np.float64)
+        arrays[f"p_{name}"] = np.array([getattr(p, name) for p in data.prefixes], dtype=np.float64)
     if data.calibration is not None:
         arrays.update(data.calibration._arrays())
     buf = io.BytesIO()
@@ -107,8 +96,7 @@ def save_training_data(data: TrainingData, path: str | Path) -> Path:
 
 def load_training_data(path: str | Path) -> TrainingData:
     """Read a file written by :func:`save_training_data`. Raises ValueError naming the file
-    when it is not one, or when its features are not this library's (retrain or
-    re-collect)."""
+    when it is not one, or when its features are not this library's (retrain or re-collect)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
@@ -164,5 +152,4 @@ def load_training_data_bytes(raw: bytes, path: str | Path = "<bytes>") -> Traini
         table = CalibrationTable._from(a, calib, path) if calib else None
     except KeyError as e:
         raise ValueError(f"{path}: its calibration table is incomplete (no {e})") from None
-    return TrainingData(samples, prefixes, questions, target, dict(meta.get("run") or {}),
-                        table)
+    return TrainingData(samples, prefixes, questions, target, dict(meta.get("run") or {}), table)

@@ -2,15 +2,12 @@
 collect trajectories, tune lambda and the veto threshold by cross-validation, fit the policy;
 all on the training split.
 
-The run's :class:`~dynakrag_lite.config.RunSettings` are its recipe: :func:`train` runs them
-(questions cut by :func:`dynakrag_lite.pipeline.run_setup`, as for ``evaluate``);
-:func:`training_setup` is its first part, which ``data_scripts/warm_cache.py train`` must
-build exactly so. ``--save-data`` keeps the trajectories with their settings
-(:func:`collection_run`) and the calibration states; ``--from-data`` (:func:`data_from_file`)
-rebuilds a policy from such a file without a model call, refusing one collected under other
-settings and keeping only this split's training questions, after an optional ``relabel``
-step (answer F1s added later: the lab's ``dynakrag_lab.report.answer_labels``). Chapters 7-9
-build the same pieces by hand.
+The run's :class:`~dynakrag_lite.config.RunSettings` are its recipe: :func:`train` runs them;
+:func:`training_setup` is its first part, which ``data_scripts/warm_cache.py train`` builds
+exactly so. ``--save-data`` keeps the trajectories with their settings and the calibration
+states; ``--from-data`` (:func:`data_from_file`) rebuilds a policy from such a file without a
+model call, refusing one collected under other settings, after an optional ``relabel`` step.
+Chapters 7-9 build the same pieces by hand.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Tuning the stop rule offline: the selection rule replayed along collected trajectories,
-and lambda and the veto threshold chosen by cross-validation on the training questions.
-
-:func:`replay_decisions` re-decides at every state visited while collecting, for any lambda or
-veto threshold, without executing anything (chapter 9); :func:`stop_outcomes` says where those
-decisions stop on each question and what they would have there; :func:`tune_continuation`
-chooses ``(lam, veto_threshold)`` by cross-validation grouped by question (``python -m
-dynakrag_lite train`` runs it).
-"""
+"""Tuning the stop rule offline (chapter 9): :func:`replay_decisions` re-decides along collected
+trajectories for any lambda or veto threshold without executing anything, :func:`stop_outcomes`
+says where those decisions stop, and :func:`tune_continuation` chooses ``(lam,
+veto_threshold)`` by cross-validation grouped by question."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -32,12 +27,9 @@ CONTINUATION_GRID = (-1.0, 0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0
 
 def replay_decisions(policy: Policy, data: TrainingData, lam: float | None = None,
                      veto_threshold: float | None = None) -> list[dict]:
-    """Re-decide at every state visited while collecting ``data``, without executing anything.
-
-    The samples of one (qid, step) hold phi(s, a) for every valid a, so the models and the
-    selection rule replay for any ``lam`` / ``veto_threshold`` (default: the policy's own).
-    Returns one dict per state (qid, step, n_docs, valid, values, costs, continue_gain, vetoed,
-    chosen, chosen_without_veto, and the gold targets, for analysis only)."""
+    """Re-decide at every state visited while collecting ``data``, without executing anything
+    (each (qid, step) holds phi(s, a) for every valid a), for any ``lam`` / ``veto_threshold``.
+    Returns one dict per state, gold targets included for analysis only."""
     lam = policy.lam if lam is None else lam
     thr = policy.veto_threshold if veto_threshold is None else veto_threshold
     n_state = len(STATE_FEATURE_NAMES)
@@ -124,12 +116,9 @@ def tune_continuation(data: TrainingData, lams: Sequence[float] = LAMBDA_GRID,
                       min_samples_leaf: int = 8, n_jobs: int = -1, progress: bool = False,
                       stop_rule: str = "level", token_price: float = 0.0
                       ) -> tuple[float, float, pd.DataFrame]:
-    """Choose ``(lam, veto_threshold)`` by cross-validation on the training questions.
-
-    Each fold (grouped by question) trains a policy on the other folds and replays its
-    decisions on the held-out questions for every grid pair; the highest mean ``metric`` minus
-    ``token_price`` times the mean tokens wins (ties: fewer tokens, larger threshold, smaller
-    lambda). Returns (lam, threshold, the per-pair frame)."""
+    """Choose ``(lam, veto_threshold)`` by cross-validation grouped by question: the highest
+    mean ``metric`` minus ``token_price`` times mean tokens on held-out folds wins (ties: fewer
+    tokens, larger threshold, smaller lambda). Returns (lam, threshold, the per-pair frame)."""
     if metric not in ("f1", "sr"):
         raise ValueError("metric must be 'f1' or 'sr'")
     all_qids = list(dict.fromkeys(data.questions))
