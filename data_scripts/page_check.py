@@ -8,6 +8,7 @@ scripts have laid the page out,
 * every code block (cell inputs, outputs, literal blocks in prose) and every table, with all
   collapsed cells opened: its content must fit the text column (``scrollWidth`` against the
   block's own width; a block that scrolls sideways hides the end of its lines);
+* figures: every image must fit the text column, and no raw ``{glue}`` role may show;
 * the page's own table of contents (the right-hand "Contents"), so a test can ask for a
   section such as chapter 12's "The table";
 * math: a page with math must load MathJax from the build (a relative path: no http(s) URL,
@@ -92,6 +93,17 @@ MEASURE_JS = r"""
     }
   });
   out.column_px = Math.round(art.clientWidth);
+  // Figures: an image wider than the column is cut or scrolls; raw glue roles never rendered.
+  out.images = 0; out.wide_images = [];
+  art.querySelectorAll('img').forEach(img => {
+    const w = img.getBoundingClientRect().width;
+    if (!w) return;
+    out.images += 1;
+    if (w > art.clientWidth + 2) out.wide_images.push({src: (img.getAttribute('src') || '').slice(-60),
+                                                       width_px: Math.round(w)});
+  });
+  const text = art.textContent;
+  out.raw_glue = (text.match(/\{glue(:[a-z]+)?\}`[^`]*`/g) || []).slice(0, 3);
   // Math: which MathJax the page loads (as written in its script tag) and what it typeset.
   const formulas = Array.from(document.querySelectorAll('.math'));
   const raw = formulas.filter(m => !m.querySelector('mjx-container'));
@@ -170,6 +182,11 @@ def problems(found: dict, required_toc: tuple[str, ...] = ()) -> list[str]:
     for title in required_toc:
         if title not in found.get("toc", []):
             out.append(f"no {title!r} in the page's contents")
+    for img in found.get("wide_images", []):
+        out.append(f"figure {img['src']!r} is {img['width_px']} px, wider than the "
+                   f"{found.get('column_px')} px column")
+    if found.get("raw_glue"):
+        out.append(f"raw glue role on the page: {found['raw_glue'][0][:60]!r}")
     out += math_problems(found.get("math"))
     return out
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))
 MAX_VISIBLE_CODE = 120
@@ -171,3 +173,19 @@ def test_the_committed_page_check_covers_every_chapter_and_found_no_problem():
     assert not bad, bad
     assert all(v["opening"]["kind"] != "code cell" for v in report["pages"].values())
     assert "The table" in report["pages"]["12_results"]["toc"]
+
+
+def test_the_page_check_flags_a_figure_wider_than_the_column_and_a_raw_glue_role():
+    page_check = load_script("page_check")
+    fine = {"opening": {"kind": "p"}, "column_px": 752, "wide_images": [], "raw_glue": []}
+    assert page_check.problems(fine) == []
+    wide = dict(fine, wide_images=[{"src": "fig.png", "width_px": 1090}])
+    glued = dict(fine, raw_glue=["{glue:text}`c12_f1:.3f`"])
+    assert "wider than the 752 px column" in page_check.problems(wide)[0]
+    assert "raw glue role" in page_check.problems(glued)[0]
+
+
+def test_the_committed_page_check_measured_figures_and_glue_on_every_page():
+    report = json.loads(PAGE_REPORT.read_text(encoding="utf-8"))
+    missing = [p for p, r in report["pages"].items() if "wide_images" not in r or "raw_glue" not in r]
+    assert not missing, f"page-check.json predates the figure and glue checks: {missing}"
