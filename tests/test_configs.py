@@ -5,7 +5,6 @@ reached through a symlink stays ``../shared/data``."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import shlex
@@ -20,6 +19,7 @@ from dynakrag_lite.experiments.configs import (Config, ConfigError, evaluate_arg
                                                expand_config)
 from dynakrag_lite.policy import Policy
 from dynakrag_lite.storage import relative_command, relative_path
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "results" / "configs"
@@ -66,11 +66,7 @@ def recorded(folder: str) -> list[str]:
 
 @pytest.fixture()
 def mx():
-    spec = importlib.util.spec_from_file_location(
-        "main_experiment", ROOT / "data_scripts" / "main_experiment.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("main_experiment")
 
 
 @pytest.mark.parametrize("folder", RUN_FOLDERS)

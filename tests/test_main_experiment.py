@@ -2,23 +2,20 @@
 an unfinished training run's LLM calls from a committed snapshot into the active cache."""
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
 def mx():
-    spec = importlib.util.spec_from_file_location(
-        "main_experiment", ROOT / "data_scripts" / "main_experiment.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("main_experiment")
 
 
 def _train_command(mx, monkeypatch, tmp_path, generator: str) -> list[str]:

@@ -33,13 +33,13 @@ from .comparison import A_BETTER, A_WORSE, COMPARATIVE, fmt_ci, verdict
 from .control import (best_stop_targets, diagnosis_findings, diagnosis_view, horizon_markdown,
                       stop_targets_markdown)
 from .headline import pair_rows
-from .names import DATASETS, join_words, label, readers, short_names, transfer_folder
+from .names import DATASETS, LABELS, join_words, label, readers, short_names, transfer_folder
 from .paper import paper_table
 from .results import is_partial, run_status
 from .transfer import pair_text, reader_limit_reading
 from .verdicts import holm
 
-__all__ = ["ALPHA", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
+__all__ = ["ALPHA", "LABELS", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
            "next_commands", "oracle_markdown", "probe_cost", "stop_markdown",
            "stop_profile_view", "stop_targets_markdown", "table1_view", "transfer_markdown",

@@ -336,7 +336,7 @@ def claim_sentences(c: Mapping) -> list[str]:
              f"{k6r.word}, {_tested(k6, k6r)} at "
              f"{c['vs_fixed_k6_tokens'][0]:,.0f} against {c['vs_fixed_k6_tokens'][1]:,.0f} "
              f"tokens per question, though per dataset it spends "
-             f"{' / '.join(f'{ratio[d]:.2f}x' for d in ds)} "
+             f"{' / '.join(f'{ratio[d]:.2f}' for d in ds)} times "
              f"top-6's tokens.")
     return [first, second, third]
 
