@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import RESULTS
@@ -13,12 +14,15 @@ from dynakrag_lite.experiments.diagnostics import diagnostics
 from dynakrag_lite.experiments.folder import latest_rows, read_predictions
 
 from ..report.breakdown import MIN_GROUP_N, breakdown_table
-from ..report.claims import claim_sentences, headline_claims
+from ..report.claims import claim_sentences, f1_differences, fmt_p, headline_claims
+from ..report.comparison import paired_rows
 from ..report.headline import check_set_pairs
-from ..report.names import ABLATIONS, BASELINES, GRID_METHODS, transfer_folder
+from ..report.names import ABLATIONS, BASELINES, GRID_METHODS, locate, transfer_folder
 from ..report.results import (STARTED, TRANSFER_RUNS, best_baseline, is_partial, load_summaries,
-                              markdown_table, paired_table, results_table, run_policy,
+                              markdown_table, paired_table, read_run, results_table, run_policy,
                               run_status, transfer_baselines)
+from ..report.verdicts import (BETTER, INCONCLUSIVE, TOML, WORSE, Rules, equivalent_word, holm,
+                               num, pair_word, read_differences, rules)
 from .plan import _num
 
 
@@ -77,17 +81,21 @@ def result_section(exp: Path) -> str:
         sentences = claim_sentences(headline_claims(root=exp))
     except (FileNotFoundError, ValueError) as e:  # another results folder: no such grid
         return f"## The result\n\nNot computed here: {e}.\n"
-    return ("## The result\n\n" + "\n".join(f"{i}. {t}" for i, t in enumerate(sentences, 1))
-            + "\n\nThe tests behind each sentence are in the book's results chapter "
-            "(`book/12_results.ipynb`).\n")
+    return ("## The result (exploratory)\n\n"
+            + "\n".join(f"{i}. {t}" for i, t in enumerate(sentences, 1))
+            + "\n\nExploratory: these runs were read before the primary tests were named "
+            "(`results/primary/family/family.md`). The tests behind each sentence are in the "
+            "book's results chapter (`book/12_results.ipynb`).\n")
 
 
 def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
     """Per dataset and generator: DynaKRAG (each of :data:`HEADLINE_RUNS` present) against
     the baseline with the highest F1 on the questions both answered, with the paired interval
-    of F1, EM and SR. Every dataset of ``s`` gets a row: a missing controller run or baseline,
-    or a pair without common questions, is written as such; a partial run is labelled."""
+    of F1, EM and SR and the F1 difference's reading (:func:`read_headline`). Every dataset of
+    ``s`` gets a row: a missing controller run or baseline, or a pair without common
+    questions, is written as such; a partial run is labelled."""
     root = root or RESULTS
+    rule = rules(locate(TOML))
     lines = ["## Headline: DynaKRAG against the best baseline\n",
              "Per dataset, the baseline (" + ", ".join(f"`{b}`" for b in BASELINES) + ") with "
              "the highest mean F1, paired with dynakrag on the questions both answered "
@@ -99,9 +107,15 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
              "`dynakrag` stops by the paper's level rule; `dynakrag-gain`, where it was run, "
              "by our gain rule with the lambda its cross-validation on the training split chose "
              "(the book's diagnosis appendix). The tables below give every run.\n",
+             f"The F1 difference is read in four words ({BETTER}, {WORSE}, "
+             f"{equivalent_word(rule.margin)}, {INCONCLUSIVE}; `results/primary_tests.toml`), "
+             "with Holm's adjustment over the datasets of one generator and run; `detectable`: "
+             f"the smallest difference this n detects with {rule.power:.0%} power. Exploratory: "
+             "these runs were read before the primary tests were named.\n",
              "| dataset | generator | run | n | best baseline | F1 run / baseline | F1 diff "
-             "[95 % CI], p | EM diff [95 % CI], p | SR diff [95 % CI], p | verdict (F1) |",
+             "[95 % CI], p | EM diff [95 % CI], p | SR diff [95 % CI], p | reading (F1) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    paired = []  # (line, Holm family, F1 differences, p) of each row still to be read
 
     def gap(dataset, generator, run, why):  # a row that says why there is no comparison
         lines.append(f"| {dataset} | {generator} | {run} | 0 | - | - | - | - | - | {why} |")
@@ -109,7 +123,8 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
         status = dict(zip(mine.run, mine.status))
         if "-policy-" in generator:  # a transferred policy: read against its reader's baselines
-            transfer_row(lines, dataset, generator, status, root)
+            if (d := transfer_row(lines, dataset, generator, status, root)) is not None:
+                paired.append((len(lines) - 1, (generator, "dynakrag"), *d))
             continue
         base = [b for b in BASELINES if b in status]
         if "dynakrag" not in status:
@@ -127,25 +142,51 @@ def headline_section(s: pd.DataFrame, root: Path | None = None) -> str:
                 gap(dataset, generator, labelled(ctl, status[ctl]),
                     "not paired: " + "; ".join(sorted(set(pt.verdict))))
                 continue
-            cells = []
-            for m in ("f1", "em", "support_recall"):
-                r = pt[(pt.run == best.run) & (pt.metric == m)].iloc[0]
-                cells.append(f"{r['diff']:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}], {r.p_value:.3f}")
             lines.append(f"| {dataset} | {generator} | {labelled(ctl, status[ctl])} | "
                          f"{int(best.n)} | {labelled(best.run, best.status)} | "
                          f"{best[ctl]:.3f} / {best.other:.3f} | "
-                         + " | ".join(cells) + f" | {best.verdict.replace('A ', ctl + ' ')} |")
+                         + _diff_cells(pt[pt.run == best.run]))
+            paired.append((len(lines) - 1, (generator, ctl), _f1_differences(
+                dataset, (generator, ctl), (generator, best.run), root), best.p_value))
+    read_headline(lines, paired, rule)
     return "\n".join(lines) + "\n"
 
 
+def _diff_cells(pairs: pd.DataFrame) -> str:
+    """The F1, EM and SR cells of one pair's rows: 'diff [lo, hi], p |' each."""
+    rows = [pairs[pairs.metric == m].iloc[0] for m in ("f1", "em", "support_recall")]
+    return " | ".join(f"{r['diff']:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}], {r.p_value:.3f}"
+                      for r in rows) + " |"
+
+
+def _f1_differences(dataset: str, a: tuple[str, str], b: tuple[str, str], root: Path
+                    ) -> np.ndarray:
+    """F1 of run ``a`` minus run ``b`` ((generator, run) each) per question both answered."""
+    rows = [read_run(dataset, *run, root / "experiments")[0] for run in (a, b)]
+    return f1_differences(paired_rows(*rows))
+
+
+def read_headline(lines: list[str], paired: list[tuple[int, tuple, np.ndarray, float]],
+                  rule: Rules) -> None:
+    """Close each paired headline row (line index, Holm family, F1 differences, p) with its
+    reading: Holm over its family (the datasets of one generator and run), then the four
+    words (:mod:`..report.verdicts`), Holm p and the smallest difference this n detects."""
+    for family in dict.fromkeys(row[1] for row in paired):
+        rows = [row for row in paired if row[1] == family]
+        for (i, _, d, _), p in zip(rows, holm([row[3] for row in rows])):
+            rd = read_differences(d, p, rule)
+            lines[i] += f" {rd.word} (Holm p {fmt_p(p)}, detectable {num(rd.mde)}) |"
+
+
 def transfer_row(lines: list[str], dataset: str, generator: str, status: dict,
-                 root: Path) -> None:
+                 root: Path) -> tuple[np.ndarray, float] | None:
     """The headline row of a transfer folder ``<A>-policy-<P>``: its dynakrag run against the
-    best of answer generator A's own baselines (:func:`transfer_baselines`), paired per
-    question across the two folders, so the policy is judged against no policy with the same
-    reader. A pair not made yet is a row saying why."""
+    best of answer generator A's own baselines (all of :data:`BASELINES`), paired per question
+    across the two folders, so the policy is judged against no policy with the same reader.
+    Returns the F1 differences and p for :func:`read_headline`, which closes the row; a pair
+    not made yet is a row saying why (None returned)."""
     if "dynakrag" not in status:
-        return  # a transfer folder holds dynakrag runs only; other runs are not headline rows
+        return None  # a transfer folder holds dynakrag runs only; others are not headline rows
     ctl = labelled("dynakrag", status["dynakrag"])
     pt = transfer_baselines(dataset, generator, root / "experiments")
     best = best_baseline(pt)
@@ -153,15 +194,13 @@ def transfer_row(lines: list[str], dataset: str, generator: str, status: dict,
         why = "; ".join(sorted(set(pt[pt.metric == "f1"].verdict))) or "not run yet: baselines"
         lines.append(f"| {dataset} | {generator} | {ctl} | 0 | - | - | - | - | - | "
                      f"not paired: {why} |")
-        return
-    cells = []
-    for m in ("f1", "em", "support_recall"):
-        r = pt[(pt.other_run == best.other_run) & (pt.metric == m)].iloc[0]
-        cells.append(f"{r['diff']:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}], {r.p_value:.3f}")
+        return None
     base = labelled(f"{best.other_generator}/{best.other_run}", best.status)
     lines.append(f"| {dataset} | {generator} | {ctl} | {int(best.n)} | {base} | "
-                 f"{best.transferred:.3f} / {best.other:.3f} | " + " | ".join(cells)
-                 + f" | {best.verdict.replace('A ', 'dynakrag ')} |")
+                 f"{best.transferred:.3f} / {best.other:.3f} | "
+                 + _diff_cells(pt[pt.other_run == best.other_run]))
+    return _f1_differences(dataset, (generator, "dynakrag"),
+                           (best.other_generator, best.other_run), root), best.p_value
 
 
 def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
@@ -176,9 +215,10 @@ def breakdown_section(s: pd.DataFrame, root: Path | None = None) -> str:
              "3-hop); `untyped`: HotpotQA records whose source did not keep the type. `n` "
              "questions of the group the run answered; EM, F1, SR (support recall) their means. "
              "`diff`: dynakrag's F1 minus the run's on the questions of the group both runs "
-             "answered (`paired`), with the paired bootstrap 95 % interval and sign-flip "
-             "permutation p as above. A transfer folder (`<A>-policy-<P>`) holds no baseline: "
-             "its dynakrag run is paired with A's best baseline of the headline, named "
+             "answered (`paired`), with the paired bootstrap 95 % interval, sign-flip "
+             "permutation p and exploratory verdict as above. A transfer folder "
+             "(`<A>-policy-<P>`) holds no baseline: its dynakrag run is paired with A's best "
+             "baseline of the headline, named "
              "`<A>/<run>`, on the questions both answered. A group with fewer than "
              f"{MIN_GROUP_N} questions (or paired questions) is marked *too few to read*: its "
              "numbers are printed, not interpreted.\n"]
@@ -226,7 +266,7 @@ def breakdown_rows(bt: pd.DataFrame) -> list[str]:
             own = pd.isna(r.n_paired)  # the base run itself
             cells += ["-" if own else str(r.n_paired), _num(r.diff, "+.3f"),
                       "-" if pd.isna(r.lo) else f"[{r.lo:+.3f}, {r.hi:+.3f}]",
-                      _num(r.p_value), few or r.verdict or "-"]
+                      _num(r.p_value), few or pair_word(r.verdict) or "-"]
         else:
             cells.append(few or "-")
         lines.append("| " + " | ".join(cells) + " |")
@@ -262,9 +302,10 @@ def baselines_note(s: pd.DataFrame, dataset: str, answer: str, policy: str) -> s
 
 def paired_markdown(pt: pd.DataFrame, base: str) -> str:
     """A ``paired_table`` (``base`` minus each run) as Markdown, the interval in one column
-    ("-" for a pair without common questions)."""
+    ("-" for a pair without common questions), each verdict read alone (:func:`pair_word`)."""
     pt = pt.assign(interval=["-" if n == 0 else f"[{lo:+.3f}, {hi:+.3f}]"
-                             for n, lo, hi in zip(pt.n, pt.lo, pt.hi)])
+                             for n, lo, hi in zip(pt.n, pt.lo, pt.hi)],
+                   verdict=pt.verdict.map(pair_word))
     return markdown_table(pt[["run", "status", "metric", "n", base, "other", "diff", "interval",
                               "p_value", "verdict"]])
 
@@ -285,8 +326,8 @@ def check_set_section(root: Path) -> str | None:
              "questions that no policy was trained on and no earlier run or diagnosis read "
              "(the `--offset` and `--limit` in each command); a run with the compressor uses a "
              "sentence selector fitted on earlier training questions only "
-             "(`python -m dynakrag_lab.studies.selector --train-limit`). Same metrics and "
-             "pairing as above "
+             "(`python -m dynakrag_lab.studies.selector --train-limit`). Same metrics, "
+             "pairing and exploratory verdicts as above "
              "(each controller run minus each run, paired bootstrap 95 % interval, 10,000 "
              "resamples):\n"]
     for (dataset, generator), mine in s.groupby(["dataset", "generator"]):
@@ -356,9 +397,11 @@ def dataset_section(s: pd.DataFrame, dataset: str, generator: str, root: Path) -
             parts.append("Paired differences, dynakrag minus each run (per question; "
                          "paired bootstrap 95 % interval, 10,000 resamples; sign-flip "
                          "permutation p), on the questions both runs answered (n); "
-                         "`status` is the other run's. The verdict names dynakrag as A; an "
-                         "interval containing 0, or p >= .05, is no measurable difference; "
-                         "a run that cannot be paired yet says why:\n")
+                         "`status` is the other run's. The verdict, of dynakrag against the "
+                         "run, is exploratory and reads each pair on its own (no Holm "
+                         f"adjustment, no equivalence test): {BETTER} or {WORSE} where the "
+                         f"interval excludes 0 and p < .05, else {INCONCLUSIVE}; a run that "
+                         "cannot be paired yet says why:\n")
             parts.append(paired_markdown(pt, "dynakrag") + "\n")
     parts += ["Diagnostics:\n", diagnostics_table(mine, root) + "\n", "Commands:\n"]
     parts += [f"- `{row.run}`: `{row.command}`" for _, row in mine.iterrows()]

@@ -50,14 +50,13 @@ from dynakrag_lite.storage import atomic_write_json, atomic_write_text
 from .claims import LABELS, fmt_diff, fmt_p
 from .comparison import SEED, paired_difference, paired_rows
 from .results import json_clean, locate, read_run
-from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm,
-                       mde, num as _num, tost, within_words)
+from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm, num as _num,
+                       TOML, read_differences, rules, within_words)
 
 __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_names",
            "read_test", "verdict_word", "verdict_text", "read_family", "read_families",
            "family_markdown", "verdict_sentences", "main"]
 
-TOML = "results/primary_tests.toml"
 OUT = "results/primary/family"
 SEED_FIELD = "{seed}"
 
@@ -172,18 +171,16 @@ def read_test(cfg: Mapping, family: str, dataset: str, test: Mapping) -> dict:
     pd_ = paired_difference(a, b, metric, int(cfg["bootstrap_resamples"]), SEED)
     d = a - b
     sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-    alpha, m = float(cfg["alpha"]), float(cfg["equivalence_margin"])
-    p_tost, tost_lo, tost_hi = tost(d, m, alpha)
+    rd = read_differences(d, math.nan, rules(data=cfg))  # its Holm p: read_family's
     tok_a = float(np.mean([float(r["tokens"]) for r, _ in pairs]))
     tok_b = float(np.mean([[float(x["tokens"]) for x in bs] for _, bs in pairs]))
     seed_f1 = b_seed.mean(axis=0).tolist()
     seed_diff = (a[:, None] - b_seed).mean(axis=0).tolist()
     out.update(ci=fmt_diff(pd_), mean_a=pd_.mean_a, mean_b=pd_.mean_b, diff=pd_.diff,
                lo=pd_.lo, hi=pd_.hi, p=pd_.p_value, wins=pd_.wins, losses=pd_.losses, sd_diff=sd,
-               mde=mde(d, alpha, float(cfg["power"])), margin=m, p_tost=p_tost,
-               equivalent=p_tost < alpha,
-               tost_lo=tost_lo, tost_hi=tost_hi,
-               paper_margin_excluded=bool(tost_hi < out["paper_margin"]),
+               mde=rd.mde, margin=rd.rules.margin, p_tost=rd.p_tost, equivalent=rd.equivalent,
+               tost_lo=rd.tost_lo, tost_hi=rd.tost_hi,
+               paper_margin_excluded=rd.excludes(out["paper_margin"]),
                tokens_a=tok_a, tokens_b=tok_b, token_ratio=tok_a / tok_b if tok_b else math.nan,
                token_saving=1 - tok_a / tok_b if tok_b else math.nan)
     if len(b_runs) > 1:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .names import LABELS
-from .claims import f1_difference, fmt_diff, fmt_p
+from .claims import f1_difference, f1_differences, fmt_diff, fmt_p
 from .comparison import paired_rows
 from .headline import short_names
 from .results import locate, read_run
@@ -31,7 +31,7 @@ def read_pairs(specs: Iterable[tuple[str, str, str, str]], root: str | Path = "r
         if pairs:
             rows.append({"dataset": d, "reader": g, "run": a, "other": b, "n": len(pairs),
                          "pd": f1_difference(pairs),
-                         "d": np.array([float(x["f1"]) - float(y["f1"]) for x, y in pairs])})
+                         "d": f1_differences(pairs)})
     t = pd.DataFrame(rows, columns=["dataset", "reader", "run", "other", "n", "pd", "d"])
     t["p_holm"] = np.nan
     for _, fam in t.groupby(["reader", "run", "other"], sort=False):

@@ -52,6 +52,7 @@ from dynakrag_lite.experiments.run import SUMMARY_KEYS
 from dynakrag_lite.storage import sha256_file
 
 from .comparison import compare_runs, paired_rows
+from .names import BASELINES
 from .names import RUN_ORDER, locate, run_names, transfer_folder  # noqa: F401 (the book's names)
 
 DEFAULT_ROOT = EXPERIMENTS_DIR
@@ -383,7 +384,8 @@ TRANSFER_PAIRED_COLUMNS = ("dataset", "generator", "answer_generator", "policy_g
 def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
                           metrics: Sequence[str] = ("f1", "em", "support_recall"),
                           generator: str | None = None,
-                          comparisons: Sequence[str] | None = None) -> pd.DataFrame:
+                          against: Sequence[tuple[str, str, str]] = TRANSFER_COMPARISONS
+                          ) -> pd.DataFrame:
     """Every transferred DynaKRAG run of ``dataset`` (a ``dynakrag`` run in a generator folder
     ``<A>-policy-<P>``, see :func:`transfer_runs`) paired per question with the runs it is
     read against (:data:`TRANSFER_COMPARISONS`): the same policy with its own generator
@@ -402,8 +404,9 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
     answer generator, :data:`NO_COMMON` ...). No transfer folder: an empty frame with these
     columns. Only a damaged predictions file raises.
 
-    ``generator`` / ``comparisons``: only that transfer folder / those comparisons (the
-    others are not paired at all, each pairing being a 10,000-resample bootstrap)."""
+    ``generator``: only that transfer folder; ``against``: the (comparison, whose folder, run)
+    to pair with, :data:`TRANSFER_COMPARISONS` by default (the others are not paired at all,
+    each pairing being a 10,000-resample bootstrap)."""
     folder = locate(root) / dataset
     # a transfer counts from its first predictions file on, so a just-started run says so
     transfers = sorted(p.name for p in (folder.iterdir() if folder.is_dir() else ())
@@ -413,9 +416,7 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
     for gen in transfers:
         answer, policy = transfer_folder(gen)
         moved = read_run(dataset, gen, "dynakrag", root)
-        for comparison, whose, run in TRANSFER_COMPARISONS:
-            if comparisons is not None and comparison not in comparisons:
-                continue
+        for comparison, whose, run in against:
             other_gen = policy if whose == "policy" else answer
             ids = {"dataset": dataset, "generator": gen, "answer_generator": answer,
                    "policy_generator": policy, "comparison": comparison,
@@ -429,11 +430,12 @@ def transfer_paired_table(dataset: str, root: str | Path = DEFAULT_ROOT,
 def transfer_baselines(dataset: str, generator: str, root: str | Path = DEFAULT_ROOT,
                        metrics: Sequence[str] = ("f1", "em", "support_recall")
                        ) -> pd.DataFrame:
-    """The rows of :func:`transfer_paired_table` that pair the transfer folder ``generator``
-    (``<A>-policy-<P>``) with answer generator A's baselines (:data:`ANSWER_BASELINE`): the
-    policy judged against no policy with the same reader. Empty for another folder."""
+    """:func:`transfer_paired_table`'s rows pairing the transfer folder ``generator``
+    (``<A>-policy-<P>``) with every baseline of answer generator A (:data:`BASELINES`, as a
+    reader's own headline has them): the policy judged against no policy with the same
+    reader. Empty for another folder."""
     return transfer_paired_table(dataset, root=root, metrics=metrics, generator=generator,
-                                 comparisons=(ANSWER_BASELINE,))
+                                 against=[(ANSWER_BASELINE, "answer", b) for b in BASELINES])
 
 
 def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
+from .comparison import COMPARATIVE, NO_DIFFERENCE
+
 __all__ = ["BETTER", "WORSE", "INCONCLUSIVE", "TOML", "Rules", "Reading", "rules", "num",
            "within_words", "equivalent_word", "holm", "tost", "mde", "four_words",
-           "read_differences"]
+           "read_differences", "pair_word"]
 
 TOML = "results/primary_tests.toml"
 BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive at this n"
@@ -110,13 +112,30 @@ def four_words(diff: float, p_holm: float, p_tost: float, r: Rules) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """What :func:`read_differences` reads from one test's per-question differences."""
+    """What :func:`read_differences` reads from one test's per-question differences. Only the
+    word needs the test's family: a family's reader reads each test with ``p_holm`` NaN, then
+    gives each its Holm p (:meth:`adjusted`)."""
     n: int
     diff: float
     p_tost: float
-    tost_hi: float  # one-sided 1 - alpha upper bound of the mean difference
+    tost_lo: float  # the t-based 1 - 2 alpha interval: each end a one-sided 1 - alpha bound
+    tost_hi: float
     mde: float
-    word: str
+    rules: Rules
+    p_holm: float = math.nan
+
+    @property
+    def equivalent(self) -> bool:
+        return self.p_tost < self.rules.alpha
+
+    @property
+    def word(self) -> str:
+        if math.isnan(self.p_holm):  # a NaN p would read as "not better" without a word said
+            raise ValueError("a reading has no word before its Holm p (Reading.adjusted)")
+        return four_words(self.diff, self.p_holm, self.p_tost, self.rules)
+
+    def adjusted(self, p_holm: float) -> Reading:
+        return replace(self, p_holm=p_holm)
 
     def excludes(self, margin: float) -> bool:
         """Is an effect of ``margin`` (A ahead by it) excluded, one-sided?"""
@@ -125,7 +144,13 @@ class Reading:
 
 def read_differences(d: Sequence[float], p_holm: float, r: Rules) -> Reading:
     arr = np.asarray(d, dtype=float)
-    p_t, _, hi = tost(arr, r.margin, r.alpha)
-    diff = float(arr.mean())
-    return Reading(len(arr), diff, p_t, hi, mde(arr, r.alpha, r.power),
-                   four_words(diff, p_holm, p_t, r))
+    p_t, lo, hi = tost(arr, r.margin, r.alpha)
+    return Reading(len(arr), float(arr.mean()), p_t, lo, hi, mde(arr, r.alpha, r.power), r,
+                   p_holm)
+
+
+def pair_word(verdict: str) -> str:
+    """A pair's :func:`.comparison.verdict` in the four words, read on its own (exploratory:
+    no Holm, no equivalence test): better / worse, else inconclusive at this n; a reason why
+    the pair was not made ("not run yet") stays as it is."""
+    return COMPARATIVE.get(verdict, INCONCLUSIVE if verdict == NO_DIFFERENCE else verdict)

@@ -52,7 +52,7 @@ def test_breakdown_section_one_table_per_dataset_with_flags(tmp_path, monkeypatc
     lines = text.splitlines()
     bridge = next(ln for ln in lines if ln.startswith("| bridge | fixed_k3 |"))
     assert "| 12 | 0.000 | 0.500 |" in bridge and "| +0.500 | [+0.500, +0.500] |" in bridge
-    assert bridge.endswith("| A better |")
+    assert bridge.endswith("| better |")  # a pair read on its own, in the four words
     assert next(ln for ln in lines if ln.startswith("| comparison | fixed_k3 |")) \
         .endswith("| too few to read |")
     assert any(ln.startswith("| untyped | dynakrag | 1 |") for ln in lines)
@@ -81,7 +81,7 @@ def test_headline_pairs_dynakrag_with_the_baseline_of_highest_f1(tmp_path, monke
         "oracle": (1.0, 12), "dynakrag-cap1": (1.0, 12), "musique/fixed_k3": (0.0, 1)})
     row = next(ln for ln in text.splitlines() if ln.startswith("| hotpotqa |"))
     assert "| `dynakrag` | 12 | `ircot` | 1.000 / 0.750 | +0.250 [+0.250, +0.250]" in row
-    assert row.endswith("| dynakrag better |")
+    assert row.endswith("| better (Holm p <.001, detectable .000) |")
     mus = next(ln for ln in text.splitlines() if ln.startswith("| musique |"))
     assert "not run yet: dynakrag" in mus
 
@@ -101,9 +101,9 @@ def test_headline_adds_a_row_for_the_gain_rule_run_where_it_exists(tmp_path, mon
     rows = [ln for ln in text.splitlines() if ln.startswith("| hotpotqa |")]
     assert len(rows) == 2
     assert "| `dynakrag` | 12 | `fixed_k6` | 0.500 / 0.750 | -0.250" in rows[0]
-    assert rows[0].endswith("| dynakrag worse |")
+    assert rows[0].endswith("| worse (Holm p <.001, detectable .000) |")
     assert "| `dynakrag-gain` | 12 | `fixed_k6` | 1.000 / 0.750 | +0.250" in rows[1]
-    assert rows[1].endswith("| dynakrag-gain better |")
+    assert rows[1].endswith("| better (Holm p <.001, detectable .000) |")
     # no gain run on musique: one row only
     assert sum(ln.startswith("| musique |") for ln in text.splitlines()) == 1
 
@@ -172,6 +172,8 @@ def test_readme_of_a_results_folder_mid_rerun(tmp_path):
     assert ("`policies/hotpotqa-g-gain_stop.joblib`: not present now; used by "
             "`hotpotqa/g/dynakrag-gain_lam0`") in text
     assert "these projections are lower bounds" in text  # uniform, oracle ... not measured
+    for old in ("A better", "A worse", "no measurable difference", "verdict (F1)"):
+        assert old not in text  # every table reads its pairs in the four words
 
 
 # -- Speed section: one renderer per results/benchmarks/*.json --------------------------------
@@ -387,9 +389,56 @@ def test_headline_reads_a_transferred_policy_against_its_readers_baselines(tmp_p
     # paired on the 8 common questions with the reader's best baseline, not with the other
     # folder's or the policy generator's runs, and never "not run yet: baselines"
     assert "| 8 | `big/fixed_k6` |" in row and "| 1.000 / 0.500 | +0.500" in row
-    assert row.endswith("| dynakrag better |")
+    assert " | better (Holm p " in row
     # the reader's own folder has no dynakrag: said so in its own row
     assert "| hotpotqa | big | `dynakrag` | 0 |" in text
+
+
+def test_a_transfer_rows_best_baseline_is_the_highest_f1_of_all_baselines_uniform_included(
+        tmp_path, monkeypatch):
+    from dynakrag_lab.report.names import BASELINES
+    from dynakrag_lab.report.results import load_summaries
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
+    exp = tmp_path / "experiments" / "hotpotqa"
+    f1 = {"fixed_k3": 0.25, "fixed_k6": 0.375, "ircot": 0.5, "self_ask": 0.125,
+          "uniform": 0.75}
+    assert set(f1) == set(BASELINES)  # every baseline a reader's own headline considers
+    for run, score in {**f1, "dynakrag": 0.0}.items():
+        _run(exp / "big" / run, [_row(f"q{i}", score) for i in range(12)], {"n": 12, "f1": score})
+    _run(exp / "big-policy-small" / "dynakrag", [_row(f"q{i}", 1.0) for i in range(12)],
+         {"n": 12, "f1": 1.0})
+    lines = run_tables.headline_section(load_summaries(tmp_path / "experiments")).splitlines()
+    own = next(ln for ln in lines if ln.startswith("| hotpotqa | big | `dynakrag` |"))
+    moved = next(ln for ln in lines if ln.startswith("| hotpotqa | big-policy-small |"))
+    assert "| `uniform` | 0.000 / 0.750 |" in own
+    assert "| 12 | `big/uniform` | 1.000 / 0.750 | +0.250" in moved  # not big/ircot (0.500)
+
+
+def test_headline_reads_f1_in_four_words_with_holm_over_the_datasets_of_one_generator_and_run(
+        tmp_path, monkeypatch):
+    from dynakrag_lab.report.results import load_summaries
+    monkeypatch.setattr(run_tables, "RESULTS", tmp_path)
+    exp = tmp_path / "experiments"
+    # one question in three gained on each dataset of g and of h: p about .2 each
+    for ds, gen in (("hotpotqa", "g"), ("musique", "g"), ("hotpotqa", "h")):
+        _run(exp / ds / gen / "dynakrag", [_row(f"q{i}", float(i % 3 == 0)) for i in range(9)],
+             {"n": 9, "f1": 1 / 3})
+        _run(exp / ds / gen / "fixed_k3", [_row(f"q{i}", 0.0) for i in range(9)],
+             {"n": 9, "f1": 0.0})
+    text = run_tables.headline_section(load_summaries(exp))
+    assert "Exploratory" in text and "equivalent within ±.03" in text  # the words, stated
+
+    def read(prefix: str) -> tuple[float, float, str]:
+        cells = next(ln for ln in text.splitlines() if ln.startswith(prefix)).split(" | ")
+        raw = float(cells[6].rsplit(", ", 1)[1])
+        word, holm_p = cells[-1].split(" (Holm p ")
+        return raw, float(holm_p.split(",")[0]), word
+
+    for prefix, family in (("| hotpotqa | g |", 2), ("| musique | g |", 2),
+                           ("| hotpotqa | h |", 1)):
+        raw, holm_p, word = read(prefix)
+        assert word == "inconclusive at this n"
+        assert holm_p == pytest.approx(min(1.0, family * raw), abs=0.011)
 
 
 def test_headline_says_why_a_transferred_run_is_not_paired_yet(tmp_path, monkeypatch):
@@ -459,7 +508,7 @@ def test_breakdown_pairs_a_transferred_run_with_the_answer_generators_best_basel
     row = next(ln for ln in lines if ln.startswith("| bridge | big/fixed_k6 |"))
     # the headline's best baseline (highest F1), paired per question across the two folders
     assert "| 12 | 0.000 | 0.500 | 0.500 | 12 | +0.500 | [+0.500, +0.500] |" in row
-    assert row.endswith("| A better |")
+    assert row.endswith("| better |")
     assert any(ln.startswith("| bridge | dynakrag | 12 | 1.000 | 1.000 |") for ln in lines)
     assert not any(ln.startswith("| bridge | big/fixed_k3 |") for ln in lines)
 

@@ -132,7 +132,7 @@ def test_restricting_to_one_folder_and_comparison_gives_the_full_tables_rows(tmp
     full = transfer_paired_table("hotpotqa", root=tmp_path, metrics=("f1",))
     base = "answer generator's baseline"
     only = transfer_paired_table("hotpotqa", root=tmp_path, metrics=("f1",), generator=MOVED,
-                                 comparisons=(base,))
+                                 against=[c for c in TRANSFER_COMPARISONS if c[0] == base])
     want = full[(full.generator == MOVED) & (full.comparison == base)].reset_index(drop=True)
     assert len(only) == 3  # fixed_k3, fixed_k6 and ircot of the answer generator only
     assert only.reset_index(drop=True).equals(want)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dynakrag_lab.report.verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, equivalent_word,
-                                          holm, mde, read_differences)
+                                          holm, mde, pair_word, read_differences)
 
 R = Rules(alpha=.05, margin=.03, power=.80)
 
@@ -42,3 +42,19 @@ def test_a_paper_margin_above_the_upper_bound_is_excluded_and_one_below_is_not()
 def test_holm_multiplies_the_smallest_p_by_the_family_size_and_keeps_order():
     assert holm([.01, .04, .03]) == pytest.approx([.03, .06, .06])
     assert holm([.5]) == [.5]
+
+
+def test_a_reading_has_its_numbers_before_its_holm_p_and_its_word_only_after():
+    d = _noise(150, .2) + .10
+    early = read_differences(d, float("nan"), R)  # as a family's reader takes each test
+    with pytest.raises(ValueError, match="Holm p"):
+        early.word
+    late = early.adjusted(.001)
+    assert late.word == BETTER and late == read_differences(d, .001, R)
+    assert (late.mde, late.tost_hi, late.equivalent) == (early.mde, early.tost_hi, False)
+
+
+def test_a_pair_read_on_its_own_says_better_worse_or_inconclusive_and_keeps_a_reason():
+    assert [pair_word(v) for v in ("A better", "A worse", "no measurable difference",
+                                   "not run yet")] == [BETTER, WORSE, INCONCLUSIVE,
+                                                       "not run yet"]

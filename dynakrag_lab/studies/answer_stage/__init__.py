@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 
 from dynakrag_lab.report.comparison import paired_difference, paired_rows
 from dynakrag_lab.report.results import is_partial
+from dynakrag_lab.report.verdicts import pair_word
 
 __all__ = ["RULE_KS", "FULL_SUFFIX", "same_walk", "rule_rows", "rule_summary", "rule_curve",
            "choose_full_up_to", "report_markdown", "read_once_pairs", "curve_figure",
@@ -133,7 +134,7 @@ def report_markdown(report: Mapping, level: int = 1) -> str:
             f, t = a["f1"], a["tokens"]
             part = f" ({a['status']})" if is_partial(a.get("status", "")) else ""
             lines.append(f"| {a['other']}{part} | {f['n']} | {f['diff']:+.3f} [{f['lo']:+.3f}, "
-                         f"{f['hi']:+.3f}] | {f['verdict']} | {t['diff']:+,.0f} "
+                         f"{f['hi']:+.3f}] | {pair_word(f['verdict'])} | {t['diff']:+,.0f} "
                          f"[{t['lo']:+,.0f}, {t['hi']:+,.0f}] |")
     return "\n".join(lines) + "\n"
 
@@ -213,7 +214,7 @@ def answer_stage_section(root: Path) -> str | None:
              "the rule \"answer from the full documents when the final state holds at most K "
              "of them\" is measured exactly from the two runs, without a model call. K is chosen "
              "on training questions, then read once on the evaluation split and the check set "
-             "(paired bootstrap 95 %).\n"]
+             "(paired bootstrap 95 %; exploratory verdicts, each pair read on its own).\n"]
     for path in reports:
         lines.append(report_markdown(json.loads(path.read_text()), level=3))
     return "\n".join(lines)
