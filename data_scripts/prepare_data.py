@@ -7,13 +7,24 @@ With ``--raw FILE`` a local official file is converted (no network). Without it 
 dev file is downloaded where a network exists (zip archives are unpacked in memory); if the
 download fails, the script says where to get the file by hand and exits with status 2.
 Writes ``DIR/<dataset>.jsonl`` atomically via :func:`dynakrag_lite.data.write_questions`.
+
+``DYNAKRAG_DATA_MIRROR`` (:data:`MIRROR_ENV`) replaces the official download locations with a
+mirror: a base URL (``http(s)://``, ``file://``) or a local folder that holds each official dev
+file itself, unpacked, under its official name (:attr:`Source.filename`:
+``hotpot_dev_distractor_v1.json``, ``dev.json``, ``musique_ans_v1.0_dev.jsonl``). The script
+then fetches ``<mirror>/<name>`` and nothing else (a failing mirror is an error, not a silent
+fall back to the internet), and prints the URL it fetched. For a machine or a Colab runtime
+that cannot reach the official hosts, and for ``colab_live_check.py``, which serves such a
+file from 127.0.0.1.
 """
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass
@@ -34,6 +45,11 @@ class Source:
     suffix: str              # ".json" (a list of records) or ".jsonl"
     homepage: str            # where the README with the download links lives
 
+    @property
+    def filename(self) -> str:
+        """The official dev file's own name (what a mirror serves)."""
+        return self.member or urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[-1]
+
 
 # Official dev-set distributions (as linked from each benchmark's README).
 SOURCES: dict[str, Source] = {
@@ -50,14 +66,30 @@ SOURCES: dict[str, Source] = {
 }
 
 
-def download(dataset: str, dest_dir: Path, timeout: float = 60.0) -> Path:
-    """Fetch the official dev file into dest_dir; raise OSError with a clear message on failure."""
+MIRROR_ENV = "DYNAKRAG_DATA_MIRROR"
+
+
+def mirror_url(dataset: str, mirror: str) -> str:
+    """``<mirror>/<official file name>`` for a mirror given as a URL or a local folder."""
+    base = mirror.strip()
+    if len(urllib.parse.urlsplit(base).scheme) < 2:  # no scheme, or a drive letter: a folder
+        base = Path(base).expanduser().resolve().as_uri()
+    return f"{base.rstrip('/')}/{urllib.parse.quote(SOURCES[dataset].filename)}"
+
+
+def download(dataset: str, dest_dir: Path, timeout: float = 60.0,
+             mirror: str | None = None) -> Path:
+    """Fetch the official dev file into dest_dir, from the official location or, when
+    ``mirror`` (default: ``$DYNAKRAG_DATA_MIRROR``) is set, from the mirror only; raise OSError
+    with a clear message on failure."""
     src = SOURCES[dataset]
+    mirror = os.environ.get(MIRROR_ENV, "").strip() if mirror is None else mirror.strip()
+    url = mirror_url(dataset, mirror) if mirror else src.url
     try:
-        req = urllib.request.Request(src.url, headers={"User-Agent": "dynakrag-lite"})
+        req = urllib.request.Request(url, headers={"User-Agent": "dynakrag-lite"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             payload = resp.read()
-        if src.member is None:
+        if mirror or src.member is None:  # a mirror holds the file itself, unpacked
             data = payload
         else:
             with zipfile.ZipFile(io.BytesIO(payload)) as zf:
@@ -67,14 +99,18 @@ def download(dataset: str, dest_dir: Path, timeout: float = 60.0) -> Path:
                     raise OSError(f"{src.member} not found in the downloaded archive")
                 data = zf.read(names[0])
     except (OSError, zipfile.BadZipFile) as e:
+        if mirror:
+            raise OSError(f"could not fetch the {dataset} dev file from the mirror {url} "
+                          f"(${MIRROR_ENV}={mirror}): {e}") from None
         raise OSError(
             f"could not download the {dataset} dev file ({e}).\n"
             f"Download it by hand from {src.homepage} (official file: "
-            f"{src.member or src.url.rsplit('/', 1)[-1]}; unzip the archive if needed) and run:\n"
+            f"{src.filename}; unzip the archive if needed) and run:\n"
             f"  python data_scripts/prepare_data.py --dataset {dataset} --raw <FILE> --out <DIR>"
         ) from None
     out = dest_dir / f"{dataset}_dev{src.suffix}"
     out.write_bytes(data)
+    print(f"{dataset}: fetched {url}" + (f" (mirror: ${MIRROR_ENV})" if mirror else ""))
     return out
 
 
