@@ -93,10 +93,8 @@ read. Chapter 11 pools the paragraphs of every question of that file into its co
 retrieval runs over another corpus, so no prompt is among the recorded calls and its model
 calls (about 85 of the 1.5B reader) run live, with numbers other than the book's. The subset's
 own questions would miss too: in 630 of them paragraphs hold double spaces between sentences
-(5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give one. Chapter 12 in quick mode reads committed runs only:
-the HotpotQA file, llama-cpp-python and the 0.5B model its cell installs serve none of its
-cells (its full mode re-runs the recorded commands, which name ``--data-dir ../shared/data``
-and the 1.5B reader).
+(5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give one. Chapter 12 installs nothing: its quick mode reads committed runs only, and its full mode
+re-runs the recorded commands, which name ``--data-dir ../shared/data`` and the 1.5B reader.
 """
 from __future__ import annotations
 
@@ -165,7 +163,8 @@ QUICK = ("qwen2.5-coder-0.5b",)  # the book's quick-mode generator (and the expe
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
 # Keyed by the chapter file's prefix, the part before its first underscore ("12", "11b").
 # Chapters 01-02 describe the three benchmarks when present; 12's quick mode reads committed
-# runs only (what it lists serves none of its cells: "What differs on Colab" above); the
+# runs only, and its full mode re-runs recorded commands that name the experiments' data
+# folder and the 1.5B reader (not a Colab set-up), so it installs nothing; the
 # diagnosis appendix (98) reads committed results and replays a live sweep on the
 # embedded library with the 0.5B Qwen model, so it fetches no data. 11 runs its baselines on
 # HotpotQA questions with the 1.5B reader of the committed runs (on Colab, the full dev file's
@@ -184,7 +183,7 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "09": Needs(QUICK), "10": Needs(QUICK),
     "11": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),
     "11b": Needs(QUICK),
-    "12": Needs(QUICK, ("hotpotqa",)),
+    "12": Needs(),  # reads committed runs; calls no model
     "15": Needs(QUICK),
     "98": Needs(),  # reads committed runs; calls no model
     "99": Needs(),  # prints the paper-scale commands; runs nothing

@@ -470,9 +470,11 @@ class FakeRuntime:
 
 
 @pytest.fixture
-def small_checkout(tmp_path: Path) -> Path:
+def small_checkout(tmp_path: Path, monkeypatch) -> Path:
     """A committed checkout holding three chapters whose install cells are the generated ones
-    (as `make colab-cells` leaves them), and the files run_check reads."""
+    (as `make colab-cells` leaves them), and the files run_check reads. The third ("12_c")
+    fetches HotpotQA, as the second does, to show a second cell finding the data prepared."""
+    monkeypatch.setitem(live.colab.CHAPTER_NEEDS, "12", live.colab.Needs((), ("hotpotqa",)))
     src = tmp_path / "checkout"
     (src / "book").mkdir(parents=True)
     for f in ("_config.yml", "requirements.txt"):

@@ -236,8 +236,10 @@ def test_requirements_filter_and_needs():
     for needs in colab.CHAPTER_NEEDS.values():
         assert set(needs.models) <= set(REGISTRY)
         assert set(needs.data) <= set(colab.BENCHMARKS)
-    for ch in ("01", "02", "12"):
+    for ch in ("01", "02", "11"):
         assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
+    # the results chapter reads committed runs: its cell installs no model and fetches no data
+    assert colab.needs_for("12_results.ipynb") == colab.Needs()
 
 
 
