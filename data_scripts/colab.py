@@ -167,7 +167,8 @@ BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
 # folder and the 1.5B reader (not a Colab set-up), so it installs nothing; the
 # diagnosis appendix (98) reads committed results and replays a live sweep on the
 # embedded library with the 0.5B Qwen model, so it fetches no data. 11 runs its baselines on
-# HotpotQA questions with the 1.5B reader of the committed runs (on Colab, the full dev file's
+# HotpotQA questions with the 1.5B reader of the committed runs, and 09 runs that reader's
+# committed policy on held-out HotpotQA questions (on Colab, both on the full dev file's
 # questions, live: "What differs on Colab" above). 11b replays one
 # question of the committed HotpotQA run with the 0.5B model; it needs the experiments' own
 # HotpotQA subset (../shared/data, checked by sha256), which the full dev set prepare_data.py
@@ -180,7 +181,7 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "03": Needs(QUICK),
     "04": Needs(),
     "05": Needs(QUICK), "06": Needs(QUICK), "07": Needs(QUICK), "08": Needs(QUICK),
-    "09": Needs(QUICK), "10": Needs(QUICK),
+    "09": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)), "10": Needs(QUICK),
     "11": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),
     "11b": Needs(QUICK),
     "12": Needs(),  # reads committed runs; calls no model
