@@ -91,7 +91,8 @@ read. Chapter 11 pools the paragraphs of every question of that file into its co
 --split-seed 0``: its six questions are the first six of the file's records 24, 35, 133, 137,
 229, 247, ... (0-based) that the policy did not train on, not the committed run's, and
 retrieval runs over another corpus, so no prompt is among the recorded calls and its model
-calls (about 85 of the 1.5B reader) run live, with numbers other than the book's. The subset's
+calls (about 85 of the 1.5B reader) run live, with numbers other than the book's; chapter 9,
+which runs the committed 1.5B policy on that split's held-out questions, likewise. The subset's
 own questions would miss too: in 630 of them paragraphs hold double spaces between sentences
 (5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give one. Chapter 12 installs nothing: its quick mode reads committed runs only, and its full mode
 re-runs the recorded commands, which name ``--data-dir ../shared/data`` and the 1.5B reader.
