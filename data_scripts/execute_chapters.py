@@ -11,11 +11,30 @@ merged into that copy first (an older copy lacks the ones recorded since it was 
 new call is merged back into book/_llm_cache.sqlite afterwards, so CI replays exactly the calls
 whose replies the committed outputs show (both with experiments.maintenance.merge_cache). A chapter
 that fails is reported and left unchanged.
+
+    python data_scripts/execute_chapters.py --time recorded       # time every chapter
+    python data_scripts/execute_chapters.py --time empty 05 07    # live, two chapters
+
+``--time`` measures instead of writing: each chapter runs in memory (its file is never written)
+with a copy of book/_llm_cache.sqlite (``recorded``: the calls the committed outputs show
+replay) or an empty cache (``empty``: every model call runs on this machine, one llama.cpp
+thread unless DYNAKRAG_N_THREADS says otherwise). Its entry in results/diagnostics/
+chapter-times.json (merged by chapter and mode) holds the wall time from kernel start to the
+last cell, the model calls made (cache rows after minus before), the words of its markdown
+(``\\w+`` tokens) and the glue roles left in it, with the CPU, its load average and the commit.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
+import platform
+import re
+import shutil
+import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +44,8 @@ from dynakrag_lite.experiments.maintenance import merge_cache  # noqa: E402
 
 BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"
+TIMES = ROOT / "results" / "diagnostics" / "chapter-times.json"
+GLUE = re.compile(r"\{glue(?::\w+)?\}")
 
 
 def chapter_number(path: Path) -> str:
@@ -42,25 +63,22 @@ def failure_text(e: BaseException, limit: int = 500) -> str:
     return " ".join(what.split())[:limit]
 
 
-def main(argv: list[str]) -> int:
-    if any(a.startswith("-") for a in argv):
-        print(__doc__)
-        return 0 if set(argv) <= {"-h", "--help"} else 2
-    import nbformat
-    from nbclient import NotebookClient
-    chapters = sorted(BOOK.glob("[0-9][0-9]*_*.ipynb"))
-    if argv:
-        wanted = {a.zfill(2) if a.isdigit() else a for a in argv}
-        # By number ("12": every chapter numbered 12) or by name ("12_results").
-        chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
-        missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
-        if missing:
-            print(f"no chapter numbered {', '.join(sorted(missing))} in {BOOK}")
-            return 2
-    work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
-    if BOOK_CACHE.exists():
-        merge_cache(BOOK_CACHE, work)
-    os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
+def select_chapters(wanted_args: list[str], book: Path | None = None) -> list[Path]:
+    """Chapters by number ("12": every chapter numbered 12) or by name ("12_results"); all
+    without arguments. ValueError names the ones that match nothing."""
+    chapters = sorted((book or BOOK).glob("[0-9][0-9]*_*.ipynb"))
+    if not wanted_args:
+        return chapters
+    wanted = {a.zfill(2) if a.isdigit() else a for a in wanted_args}
+    chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
+    missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
+    if missing:
+        raise ValueError(f"no chapter numbered {', '.join(sorted(missing))} in {book or BOOK}")
+    return chapters
+
+
+def kernel_environment() -> None:
+    """What every kernel started from here inherits."""
     # The kernels import this checkout's library, whatever checkout an editable install of
     # dynakrag_lite points to (another clone's `pip install -e` moves it there).
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -70,6 +88,22 @@ def main(argv: list[str]) -> int:
     for k, v in (("TQDM_DISABLE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                  ("TRANSFORMERS_VERBOSITY", "error")):
         os.environ.setdefault(k, v)
+
+
+def run_notebook(nb, book: Path | None = None) -> None:
+    from nbclient import NotebookClient
+    # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
+    # (nbclient's default wait is 60 s).
+    NotebookClient(nb, timeout=3600, startup_timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(book or BOOK)}}).execute()
+
+
+def execute_in_place(chapters: list[Path]) -> int:
+    import nbformat
+    work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
+    if BOOK_CACHE.exists():
+        merge_cache(BOOK_CACHE, work)
+    os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
     sys.path.insert(0, str(ROOT / "data_scripts"))
     from clean_outputs import clean_file  # drops widgets, stderr bars and machine paths
     failed = []
@@ -77,10 +111,7 @@ def main(argv: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         t0 = time.perf_counter()
         try:
-            # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
-            # (nbclient's default wait is 60 s).
-            NotebookClient(nb, timeout=1800, startup_timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(BOOK)}}).execute()
+            run_notebook(nb)
         except Exception as e:  # keep the committed version of a chapter that fails
             failed.append(path.name)
             print(f"{path.name}: FAILED after {time.perf_counter() - t0:.0f} s: "
@@ -90,7 +121,6 @@ def main(argv: list[str]) -> int:
         clean_file(path)
         print(f"{path.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     # Executing stamps the Colab install cells with run metadata; restore their canonical form.
-    import subprocess
     subprocess.run([sys.executable, str(ROOT / "data_scripts" / "colab.py"), "--write"],
                    check=True, stdout=subprocess.DEVNULL)
     if work.exists() and BOOK_CACHE.exists() and work.resolve() != BOOK_CACHE.resolve():
@@ -98,6 +128,112 @@ def main(argv: list[str]) -> int:
         added = merge_cache(work, BOOK_CACHE, vacuum=True)
         print(f"{added} new model calls recorded in {BOOK_CACHE.name}")
     return 1 if failed else 0
+
+
+# -- --time: measure, write nothing but the report ----------------------------------------------
+def markdown_words(nb: dict) -> int:
+    """``\\w+`` tokens in the chapter's markdown cells (prose and exercises, not code)."""
+    return sum(len(re.findall(r"\w+", "".join(c["source"])))
+               for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def glue_roles(nb: dict) -> int:
+    return sum(len(GLUE.findall("".join(c["source"])))
+               for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def cache_rows(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] if "calls" in tables else 0
+
+
+def cpu_model() -> str:
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
+    """Execute ``path`` in memory with ``cache`` as its LLM call cache; what it took."""
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    before = cache_rows(cache)
+    os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
+    entry = {"words": markdown_words(nb), "glue_roles": glue_roles(nb),
+             "code_cells": sum(c.cell_type == "code" for c in nb.cells),
+             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    t0 = time.perf_counter()
+    try:
+        run_notebook(nb, book)
+        entry["ok"] = True
+    except Exception as e:  # a failed chapter is reported, not timed as if it had run
+        entry.update(ok=False, error=failure_text(e, 300))
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    entry["model_calls"] = cache_rows(cache) - before
+    return entry
+
+
+def time_chapters(chapters: list[Path], mode: str, out: Path = TIMES,
+                  book_cache: Path = BOOK_CACHE, book: Path | None = None) -> int:
+    os.environ.setdefault("DYNAKRAG_N_THREADS", "1")
+    report = json.loads(out.read_text()) if out.exists() else {}
+    report.update({"what": "Quick-mode wall time per chapter, with the recorded model calls "
+                           "(recorded) and live (empty); python data_scripts/"
+                           "execute_chapters.py --time MODE",
+                   "cpu": cpu_model(), "cores": os.cpu_count(),
+                   "python": platform.python_version()})
+    report.setdefault("chapters", {})
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="chapter-times-") as tmp:
+        for path in chapters:
+            cache = Path(tmp) / f"{path.stem}.sqlite"
+            if mode == "recorded":
+                shutil.copyfile(book_cache, cache)
+            entry = time_chapter(path, cache, book)
+            entry.update(commit=commit, threads=os.environ["DYNAKRAG_N_THREADS"],
+                         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+            report["chapters"].setdefault(path.stem, {})[mode] = entry
+            failed += not entry["ok"]
+            print(f"{path.stem} ({mode} cache): {entry['seconds']} s, "
+                  f"{entry['model_calls']} model calls"
+                  + ("" if entry["ok"] else f", FAILED: {entry['error']}"), flush=True)
+            # written after every chapter: an interrupted sweep keeps what it measured
+            out.parent.mkdir(parents=True, exist_ok=True)
+            part = out.with_suffix(".tmp")
+            part.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+            part.replace(out)
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    mode = None
+    if "--time" in argv:
+        i = argv.index("--time")
+        mode = argv[i + 1] if i + 1 < len(argv) else None
+        if mode not in ("recorded", "empty"):
+            print("--time takes recorded or empty")
+            return 2
+        argv = argv[:i] + argv[i + 2:]
+    if any(a.startswith("-") for a in argv):
+        print(__doc__)
+        return 2
+    try:
+        chapters = select_chapters(argv)
+    except ValueError as e:
+        print(e)
+        return 2
+    kernel_environment()
+    return time_chapters(chapters, mode) if mode else execute_in_place(chapters)
 
 
 if __name__ == "__main__":
