@@ -9,7 +9,7 @@ result by hand and reads the same in Jupyter, in Colab and in the built book.
 * :func:`stop_profile_view` / :func:`stop_markdown`: how the paper's controller ended its
   questions, per reader;
 * :func:`table1_view`: our F1 next to the paper's Table 1, one short table;
-* :func:`ablation_means` / :func:`ablation_markdown`: the ablations that were run, paired;
+* :func:`ablation_means`: the ablations that were run, paired;
 * :func:`diagnosis_view` / :func:`diagnosis_findings`: the offline control diagnosis;
 * :func:`horizon_markdown`, :func:`best_stop_targets`, :func:`stop_targets_markdown`;
 * :func:`transfer_markdown`: the generator-transfer pairs that were made;
@@ -29,7 +29,7 @@ import pandas as pd
 
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 
-from .comparison import A_BETTER, A_WORSE, COMPARATIVE, fmt_ci, verdict
+from .comparison import fmt_ci
 from .control import (best_stop_targets, diagnosis_findings, diagnosis_view, horizon_markdown,
                       stop_targets_markdown)
 from .headline import pair_rows
@@ -37,25 +37,14 @@ from .names import DATASETS, LABELS, join_words, label, readers, short_names, tr
 from .paper import paper_table
 from .results import is_partial, run_status
 from .transfer import pair_text, reader_limit_reading
-from .verdicts import holm
+from .verdicts import holm, pair_word
 
-__all__ = ["ALPHA", "LABELS", "TABLE1_RUNS", "ablation_markdown", "ablation_means", "best_stop_targets",
+__all__ = ["LABELS", "TABLE1_RUNS", "ablation_means", "best_stop_targets",
            "diagnosis_findings", "diagnosis_view", "holm", "horizon_markdown",
            "next_commands", "oracle_markdown", "probe_cost", "stop_markdown",
            "stop_profile_view", "stop_targets_markdown", "table1_view", "transfer_markdown",
            "answer_stage_markdown",
            "tradeoff_figure", "cap_sweep_figure", "reader_limit_markdown"]
-
-ALPHA = 0.05
-
-
-def _p(p: float) -> str:
-    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
-
-
-# -- multiple comparisons -----------------------------------------------------------------------
-VERSUS_COLUMNS = ("dataset", "reader", "n", "diff", "lo", "hi", "p", "verdict", "p_holm",
-                  "verdict_holm", "partial")
 
 
 def headroom_table(root: str | Path = EXPERIMENTS_DIR, reader: str = "qwen2.5-coder-1.5b",
@@ -277,31 +266,6 @@ def cap_sweep_figure(summaries: pd.DataFrame):
     return fig
 
 
-def ablation_markdown(pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
-    """The ablation pairs that were made (n > 0, F1; :func:`~.headline.ablation_pairs`): how
-    many the removed component measurably helped or hurt, which, and how many of that count
-    chance alone would give at ``alpha``."""
-    made = pairs[(pairs.metric == "f1") & (pairs.n > 0)]
-    if made.empty:
-        return "No ablation has been paired yet."
-    short = short_names(made.reader)
-    helps = made[made.verdict == A_BETTER]
-    hurts = made[made.verdict == A_WORSE]
-    k = len(made)
-    moved = [f"{label(r.dataset)}/{short[r.reader]} without `{r.run}` "
-             f"({'helps' if r.verdict == A_BETTER else 'hurts'}: full minus ablation "
-             f"{fmt_ci(r.diff, r.lo, r.hi)}, p = {_p(r.p_value)})"
-             for r in pd.concat([helps, hurts]).itertuples()]
-    readers_ = join_words(f"`{g}`" for g in dict.fromkeys(made.reader))
-    return (f"{k} ablation pairs were run (with {readers_}). The removed component helps "
-            f"measurably in {len(helps)}, hurts in {len(hurts)} and makes no measurable "
-            f"difference in {k - len(helps) - len(hurts)}"
-            + (f": {join_words(moved)}. At p < {alpha:g}, chance alone would put about "
-               f"{k * alpha:.1f} of {k} pairs apart, so this does not show that a component "
-               "matters with these readers." if moved else
-               ": no component moved F1 measurably with these readers."))
-
-
 # -- generator transfer ---------------------------------------------------------------------------
 def transfer_markdown(pairs: pd.DataFrame) -> str:
     """One bullet per transfer folder (F1 rows of
@@ -321,7 +285,7 @@ def transfer_markdown(pairs: pd.DataFrame) -> str:
             whose = "its native reader" if r.other_generator == r.policy_generator else \
                 "the reader's own policy"
             parts.append(f"against {whose} ({short.get(r.other_generator, r.other_generator)}/"
-                         f"dynakrag) {COMPARATIVE.get(r.verdict, 'no measurable difference')}, "
+                         f"dynakrag) {pair_word(r.verdict)}, "
                          f"{fmt_ci(r.diff, r.lo, r.hi)}")
         out.append(f"* {label(d)}, the {a} reader with the {p} policy (n = {int(g.n.max())}): "
                    + "; ".join(parts) + ".")
@@ -360,7 +324,7 @@ def answer_stage_markdown(report: Mapping) -> str:
     for chk in report["checks"]:
         name = where.get(str(chk["root"]).rstrip("/").rsplit("/", 1)[-1], chk["root"])
         parts = [f"minus always {mode} {fmt_ci(a['f1']['diff'], a['f1']['lo'], a['f1']['hi'])} "
-                 f"({COMPARATIVE.get(a['f1']['verdict'], 'no measurable difference')})"
+                 f"({pair_word(a['f1']['verdict'])})"
                  for mode in ("snippets", "documents")
                  for a in chk["against"] if a["other"] == f"{chk['run']} ({mode})"]
         out.append(f"* {name}, `{chk['run']}` (n = {chk['n']}, {chk['share_full']:.0%} "

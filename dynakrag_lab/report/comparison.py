@@ -8,10 +8,11 @@ permutation test (under "no difference" the sign of each d_i is exchangeable). P
 the between-question variance, which dominates in multi-hop QA: an unpaired interval on the
 same runs is several times wider.
 
-A difference whose interval contains 0 is reported as "no measurable difference", never as a
-win or a loss (:func:`verdict`). So is one whose permutation p-value is 0.05 or more: with few
-discordant questions (say 4 wins and no loss) the percentile bootstrap interval can exclude 0
-while the exact sign-flip test cannot reject (p = 2/16), and the claim follows the weaker one.
+A difference whose interval contains 0 gets the token NO_DIFFERENCE, never A better or worse
+(:func:`verdict`); readers say it as "inconclusive at this n" (:func:`.verdicts.pair_word`). So
+does one whose permutation p-value is 0.05 or more: with few discordant questions (say 4 higher
+and none lower) the percentile bootstrap interval can exclude 0 while the exact sign-flip test
+cannot reject (p = 2/16), and the claim follows the weaker one.
 """
 from __future__ import annotations
 
@@ -29,13 +30,11 @@ COST_METRICS = frozenset({"tokens", "prompt_tokens", "completion_tokens", "llm_c
                           "retrieval_calls", "seconds", "n_docs"})
 SEED = 20260706  # fixed, so that every table regenerates to the same digits
 
-# The verdicts of :func:`verdict`. The strings are stored in committed result files and
-# notebook outputs, so their values must not change.
+# The verdicts of :func:`verdict`: tokens stored in committed result files, so their values must
+# not change; no reader prints them (:func:`.verdicts.pair_word` says them in the four words).
 A_BETTER = "A better"
 A_WORSE = "A worse"
 NO_DIFFERENCE = "no measurable difference"
-# A win or a loss read as a comparative of A; a tie has no comparative, so readers keep or
-# replace NO_DIFFERENCE themselves.
 COMPARATIVE = {A_BETTER: "better", A_WORSE: "worse"}
 
 
@@ -66,7 +65,7 @@ class PairedDifference:
 
 def verdict(lo: float, hi: float, p_value: float = 0.0, alpha: float = 0.05) -> str:
     """'A better' / 'A worse' when the interval excludes 0 *and* the permutation p-value is
-    below ``alpha``; otherwise 'no measurable difference'."""
+    below ``alpha``; otherwise NO_DIFFERENCE."""
     if p_value < alpha and lo > 0:
         return A_BETTER
     if p_value < alpha and hi < 0:

@@ -16,12 +16,12 @@ from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
 from dynakrag_lite.experiments.diagnostics import row_diagnostics
 from dynakrag_lite.policy import Policy
 
-from .comparison import COMPARATIVE
 from .names import (ALWAYS_CONTINUE, CONTINUATION, DATASETS, GRID, SCHEDULES, STOP_CHOSEN,
                     readers, run_names)
 from .pareto import pareto_points, tau_curve
 from .records import policy_path
 from .results import mean_of, paired_table, read_run
+from .verdicts import pair_word
 
 
 # -- the continuation controller --------------------------------------------------------------
@@ -93,7 +93,7 @@ def continuation_sentences(table: pd.DataFrame) -> list[str]:
                 parts.append(f"against `{r.vs}`: not compared ({r.verdict})")
             else:
                 parts.append(f"against `{r.vs}` ({r.vs_status}, n = {r.vs_n}): "
-                             f"{COMPARATIVE.get(r.verdict, r.verdict)}, F1 {r.f1_diff:+.3f} "
+                             f"{pair_word(r.verdict)}, F1 {r.f1_diff:+.3f} "
                              f"[{r.f1_lo:+.3f}, {r.f1_hi:+.3f}], at {r.token_ratio:.2f}x its "
                              "tokens")
         out.append("; ".join(parts) + ".")

@@ -28,6 +28,7 @@ from .records import (lambda_effect, policy_path, policy_record, run_record,
                       stop_rule_reports, sweep_sentence)
 from .pair_words import read_pairs, words_sentence
 from .results import locate, paired_table, transfer_paired_table
+from .verdicts import INCONCLUSIVE
 
 SMALL, BIG = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
 NOTE = ("*Exploratory; written by `dynakrag_lab.report.diagnostic_reports` from the committed "
@@ -95,12 +96,12 @@ def not_found_report(results: Path) -> str:
     versus = read_pairs([(d, g, "dynakrag", "uniform") for d in DATASETS for g in (SMALL, BIG)],
                         exp)
     records = {d: run_record(d, SMALL, "dynakrag", exp) for d in DATASETS}
-    return (f"# What the reproduction did not find\n\n{NOTE}* A controller apart from the best "
-            f"baseline of its dataset and reader: {int((done.outcome != 'ties').sum())} of the "
-            f"{len(done)} complete comparisons.\n* Learned action choice against uniform-valid "
-            f"(four words, Holm over datasets): {words_sentence(versus)}\n* Training size: the "
-            "policies were trained on " + ", ".join(f"{n} ({ap.LABELS[d]})" for d, n in
-                                                   sizes.items())
+    return (f"# What the reproduction did not find\n\n{NOTE}* A controller better or worse than "
+            f"the best baseline of its dataset and reader: {(done.outcome != INCONCLUSIVE).sum()}"
+            f" of the {len(done)} complete comparisons.\n* Learned action choice against "
+            f"uniform-valid (four words, Holm over datasets): {words_sentence(versus)}\n* "
+            "Training size: the policies were trained on "
+            + ", ".join(f"{n} ({ap.LABELS[d]})" for d, n in sizes.items())
             + " questions; the paper trains on 1,000 per dataset.\n* The oracle as a bound: "
             + ap.oracle_markdown(ap.headroom_table(exp, BIG)) + "\n\nNot re-implemented: S2G-RAG,"
             " CoRAG, Adaptive-RAG, CRAG and the paper's BGE-large Wikipedia index.\n\n## What to"

@@ -11,12 +11,10 @@
 * :func:`continuation_table`: the continuation controller against uniform-valid and against
   its own always-continue schedule (``dynakrag-cont-stop4``);
 * :func:`ablation_pairs`: the full method against each ablation, paired;
-* :func:`check_set_pairs`: the controllers against every other run on the check set
-  (training questions no policy, selector, run or diagnosis read before);
-* :func:`headline_markdown` and friends: the reading as sentences whose every word that
-  carries a result is computed ("no measurable difference" when the interval contains 0,
-  "not run yet" when a run is missing, "partial: k of N" while it runs), so the text stays
-  true when new runs land.
+* :func:`check_set_pairs` / :func:`check_set_markdown`: the controllers against every other
+  run on the check set (training questions no policy, selector, run or diagnosis read before),
+  each pair's word computed (:func:`~.verdicts.pair_word`: better, worse or inconclusive at this
+  n; "not run yet" when a run is missing, "partial: k of N" while it runs).
 
 Only reads; the verdict rule is :func:`~dynakrag_lab.report.comparison.verdict`.
 """
@@ -31,7 +29,7 @@ import pandas as pd
 from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR, RESULTS
 from dynakrag_lite.experiments.diagnostics import row_diagnostics
 
-from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE, paired_rows
+from .comparison import paired_rows
 from .continuation import (continuation_readers, continuation_sentences, continuation_table,
                            grid_status, pareto_panels, still_to_run)
 from .names import (ALWAYS_CONTINUE, BASELINES, CONTINUATION, GRID, SCHEDULES, STEP_CAP,
@@ -39,9 +37,9 @@ from .names import (ALWAYS_CONTINUE, BASELINES, CONTINUATION, GRID, SCHEDULES, S
 from .paper import ABLATION_RUNS
 from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, mean_of, paired_table,
                       read_run)
+from .verdicts import pair_word
 
 CONTROLLERS = ("dynakrag", "dynakrag-gain", CONTINUATION)
-WORD = {A_BETTER: "wins", A_WORSE: "loses", NO_DIFFERENCE: "ties"}
 # The check set: ``evaluate --split train --offset`` runs on questions read once, at the end.
 CHECK_SET_DIR = RESULTS / "diagnostics" / "check-set"
 # with the compressor, then answering from the full documents (a check set the committed
@@ -68,7 +66,7 @@ def headline_table(root: str | Path = EXPERIMENTS_DIR,
     (:func:`~dynakrag_lab.report.results.best_baseline`), paired per question: n,
     both F1 means, the differences run - baseline of F1, EM and SR with their 95 % paired
     bootstrap intervals, the F1 p-value, the token ratio run / baseline on the same
-    questions, the verdict and ``outcome`` ("wins", "ties", "loses" or "not compared").
+    questions, the verdict and ``outcome`` (its :func:`~.verdicts.pair_word`, or "not compared").
     Columns :data:`HEADLINE_COLUMNS`."""
     rows = []
     for dataset, reader in readers(root):
@@ -101,7 +99,7 @@ def headline_table(root: str | Path = EXPERIMENTS_DIR,
                                                            ("sr", "support_recall"))
                    for c, col in (("diff", "diff"), ("lo", "lo"), ("hi", "hi"))},
                 "token_ratio": tok[ctl] / tok.other if tok.other else math.nan,
-                "verdict": best.verdict, "outcome": WORD[best.verdict]})
+                "verdict": best.verdict, "outcome": pair_word(best.verdict)})
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
 
 
@@ -205,10 +203,6 @@ def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
     return out
 
 
-ABLATION_WORD = {A_BETTER: "the component helps", A_WORSE: "the component hurts",
-                 NO_DIFFERENCE: NO_DIFFERENCE}
-
-
 def check_set_pairs(root: str | Path = CHECK_SET_DIR,
                     metrics: Sequence[str] = ("f1", "support_recall")) -> pd.DataFrame:
     """Per dataset x reader of the check set, each controller run of
@@ -247,39 +241,12 @@ def check_set_markdown(pairs: pd.DataFrame, metric: str = "f1") -> str:
     name = {"f1": "F1", "em": "EM", "support_recall": "support recall"}.get(metric, metric)
     return "\n".join(
         f"* {r.dataset} / `{r.reader}`: `{r.base}` minus `{r.run}`: "
-        f"{name} {_verdict_words(r.verdict)}, {pair_phrase(r['diff'], r.lo, r.hi, int(r.n))}"
+        f"{name} {pair_word(r.verdict)}, {pair_phrase(r['diff'], r.lo, r.hi, int(r.n))}"
         + (f" (`{r.run}` {r.status})" if is_partial(r.status) else "")
         for _, r in rows.iterrows())
 
 
-def ablation_view(pairs: pd.DataFrame, metric: str = "f1") -> pd.DataFrame:
-    """One row per (dataset, reader, ablation) on ``metric``: n, full and ablation means,
-    full minus ablation with its interval, and the verdict in words (or why not paired)."""
-    p = pairs[pairs.metric == metric]
-    return pd.DataFrame({
-        "dataset": p.dataset, "reader": p.reader, "ablation": p.run, "n": p.n,
-        "full": p.dynakrag.round(3), "ablation F1": p.other.round(3),
-        "full - ablation [95% CI]": ["-" if n == 0 else f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-                                     for n, d, lo, hi in zip(p.n, p["diff"], p.lo, p.hi)],
-        "verdict": [ABLATION_WORD.get(v, v) for v in p.verdict]}).reset_index(drop=True)
-
-
-def ablation_counts(pairs: pd.DataFrame, metric: str = "f1") -> dict[str, int]:
-    """How many ablation pairs on ``metric`` the component helps, hurts, ties, or that are
-    not paired yet."""
-    p = pairs[pairs.metric == metric]
-    out = {"helps": 0, "hurts": 0, "ties": 0, "not paired": 0}
-    for n, v in zip(p.n, p.verdict):
-        key = ("not paired" if n == 0 else {A_BETTER: "helps", A_WORSE: "hurts"}.get(v, "ties"))
-        out[key] += 1
-    return out
-
-
 # -- the reading ------------------------------------------------------------------------------
-def _verdict_words(v: str) -> str:
-    return COMPARATIVE.get(v, v)
-
-
 def pair_phrase(diff: float, lo: float, hi: float, n: int | None = None) -> str:
     """``+0.055 [-0.003, +0.114]`` (with ``, n = 150`` when n is given)."""
     return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (f", n = {n}" if n is not None else "")
@@ -296,77 +263,9 @@ def pair_rows(dataset: str, reader: str, run: str, other: str, root: str | Path
     return None if pt.loc["f1", "n"] == 0 else pt
 
 
-def control_phrase(dataset: str, reader: str, run: str, other: str, root: str | Path,
-                   label: str) -> str:
-    """``run`` minus ``other`` on F1 and SR in words, or why the pair cannot be made."""
-    pt = pair_rows(dataset, reader, run, other, root)
-    if pt is None:
-        state = read_run(dataset, reader, other, root)[1]["status"]
-        return f"against {label}: not compared (`{other}` {state})"
-    f1, sr = pt.loc["f1"], pt.loc["support_recall"]
-    partial = f", `{other}` {f1.status}" if is_partial(f1.status) else ""
-    return (f"against {label} (n = {int(f1.n)}{partial}): F1 {_verdict_words(f1.verdict)}, "
-            f"{pair_phrase(f1['diff'], f1.lo, f1.hi)}; support recall "
-            f"{_verdict_words(sr.verdict)}, {pair_phrase(sr['diff'], sr.lo, sr.hi)}")
-
-
-def support_phrase(row: Mapping) -> str:
-    """Whether the controller held more gold support than the best baseline and whether that
-    became better answers, from the headline row's SR and F1 verdicts (interval rule)."""
-    sr_up, sr_down = row["sr_lo"] > 0, row["sr_hi"] < 0
-    support = ("more of the gold support" if sr_up else "less of the gold support" if sr_down
-               else "no measurably different share of the gold support")
-    answers = {A_BETTER: "and answered measurably better",
-               A_WORSE: "and answered measurably worse"}.get(
-        row["verdict"], "and its answers were not measurably different" if not sr_up
-        else "which did not become measurably better answers")
-    return (f"it held {support} (SR {pair_phrase(row['sr_diff'], row['sr_lo'], row['sr_hi'])}) "
-            f"{answers}")
-
-
-def headline_markdown(table: pd.DataFrame, root: str | Path = EXPERIMENTS_DIR) -> str:
-    """The headline read as a Markdown list: a count of wins, ties and losses over the
-    complete comparisons, then per row the verdict with its interval and token ratio, what
-    the support did, and the same controller against uniform-valid and against the oracle
-    (which reads gold labels: a reference, not an upper bound on F1). Every result word is computed."""
-    made = table[table.n > 0]
-    done = made[(made.status == "complete") & (made.baseline_status == "complete")]
-    counts = {w: int((done.outcome == w).sum()) for w in ("wins", "ties", "loses")}
-    lines = [f"Over the {len(done)} comparisons whose runs are both complete, the controller "
-             f"**wins {counts['wins']}, ties {counts['ties']} and loses {counts['loses']}** "
-             "against the best baseline (a tie is \"no measurable difference\": the 95 % "
-             "interval contains 0 or the sign-flip p is 0.05 or more)."
-             + ("" if len(made) == len(done) else
-                f" {len(made) - len(done)} more "
-                + ("comparison uses a partial run and is read with its n."
-                   if len(made) - len(done) == 1 else
-                   "comparisons use a partial run and are read with their n."))]
-    for r in table.itertuples():
-        row = table.loc[r.Index]
-        head = f"**{r.dataset}, {r.reader}, `{r.run}`**"
-        if r.n == 0:
-            lines.append(f"* {head} ({r.status}): not compared ({r.verdict}).")
-            continue
-        state = "" if r.status == "complete" else f" ({r.status})"
-        base = f"`{r.baseline}`" + ("" if r.baseline_status == "complete" else
-                                    f" ({r.baseline_status})")
-        text = (f"* {head}{state} against {base}, the best baseline on these n = {r.n} "
-                f"questions: **{r.outcome}**, F1 {r.f1_run:.3f} against {r.f1_baseline:.3f}, "
-                f"difference {pair_phrase(r.f1_diff, r.f1_lo, r.f1_hi)} (p = {r.f1_p:.2g}), "
-                f"at {r.token_ratio:.2f}x its tokens; {support_phrase(row)}")
-        extras = [control_phrase(r.dataset, r.reader, r.run, other, root, label)
-                  for other, label in (("uniform", "uniform-valid"),
-                                       ("oracle", "the oracle")) if other != r.baseline]
-        lines.append(text + "; " + "; ".join(extras) + ".")
-    return "\n".join(lines)
-
-
-__all__ = ["ABLATION_WORD", "ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS",
-           "GRID", "HEADLINE_COLUMNS", "SCHEDULES", "ablation_counts", "ablation_pairs",
-           "ablation_view", "continuation_readers", "continuation_sentences",
-           "continuation_table", "control_phrase", "grid_status", "headline_markdown",
-           "headline_table", "join_words", "pair_phrase",
-           "pair_rows",
-           "paired_view", "pareto_panels", "profile_sentence",
-           "readers", "short_names", "still_to_run", "stop_profile",
-           "stop_profiles", "support_phrase"]
+__all__ = ["ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS", "GRID",
+           "HEADLINE_COLUMNS", "SCHEDULES", "ablation_pairs", "continuation_readers",
+           "continuation_sentences", "continuation_table", "grid_status", "headline_table",
+           "join_words", "pair_phrase", "pair_rows", "paired_view", "pareto_panels",
+           "profile_sentence", "readers", "short_names", "still_to_run", "stop_profile",
+           "stop_profiles"]

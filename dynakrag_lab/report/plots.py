@@ -38,6 +38,7 @@ from .annotate import (LABEL_GAP, finite, annotate_lambdas, lambda_label, overla
 from .comparison import A_BETTER, A_WORSE, NO_DIFFERENCE
 from .records import stop_rule_table
 from .results import is_partial
+from .verdicts import pair_word
 
 # -- the lambda sweep: cost against quality ----------------------------------------------
 SWEEP_COLOR = "#3182bd"
@@ -390,8 +391,8 @@ def paired_forest_figure(pairs: Any, label: str = "run",
     words = dict(verdict_text or {})
     # under the panels, so that it never covers a row
     fig.legend([Line2D([], [], color=c, marker="o", lw=2.4) for c in VERDICT_COLORS.values()],
-               [words.get(v, v) for v in VERDICT_COLORS], fontsize=8, loc="lower center",
-               ncol=len(VERDICT_COLORS), frameon=False)
+               [words.get(v, pair_word(v)) for v in VERDICT_COLORS], fontsize=8,
+               loc="lower center", ncol=len(VERDICT_COLORS), frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))

@@ -449,15 +449,17 @@ def best_baseline(pairs: pd.DataFrame) -> pd.Series | None:
     return f1[f1.n == f1.n.max()].sort_values("other", ascending=False).iloc[0]
 
 
-def json_clean(o):
-    """A report as plain JSON: NaN and infinities as null, floats to 4 decimals, numpy
-    scalars and arrays as Python values and lists, keys as strings."""
+def json_clean(o, digits: int | None = 4):
+    """A report as plain JSON: NaN and infinities as null, floats to ``digits`` decimals (None:
+    unrounded, for a reader that words them again), numpy scalars and arrays as Python values
+    and lists, keys as strings."""
     if isinstance(o, dict):
-        return {str(k): json_clean(v) for k, v in o.items()}
+        return {str(k): json_clean(v, digits) for k, v in o.items()}
     if isinstance(o, (list, tuple, np.ndarray)):
-        return [json_clean(v) for v in o]
+        return [json_clean(v, digits) for v in o]
     if isinstance(o, (float, np.floating)):
-        return None if not math.isfinite(o) else round(float(o), 4)
+        o = float(o)
+        return None if not math.isfinite(o) else o if digits is None else round(o, digits)
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.bool_):

@@ -12,8 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from .comparison import A_BETTER, A_WORSE, COMPARATIVE, NO_DIFFERENCE
+from .comparison import A_BETTER, COMPARATIVE
 from .results import NOT_RUN, is_partial
+from .verdicts import INCONCLUSIVE, pair_word
 
 # "A" of comparison.verdict is the transferred run
 VERDICT_WORDS = {v: f"transferred run {word}" for v, word in COMPARATIVE.items()}
@@ -29,7 +30,7 @@ def pair_text(row: pd.DataFrame) -> dict[str, Any]:
     if r.n == 0:
         return {**dict.fromkeys(PARTS[:5], r.verdict), "status": r.status,
                 "result": f"not paired yet ({r.verdict})"}
-    verdict = VERDICT_WORDS.get(r.verdict, r.verdict)
+    verdict = VERDICT_WORDS.get(r.verdict, pair_word(r.verdict))
     unfinished = [f"{who} {st}" for who, st in (("transferred run", r.transferred_status),
                                                  (f"{r.other_generator}/{r.other_run}", r.status))
                   if is_partial(st)]
@@ -42,22 +43,20 @@ def pair_text(row: pd.DataFrame) -> dict[str, Any]:
 
 def reader_limit_reading(f1_native: dict, f1_own: dict, sr_native: dict, sr_own: dict) -> str:
     """The reverse transfer (the smaller reader with the larger reader's policy) read for what
-    limits F1: the same support as that policy's native run but lower F1, or more support than
-    the reader's own policy without an F1 gain, says the reader is short, not the evidence."""
+    limits F1: support inconclusive at this n against that policy's native run, better than
+    with the reader's own policy, and F1 inconclusive at this n against the latter fit a reader
+    that is short, not evidence that is (a pattern, not a test of it)."""
     if not isinstance(f1_native["n"], int):
         return "cannot be read yet (the reverse transfer is not paired)"
-    same_sr = sr_native["verdict"] == NO_DIFFERENCE
-    more_sr = sr_own["verdict"] == VERDICT_WORDS[A_BETTER]
-    no_f1_gain = f1_own["verdict"] == NO_DIFFERENCE
-    if same_sr and more_sr and no_f1_gain:
-        return ("reads as a reader limit: the larger reader's policy gave the smaller reader "
-                "more support than its own policy but no measurable F1 gain"
-                + (", and the same support as with the larger reader, at a lower F1"
-                   if f1_native["verdict"] == VERDICT_WORDS[A_WORSE] else
-                   "; against the larger reader on the same support, F1 differed by "
-                   f"{f1_native['diff']}, not measurably"))
-    return ("does not show the reader-limit pattern (same support as the native run, more "
-            "than the reader's own policy, no F1 gain over it)")
+    if (sr_native["verdict"] == INCONCLUSIVE and sr_own["verdict"] == VERDICT_WORDS[A_BETTER]
+            and f1_own["verdict"] == INCONCLUSIVE):
+        return ("fits a reader limit: the larger reader's policy gave the smaller reader more "
+                "support than its own policy (better) with F1 inconclusive at this n against "
+                "it; against the larger reader, support inconclusive at this n and F1 "
+                f"{f1_native['diff']} ({f1_native['verdict']})")
+    return ("does not fit the reader-limit pattern (support inconclusive at this n against the "
+            "native run, better than with the reader's own policy, F1 inconclusive at this n "
+            "against it)")
 
 
 __all__ = ["VERDICT_WORDS", "pair_text", "reader_limit_reading"]

@@ -27,11 +27,11 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from .comparison import COMPARATIVE, NO_DIFFERENCE
+from .comparison import COMPARATIVE, NO_DIFFERENCE, verdict
 
 __all__ = ["BETTER", "WORSE", "INCONCLUSIVE", "TOML", "Rules", "Reading", "rules", "num",
            "within_words", "equivalent_word", "holm", "tost", "mde", "four_words",
-           "read_differences", "pair_word"]
+           "read_differences", "pair_word", "interval_word"]
 
 TOML = "results/primary_tests.toml"
 BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive at this n"
@@ -154,3 +154,9 @@ def pair_word(verdict: str) -> str:
     no Holm, no equivalence test): better / worse, else inconclusive at this n; a reason why
     the pair was not made ("not run yet") stays as it is."""
     return COMPARATIVE.get(verdict, INCONCLUSIVE if verdict == NO_DIFFERENCE else verdict)
+
+
+def interval_word(lo: float, hi: float) -> str:
+    """A 95 % interval read on its own where no p-value is kept (a bootstrap of a study):
+    better above 0, worse below, else inconclusive at this n."""
+    return pair_word(verdict(lo, hi))

@@ -429,7 +429,7 @@ def test_paired_forest_colours_by_verdict_and_names_verdicts_in_the_legend():
     assert neither.get_color() == P.VERDICT_COLORS["no measurable difference"]
     (legend,) = fig.legends  # one for all panels
     legend = [t.get_text() for t in legend.get_texts()]
-    assert legend == ["DynaKRAG better", "A worse", "no measurable difference"]
+    assert legend == ["DynaKRAG better", "worse", "inconclusive at this n"]
 
 
 def test_paired_forest_gives_each_metric_a_panel_on_the_same_rows():

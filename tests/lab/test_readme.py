@@ -528,24 +528,28 @@ def test_breakdown_of_a_folder_holding_only_dynakrag_does_not_call_it_missing(tm
     assert "No other run" in sec
 
 
-def test_control_diagnosis_section_lists_each_reports_last_verdict_per_file(tmp_path):
+def test_control_diagnosis_section_words_each_reports_numbers_per_file(tmp_path):
     assert control_diagnosis_section(tmp_path) is None  # nothing measured: no section
     d = tmp_path / "diagnostics"
     d.mkdir()
-    (d / "control-diagnosis.json").write_text(json.dumps({"command": "python a", "results": {
-        "hotpotqa/g": {"verdict": ["Choice: ...", "Signal lost in: labels."]}}}))
-    (d / "control-diagnosis-horizon.json").write_text(json.dumps({"command": "python b",
-        "results": {"musique/g": {"horizon": {"verdict": "Horizon forest: no better."}}}}))
+    key = "hotpotqa/qwen2.5-coder-1.5b"
+    for name, cmd in (("control-diagnosis", "python a"), ("control-diagnosis-horizon", "python b"),
+                      ("control-diagnosis-stop", "python c")):
+        real = json.loads((RESULTS / "diagnostics" / f"{name}.json").read_text())["results"][key]
+        real = {**real, "verdict": "stored prose", **{k: {**v, "verdict": "stored prose"}
+                                                      for k, v in real.items()
+                                                      if k in ("horizon", "stop_targets")}}
+        results = {key: real, **({"musique/g": {"stop_targets": {"skipped": "too few"}}}
+                                 if name.endswith("stop") else {})}
+        (d / f"{name}.json").write_text(json.dumps({"command": cmd, "results": results}))
     text = control_diagnosis_section(tmp_path)
     assert "`diagnostics/control-diagnosis.json` (command: `python a`)" in text
-    assert "- **hotpotqa/g**: Signal lost in: labels." in text and "Choice" not in text
-    assert "- **musique/g**: Horizon forest: no better." in text
-    (d / "control-diagnosis-stop.json").write_text(json.dumps({"command": "python c",
-        "results": {"hotpotqa/g": {"stop_targets": {"verdict": "Best target f1_now/own."}},
-                    "musique/g": {"stop_targets": {"skipped": "too few questions"}}}}))
-    text = control_diagnosis_section(tmp_path)
-    assert "- **hotpotqa/g**: Best target f1_now/own." in text
-    assert "- **musique/g**: too few questions" in text
+    assert "stored prose" not in text  # worded again from the numbers, never the stored text
+    assert f"- **{key}**: Signal lost in: labels (sufficiency_check's level label is picked" in text
+    assert "Choice" not in text  # only the last sentence of the main diagnosis
+    assert "[-0.016, +0.032]): inconclusive at this n against uniform offline" in text
+    assert "[-0.003, +0.035] over random: inconclusive at this n." in text
+    assert "- **musique/g**: too few" in text
 
 
 def test_check_set_section_pairs_dynakrag_on_the_never_read_questions(tmp_path):

@@ -7,7 +7,8 @@ from dynakrag_lite.features import STATE_FEATURE_NAMES
 from dynakrag_lab.studies.diagnosis import question_paths
 from dynakrag_lab.studies.diagnosis.stop_targets import (oof_scores, path_targets,
                                                          random_at_tokens, random_outcomes,
-                                                         rule_outcomes, study, target_curve)
+                                                         rule_outcomes, study, target_curve,
+                                                         verdict)
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 
 SMALL_RF = {"n_estimators": 30, "min_samples_leaf": 1}
@@ -83,7 +84,8 @@ def test_a_learnable_target_beats_the_random_stop_and_noise_does_not():
         assert op["minus_end"] == pytest.approx(0.0)
         assert op["minus_random_ci"][0] > 0
         assert good["targets"][t]["over_random"] > 0.1
-    assert "interval above 0" in good["verdict"]
+    assert "verdict" not in good and "over random: better." in verdict(good)
+    assert verdict({"n_questions": 3, "skipped": "too few"}) == "too few"
     noise = study(cue_data(informative=False), folds=4, targets=("f1",), rf=SMALL_RF,
                   n_boot=200)
     assert noise["targets"]["f1/own"]["over_random"] < 0.1

@@ -29,14 +29,15 @@ def test_a_missing_pair_reads_as_its_reason_never_as_nan():
 def test_a_pair_names_its_interval_and_a_partial_side():
     text = pair_text(_row(status="partial: 10 of 30"))
     assert text["n"] == 30 and text["diff"] == "+0.050"
-    assert text["result"] == ("n 30, difference +0.050, 95 % interval -0.010 to +0.110: no "
-                              "measurable difference (on the questions answered so far: "
+    assert text["result"] == ("n 30, difference +0.050, 95 % interval -0.010 to +0.110: "
+                              "inconclusive at this n (on the questions answered so far: "
                               "small/dynakrag partial: 10 of 30)")
     assert pair_text(_row(verdict="A worse"))["verdict"] == VERDICT_WORDS["A worse"]
 
 
 def test_reverse_transfer_reads_as_a_reader_limit_only_in_its_pattern():
-    tie = pair_text(_row())
+    open_ = pair_text(_row())  # inconclusive at this n
     more = pair_text(_row(verdict="A better"))
-    assert reader_limit_reading(tie, tie, tie, more).startswith("reads as a reader limit")
-    assert reader_limit_reading(tie, tie, more, more).startswith("does not show")
+    text = reader_limit_reading(open_, open_, open_, more)
+    assert text.startswith("fits a reader limit") and "F1 +0.050 (inconclusive at this n)" in text
+    assert reader_limit_reading(open_, open_, more, more).startswith("does not fit")

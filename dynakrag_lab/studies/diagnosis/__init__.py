@@ -333,17 +333,18 @@ def stop_at_k(data: TrainingData, ks: Sequence[int] = (1, 2, 3, 4)) -> dict:
 def diagnose(data: TrainingData, folds: int = 5, lams: Sequence[float] = CHOICE_LAMBDAS,
              sizes: Sequence[int] = (25, 50, 100), n_repeats: int = 5,
              rf: dict | None = None) -> dict:
-    """Every number of the diagnosis for one dataset x reader, plus :func:`verdict`."""
+    """Every number of the diagnosis for one dataset x reader (:func:`verdict` reads them)."""
     out = {"n_questions": len(data.questions),
            "choice": diagnose_choice(data, folds, lams, sizes, n_repeats, rf),
            "stop": {"auc": stop_auc(data, folds, rf), "at_k": stop_at_k(data)}}
-    out["verdict"] = verdict(out)
     return out
 
 
 def verdict(r: dict) -> list[str]:
-    """Sentences read off the numbers, the last one naming where the signal is lost. Two
-    realized gains count as different when they differ by more than 0.01 SR per decision."""
+    """Sentences read off :func:`diagnose`'s numbers (stored or fresh), the last one naming
+    where the signal is lost. The choosers' gains have no interval here: the sentences give
+    their differences, and where the signal is lost counts a gain as higher when it is more than
+    0.01 SR per decision above the other."""
     c, st = r["choice"], r["stop"]
     f, rm, orc = c["lambdas"]["0"], c["retrieve_more"], c["oracle"]
     acq, ds = c["forest_acquisitions_only"], c["data_size"]
@@ -353,10 +354,9 @@ def verdict(r: dict) -> list[str]:
         f"Choice (lambda 0): the forest's pick gains {f['gain_chosen']:.3f} SR per decision, "
         f"uniform {f['gain_uniform']:.3f}, always-retrieve_more {rm['gain_chosen']:.3f}, best "
         f"{orc['gain_best']:.3f} (regret {f['regret']:.3f}, uniform's "
-        f"{f['regret_uniform']:.3f}): it "
-        + ("beats" if above(f["gain_chosen"], f["gain_uniform"]) else "does not beat")
-        + " chance and " + ("beats" if above(f["gain_chosen"], rm["gain_chosen"]) else
-                            "does no better than") + " the constant rule.")
+        f"{f['regret_uniform']:.3f}): {f['gain_chosen'] - f['gain_uniform']:+.3f} against "
+        f"chance, {f['gain_chosen'] - rm['gain_chosen']:+.3f} against the constant rule (point "
+        "estimates, no interval).")
     lam, g = max(((k, v["gain_chosen"]) for k, v in c["lambdas"].items()), key=lambda kv: kv[1])
     suff = {k: v["actions"].get("sufficiency_check", {}).get("chosen", 0.0)
             for k, v in c["lambdas"].items()}
@@ -374,13 +374,13 @@ def verdict(r: dict) -> list[str]:
                    f"adds support: {sc['best']:.0%}); its label 1[SR=1] is a level that "
                    "competes with gains.")
         if sc["chosen"] > 0.25 and above(acq["gain_chosen"], f["gain_chosen"]):
-            lost.append(f"labels (sufficiency_check's level label wins {sc['chosen']:.0%} of "
-                        "decisions)")
+            lost.append(f"labels (sufficiency_check's level label is picked at "
+                        f"{sc['chosen']:.0%} of decisions)")
     rank_ok = above(acq["gain_chosen"], rm["gain_chosen"])
     out.append(f"Without sufficiency_check the same forest gains {acq['gain_chosen']:.3f} "
                f"(regret {acq['regret']:.3f}, agreement {acq['agreement']:.2f} vs "
-               f"retrieve_more's {rm['agreement']:.2f}): its ranking of the acquisitions "
-               + ("beats" if rank_ok else "is no better than") + " the constant rule.")
+               f"retrieve_more's {rm['agreement']:.2f}), " + ("more" if rank_ok else "not more")
+               + " than .01 SR above the constant rule (point estimates).")
     if c.get("importance"):
         top = c["importance"][:3]
         per_q = sum(t["constant"] == "question" for t in c["importance"][:10])
@@ -403,8 +403,8 @@ def verdict(r: dict) -> list[str]:
     head = orc["gain_best"] - rm["gain_chosen"]
     out.append(f"Action set: the best option gains {orc['gain_best']:.3f} against "
                f"retrieve_more's {rm['gain_chosen']:.3f} (headroom {head:.3f}); all options "
-               f"tie at {1 - f['share_decisive']:.0%} of decisions (the one-step labels say "
-               "nothing there about which action to take).")
+               f"gain the same at {1 - f['share_decisive']:.0%} of decisions (the one-step labels "
+               "say nothing there about which action to take).")
     if head <= 0.02:
         lost.append("the action set (little to gain over retrieve_more)")
     a, a_sr = st["auc"]["f1"]["auc"], st["auc"].get("sr_model_f1_event", {}).get("auc")

@@ -42,11 +42,11 @@ from dynakrag_lite.storage import relative_command
 from dynakrag_lite.training.files import load_training_data_bytes
 from dynakrag_lite.trajectories import TrainingData
 from dynakrag_lab.report.answer_labels import merge_answer_labels, read_label_file
-from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose
-from dynakrag_lab.studies.diagnosis.horizon import diagnose_horizon
+from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose, verdict
+from dynakrag_lab.studies.diagnosis.horizon import diagnose_horizon, horizon_verdict
 from dynakrag_lab.studies.diagnosis.report import (horizon_markdown, markdown, stop_markdown,
                                                    write_report)
-from dynakrag_lab.studies.diagnosis.stop_targets import TARGETS, study
+from dynakrag_lab.studies.diagnosis.stop_targets import TARGETS, study, verdict as stop_verdict
 
 # "main": sections 1-7 (--out); "horizon": section 8 (--horizon-out); "stop": section 9
 SECTIONS = ("main", "horizon", "stop")
@@ -130,15 +130,15 @@ def main(argv: list[str] | None = None) -> int:
             t, c = time.perf_counter(), time.process_time()
             if sec == "main":
                 r = diagnose(data, folds=args.folds, sizes=args.sizes, n_repeats=args.repeats)
-                lines = r["verdict"]
+                lines = verdict(r)
             elif sec == "horizon":
                 r = {"horizon": diagnose_horizon(data, folds=args.folds, n_boot=args.boot)}
-                lines = [r["horizon"]["verdict"]]
+                lines = [horizon_verdict(r["horizon"])]
             else:  # pooled with the other datasets read by the same reader
                 extra = [d for k, (_, d, _) in files.items() if k != key and k[1] == key[1]]
                 r = {"stop_targets": study(data, folds=args.folds, extra=extra,
                                            n_boot=args.boot)}
-                lines = [r["stop_targets"].get("verdict", r["stop_targets"].get("skipped"))]
+                lines = [stop_verdict(r["stop_targets"])]
             results[sec][key] = {**r, "file": path.as_posix(), "n_questions":
                                  len(data.questions),
                                  **({"answer_labels": merged} if merged else {})}

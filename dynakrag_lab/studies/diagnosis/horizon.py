@@ -16,6 +16,7 @@ from sklearn.metrics import r2_score
 from dynakrag_lite.training.tuning import replay_decisions
 from dynakrag_lite.trajectories import TrainingData
 
+from dynakrag_lab.report.verdicts import interval_word
 from dynakrag_lab.studies.diagnosis import (TIE, Chooser, ChoiceState, constant_chooser,
                                             fit_value_policy, forest_chooser, question_folds,
                                             realized_gain)
@@ -177,8 +178,8 @@ def diagnose_horizon(data: TrainingData, folds: int = 5, rf: dict | None = None,
     """Horizon labels, out of fold: per fold a value forest on the training questions' taken
     actions and their return G (the horizon forest) and the one-step forest of
     :func:`diagnose_choice`; on the held-out decisions each chooser's importance-sampling value
-    against the uniform-valid behaviour, the horizon forest's R² on the held-out returns and a
-    :func:`horizon_verdict`."""
+    against the uniform-valid behaviour and the horizon forest's R² on the held-out returns (the
+    readers say them in words: :func:`horizon_verdict`)."""
     held_h: list[HorizonState] = []
     held_1: list[HorizonState] = []
     ys, preds = [], []
@@ -210,7 +211,6 @@ def diagnose_horizon(data: TrainingData, folds: int = 5, rf: dict | None = None,
     out["horizon_minus_retrieve_more"] = {
         "mean": float(diff.mean()),
         "ci": question_bootstrap([s.qid for s in held_h], diff, n_boot, seed)}
-    out["verdict"] = horizon_verdict(out)
     return out
 
 
@@ -223,27 +223,18 @@ def mean_return_by_action(states: Sequence[HorizonState]) -> dict[str, dict[str,
     return {a: {"n": len(v), "mean": float(np.mean(v))} for a, v in by.items()}
 
 
-def _interval_word(lo: float, hi: float) -> str:
-    return "above 0" if lo > 0 else "below 0" if hi < 0 else "includes 0"
-
-
-_BEATS = {"above 0": "beats", "below 0": "is worse than",
-          "includes 0": "is not distinguishable from"}
-
-
 def horizon_verdict(h: dict) -> str:
-    """One sentence read off :func:`diagnose_horizon`'s numbers: does the horizon forest beat
-    uniform offline (interval of the difference above 0) and always-retrieve_more?"""
+    """One sentence read off :func:`diagnose_horizon`'s numbers (stored or fresh), each interval
+    in the four words (:func:`~dynakrag_lab.report.verdicts.interval_word`): the horizon forest
+    against uniform offline and against always-retrieve_more."""
     hf, rm = h["choosers"]["horizon_forest"], h["choosers"]["retrieve_more"]
     lo, hi = hf["ci_minus_uniform"]
     vs = h["horizon_minus_retrieve_more"]
     rlo, rhi = vs["ci"]
-    beats_u = _BEATS[_interval_word(lo, hi)]
-    beats_r = _BEATS[_interval_word(rlo, rhi)]
     return (f"Horizon forest (R² {h['r2_returns']:.2f} on held-out returns): estimated value "
             f"{hf['value']:.3f} SR per decision against uniform's {h['uniform']['value']:.3f} "
-            f"(difference {hf['minus_uniform']:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}], "
-            f"{_interval_word(lo, hi)}): it {beats_u} uniform offline; against "
-            f"always-retrieve_more ({rm['value']:.3f}) the difference is {vs['mean']:+.3f} "
-            f"[{rlo:+.3f}, {rhi:+.3f}]: it {beats_r} the constant rule; it picks "
-            f"sufficiency_check at {hf['share_sufficiency_check']:.0%} of decisions.")
+            f"(difference {hf['minus_uniform']:+.3f}, 95% CI [{lo:+.3f}, {hi:+.3f}]): "
+            f"{interval_word(lo, hi)} against uniform offline; against always-retrieve_more "
+            f"({rm['value']:.3f}) the difference is {vs['mean']:+.3f} [{rlo:+.3f}, {rhi:+.3f}]: "
+            f"{interval_word(rlo, rhi)}; it picks sufficiency_check at "
+            f"{hf['share_sufficiency_check']:.0%} of decisions.")

@@ -11,6 +11,10 @@ from dynakrag_lite.storage import atomic_write_json, atomic_write_text
 from dynakrag_lab.report.records import (DIAGNOSIS_FILE, HORIZON_FILE, STOP_FILE,
                                          diagnosis_report, horizon_report, stop_report)
 from dynakrag_lab.report.results import json_clean
+from dynakrag_lab.studies.diagnosis import verdict
+from dynakrag_lab.studies.diagnosis.horizon import horizon_verdict
+from dynakrag_lab.studies.diagnosis.stop_targets import verdict as stop_verdict
+
 ACTION_ORDER = ("retrieve_more", "gap_query", "bridge_entity_expand", "rewrite_query",
                 "sufficiency_check")
 HORIZON_CHOOSERS = (("horizon_forest", "horizon forest"),
@@ -43,8 +47,8 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
          "A *decision* is a visited state with at least two valid non-stop actions. Realized "
          "gain: the action's SR(s') - SR(s); sufficiency_check adds no document, so 0. "
          "*best* = the oracle's pick (highest realized gain), *uniform* = mean gain over the "
-         "options, regret = best - chosen, agreement = the pick ties the best. *decisive* = "
-         "decisions whose options do not all tie.",
+         "options, regret = best - chosen, agreement = the pick gains as much as the best. "
+         "*decisive* = decisions whose options do not all gain the same.",
          "", "## 1. Action choice, lambda = 0 (held-out decisions)", "",
          "| dataset | reader | decisions | decisive | best | forest | forest w/o suff_check "
          "| retrieve_more | uniform | regret forest | regret retrieve_more | regret uniform | "
@@ -59,8 +63,8 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
                  f"{m['regret']:.3f} | {f['regret_uniform']:.3f} | {f['agreement']:.2f} | "
                  f"{m['agreement']:.2f} | {_f(f['regret_decisive'])} |")
     L += ["", "## 2. Per action, lambda = 0: share of decisions where it is valid, chosen by the "
-          "forest, best (ties included), strictly best; its mean realized gain when valid", "",
-          "| dataset | reader | action | valid | chosen | best (ties) | strictly best | "
+          "forest, best (shared best included), strictly best; its mean realized gain when valid",
+          "", "| dataset | reader | action | valid | chosen | best | strictly best | "
           "mean gain |", "|---|---|---|---|---|---|---|---|"]
     for (ds, rd), r in results.items():
         acts = r["choice"]["lambdas"]["0"]["actions"]
@@ -138,7 +142,7 @@ def markdown(results: dict, command: str, seconds: float, settings: dict,
     for (ds, rd), r in results.items():
         L.append(f"**{ds}, {rd}**")
         L.append("")
-        L += [f"- {v}" for v in r["verdict"]]
+        L += [f"- {v}" for v in verdict(r)]
         L.append("")
     return "\n".join(L)
 
@@ -205,7 +209,7 @@ def horizon_markdown(results: dict, command: str, seconds: float, settings: dict
                              for a in ACTION_ORDER if a in mr) + ".")
     L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
     for (ds, rd), r in results.items():
-        L.append(f"- **{ds}, {rd}**: {r['horizon']['verdict']}")
+        L.append(f"- **{ds}, {rd}**: {horizon_verdict(r['horizon'])}")
     return "\n".join(L)
 
 
@@ -268,17 +272,18 @@ def stop_markdown(results: dict, command: str, seconds: float, settings: dict,
                          f"{k} {v:.0%}" for k, v in st["positive_rate"].items()) + ".")
     L += ["", "## Verdict per dataset x reader (generated from the numbers above)", ""]
     for (ds, rd), r in results.items():
-        L.append(f"- **{ds}, {rd}**: {r['stop_targets'].get('verdict', 'skipped')}")
+        L.append(f"- **{ds}, {rd}**: {stop_verdict(r['stop_targets'])}")
     return "\n".join(L)
 
 
 def write_report(path: Path, results: dict, settings: dict, command: str, seconds: float,
                  cpu: float, markdown_of) -> Path:
-    """``path`` (JSON, every number) and its ``.md`` (``markdown_of``'s tables)."""
+    """``path`` (JSON, every number unrounded: results/README.md words them again) and its
+    ``.md`` (``markdown_of``'s tables)."""
     atomic_write_json(path, json_clean({
         "command": command, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
         "settings": settings,
-        "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}))
+        "results": {f"{ds}/{rd}": r for (ds, rd), r in results.items()}}, digits=None))
     md = path.with_suffix(".md")
     atomic_write_text(md, markdown_of(results, command, seconds, settings, cpu) + "\n")
     return md
@@ -286,18 +291,18 @@ def write_report(path: Path, results: dict, settings: dict, command: str, second
 
 def control_diagnosis_section(root: Path) -> str | None:
     """The offline control diagnosis (issue 24; ``python -m dynakrag_lab.studies.diagnosis``):
-    where its reports are and the verdict each writes per dataset x reader, or None before any."""
-    reports = [(DIAGNOSIS_FILE, diagnosis_report(root), lambda r: r["verdict"][-1]),
-               (HORIZON_FILE, horizon_report(root), lambda r: r["horizon"]["verdict"]),
-               (STOP_FILE, stop_report(root),
-                lambda r: r["stop_targets"].get("verdict", r["stop_targets"].get("skipped")))]
+    where its reports are and each one's reading per dataset x reader, worded here from the
+    stored numbers (the four words for an interval), or None before any."""
+    reports = [(DIAGNOSIS_FILE, diagnosis_report(root), lambda r: verdict(r)[-1]),
+               (HORIZON_FILE, horizon_report(root), lambda r: horizon_verdict(r["horizon"])),
+               (STOP_FILE, stop_report(root), lambda r: stop_verdict(r["stop_targets"]))]
     reports = [(name, rep, last) for name, rep, last in reports if rep is not None]
     if not reports:
         return None
     lines = ["## Control diagnosis (offline, from the saved trajectories)\n",
              "No model call: cross-validation grouped by question on the uniform-valid "
              "rollouts of `trajectories/`. The tables are in the Markdown file beside each "
-             "report; the verdicts, read off the numbers by the script:\n"]
+             "report; the readings, worded from its numbers:\n"]
     for name, rep, last in reports:
         lines.append(f"`{name}` (command: `{rep.get('command', '-')}`):\n")
         lines += [f"- **{key}**: {last(r)}" for key, r in rep["results"].items()]

@@ -39,6 +39,7 @@ import numpy as np
 from dynakrag_lite.policy import make_forest
 from dynakrag_lite.trajectories import PrefixSample, TrainingData
 
+from dynakrag_lab.report.verdicts import interval_word
 from dynakrag_lab.studies.diagnosis import RF, question_folds, question_paths
 
 TARGETS: tuple[str, ...] = ("sr", "f1", "f1_best", "f1_now")
@@ -226,26 +227,28 @@ def study(data: TrainingData, folds: int = 5, targets: Sequence[str] = TARGETS,
             out["targets"][f"{t}/{label}"] = {
                 "curve": curve, "over_random": over_random(paths, curve),
                 "operating_point": operating_point(paths, sc, curve, n_boot=n_boot)}
-    out["verdict"] = verdict(out)
     return out
 
 
 def verdict(r: dict) -> str:
-    """One sentence: the best target by its gain over the random stop, and whether any
-    operating point meets the issue's stop criterion along this path."""
-    ts = {k: v for k, v in r["targets"].items() if np.isfinite(v["over_random"])}
+    """One sentence read off :func:`study`'s numbers (stored or fresh): the best target by its
+    gain over the random stop, its operating point's interval in the four words
+    (:func:`~dynakrag_lab.report.verdicts.interval_word`), and which points meet the issue's
+    stop criterion on their point estimates along this path; a skipped file says why."""
+    if "targets" not in r:
+        return r.get("skipped", "skipped")
+    ts = {k: v for k, v in r["targets"].items() if v["over_random"] is not None
+          and np.isfinite(v["over_random"])}
     if not ts:
         return "No target stops early on 20-80 % of questions at any threshold."
     k, best = max(ts.items(), key=lambda kv: kv[1]["over_random"])
     op = best["operating_point"]
-    lo = op["minus_random_ci"][0]
+    lo, hi = op["minus_random_ci"]
     meets = [n for n, v in r["targets"].items() if v["operating_point"] and
              v["operating_point"]["minus_end"] >= -0.01 and
              v["operating_point"]["token_ratio"] <= 0.7]
     return (f"Best target {k}: {best['over_random']:+.3f} F1 over a random stop at equal tokens "
             f"(mean over its 20-80 % points); at its operating point {op['minus_random']:+.3f} "
-            f"[{lo:+.3f}, {op['minus_random_ci'][1]:+.3f}] over random"
-            + (" (interval above 0)" if lo > 0 else " (interval includes 0: the forest does "
-               "not pick the questions worth continuing)")
-            + ". Points within .01 F1 of always-continue at <= 0.7x its tokens: "
+            f"[{lo:+.3f}, {hi:+.3f}] over random: {interval_word(lo, hi)}. Points whose mean F1 "
+            "is at most .01 below always-continue's at <= 0.7x its tokens: "
             + (", ".join(meets) if meets else "none") + ".")

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "settings": {"folds": args.folds, "seed": args.seed,
                                                "models": R.MODELS, "taus": R.TAUS,
                                                "features": R.ROUTER_FEATURES,
-                                               "reader": args.reader}, **res}))
+                                               "reader": args.reader}, **res}, digits=None))
     atomic_write_text(out.with_suffix(".md"), markdown(res, command, seconds, args, R.F1_TIE))
     print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ written beside it (:func:`markdown`)."""
 from __future__ import annotations
 
 from dynakrag_lab.report.names import MULTI_STEP_RUN, ONE_SHOT_RUN
+from dynakrag_lab.report.verdicts import pair_word
 
 
 # -- the reading ---------------------------------------------------------------------------
@@ -35,7 +36,7 @@ def reading(res: dict) -> list[str]:
     out.append(f"Cross-validated (nested) routing, pooled: F1 {pooled['cv']['f1']:.3f} at a "
                f"multi-step rate of {pooled['cv']['multi_rate']:.0%}; against a random router "
                f"at each dataset's same rate {ci(rnd)}"
-               + (" (no better than chance)" if rnd["lo"] <= 0 else " (better than chance)")
+               + f" ({pair_word(rnd['verdict'])})"
                + ". What the router does is mostly pick the better constant per dataset: "
                + "; ".join(f"{d}: multi-step on {r['cv']['nested']['multi_rate']:.0%}"
                            for d, r in per.items()) + ".")
@@ -54,14 +55,14 @@ def reading(res: dict) -> list[str]:
                     "longer walk does not pay, the controller's walk does, so a router trained "
                     "on these labels leans to one-shot where the evaluation rewards "
                     "multi-step.")
-    pe = pooled["evaluation"]["against"]
+    ms, one, same = (pooled["evaluation"]["against"][k]["f1"]
+                     for k in (MULTI_STEP_RUN, ONE_SHOT_RUN, "random_same_rate"))
     out.append(f"Read once on the evaluation split (pooled, n = {pooled['evaluation']['n']}): "
                f"routed F1 {pooled['evaluation']['f1']:.3f}, tokens "
-               f"{pooled['evaluation']['tokens']:.0f}; vs {MULTI_STEP_RUN} "
-               f"{ci(pe[MULTI_STEP_RUN]['f1'])} ({pe[MULTI_STEP_RUN]['f1']['verdict']}), "
-               f"vs {ONE_SHOT_RUN} {ci(pe[ONE_SHOT_RUN]['f1'])} "
-               f"({pe[ONE_SHOT_RUN]['f1']['verdict']}), vs the random router at the same "
-               f"rates {ci(pe['random_same_rate']['f1'])}. The router's score against the "
+               f"{pooled['evaluation']['tokens']:.0f}; vs {MULTI_STEP_RUN} {ci(ms)} "
+               f"({pair_word(ms['verdict'])}), vs {ONE_SHOT_RUN} {ci(one)} "
+               f"({pair_word(one['verdict'])}), vs the random router at the same rates "
+               f"{ci(same)} ({pair_word(same['verdict'])}). The router's score against the "
                f"evaluation's own \"multi-step beats one-shot\": AUC "
                + ", ".join(f"{d} {r['evaluation']['auc']:.2f} ({r['evaluation']['helps_rate']:.0%}"
                            f" positive)" for d, r in per.items()) + ".")
@@ -81,14 +82,14 @@ def markdown(res: dict, command: str, seconds: float, args, f1_tie: float) -> st
          f"`{MULTI_STEP_RUN}` (multi-step) in `{args.experiments}`. Method: "
          "`dynakrag_lab/studies/router/`.", "",
          "**Label** (per training question): multi-step helps = F1 at the end of the saved "
-         "(uniform-valid) path > F1 at its first prefix (one retrieval, three documents); a tie "
-         "goes to one-shot. **Features** (computed identically from a training prefix and an "
+         "(uniform-valid) path > F1 at its first prefix (one retrieval, three documents); equal "
+         "F1s go to one-shot. **Features** (computed identically from a training prefix and an "
          "evaluation row): `features.question_shape` of the question (14) and the first three "
          "documents' retrieval scores rounded to 4 decimals (sorted, mean, gaps 1-2 and 1-3). "
          "**Model**: logistic regression or a random forest (300 trees, min leaf 8) for "
          "P(helps); route multi-step when P > tau; (model, tau in 0.05..0.95) chosen by mean "
-         f"routed F1 over GroupKFold ({args.folds} folds by question), F1 ties within "
-         f"{f1_tie} broken by fewer tokens. The CV numbers against the baselines are "
+         f"routed F1 over GroupKFold ({args.folds} folds by question), F1s within {f1_tie} of "
+         "the best broken by fewer tokens. The CV numbers against the baselines are "
          "*nested* (each outer fold chooses on its own training questions). Intervals: paired "
          "bootstrap 95 % over questions (`comparison.paired_difference`, 10,000 resamples); "
          "the random router is the exact expectation at the same multi-step share.", "",
