@@ -597,7 +597,9 @@ def setup(root: str | Path, models: Sequence[str] = (), data: Sequence[str] = ()
     # 6. the recorded model calls, replayed through a working copy (as `make book` does).
     cache = root / ".cache" / "llm_calls.sqlite"
     committed = root / "book" / "_llm_cache.sqlite"
-    if committed.exists():
+    if committed.exists() and run.dry_run:  # the library's dependencies were not installed
+        log(f"[dry-run] merge {committed} into {cache}")
+    elif committed.exists():
         # Merged, not copied once: a runtime that cloned an older commit keeps its working
         # copy, which would lack the calls recorded since (those chapters would run live).
         from dynakrag_lite.experiments.maintenance import merge_cache
