@@ -8,6 +8,10 @@ notebooks):
   with its tags, styles and collapsed ``<details>`` removed; else markdown or plain text):
   long lists go to collapsed cells or to files;
 * every "Exercise N.M" has a "Solution N.M" in a collapsed (``:class: dropdown``) block;
+* one idea per chapter: at most :data:`MAX_WORDS` words of markdown (``\\w+`` tokens, counted
+  by ``data_scripts/execute_chapters.py``'s ``markdown_words``, the count its ``--time``
+  report records) in every chapter but the appendices (``*_appendix_*``), which hold what
+  the chapters leave out;
 * at least :data:`MIN_CHAPTERS_WITH_SOURCE` chapters show library source
   (``dynakrag_lite.show.show_source`` or ``literalinclude`` with ``:pyobject:``).
 
@@ -31,7 +35,11 @@ CHAPTERS = sorted((REPO / "book").glob("*.ipynb"))
 MAX_VISIBLE_CODE = 120
 MAX_OUTPUT_CHARS = 4000
 MIN_CHAPTERS_WITH_SOURCE = 10
+MAX_WORDS = 2000
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+# the one word count of the project (also in chapter-times.json)
+markdown_words = load_script("execute_chapters").markdown_words
+NOT_APPENDICES = [p for p in CHAPTERS if "_appendix_" not in p.stem]
 
 
 def _text(v) -> str:
@@ -121,6 +129,18 @@ def test_at_least_10_chapters_show_library_source():
     assert len(showing) >= MIN_CHAPTERS_WITH_SOURCE, showing
 
 
+def test_the_appendices_are_the_97_to_99_chapters_only():
+    assert sorted(p.stem[:2] for p in CHAPTERS if p not in NOT_APPENDICES) == ["97", "98", "99"]
+
+
+@pytest.mark.parametrize("path", NOT_APPENDICES, ids=[p.stem for p in NOT_APPENDICES])
+def test_chapter_teaches_one_idea_in_at_most_2000_words(path):
+    n = markdown_words(_load(path))
+    assert n <= MAX_WORDS, (f"{path.stem}: {n:,} words of markdown, over {MAX_WORDS:,}: one idea "
+                            "per chapter; tighten the prose or move the rest to an appendix "
+                            "(97_appendix_method_details)")
+
+
 # -- the checks themselves, on made-up notebooks -------------------------------------------
 def _nb(cells):
     return {"cells": cells}
@@ -152,6 +172,12 @@ def test_collapsed_details_and_markup_do_not_count_but_open_details_do():
     assert shown_text(closed) == "list"
     assert long_outputs(_nb([_code("", outputs=[closed])])) == []
     assert long_outputs(_nb([_code("", outputs=[opened, stream])])) == [(0, 5001), (0, 5000)]
+
+
+def test_words_are_counted_in_markdown_cells_only():
+    nb = _nb([_md("# Two words\n\nOne idea, $v(s,a)$."), _code("many words in code"),
+              _md(["split ", "across lines"])])
+    assert markdown_words(nb) == 2 + 5 + 3
 
 
 def test_an_exercise_needs_a_dropdown_solution_with_its_number():
