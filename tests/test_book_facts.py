@@ -85,9 +85,14 @@ IDS = [p.stem for p in PAGES]
 
 
 def markdown_of(path: Path) -> list[tuple[int, str]]:
-    """(cell index, markdown) of a page: a notebook's markdown cells, or a .md page whole."""
+    """(cell index, markdown) of a page: a notebook's markdown cells and its figure captions
+    (myst-nb cell metadata, rendered as prose under the figure), or a .md page whole."""
     if path.suffix == ".ipynb":
-        return cells(load(path), "markdown")
+        nb = load(path)
+        captions = [(i, c["metadata"]["mystnb"]["figure"]["caption"])
+                    for i, c in enumerate(nb["cells"])
+                    if "caption" in c.get("metadata", {}).get("mystnb", {}).get("figure", {})]
+        return sorted(cells(nb, "markdown") + captions)
     return [(0, path.read_text(encoding="utf-8"))]
 
 
