@@ -310,6 +310,19 @@ def test_resuming_with_another_setup_is_refused_listing_the_fields(tmp_path):
     assert len(lines_of(path)) == 3
 
 
+def test_rerunning_a_complete_folder_answers_nothing_and_keeps_its_summary(tmp_path):
+    qs, env = lexical_env()
+    out = tmp_path / "run"
+    run(qs[:2], env, out, fixed_k=4)
+    done = json.loads((out / "summary.json").read_text())
+    done["run"]["finished_at"] = "2000-01-01T00:00:00+00:00"  # finished long ago
+    (out / "summary.json").write_text(json.dumps(done))
+    summary = (out / "summary.json").read_bytes()
+    # a lane that walks its finished runs again must not re-date them as finished now
+    assert run(qs[:2], env, out, fixed_k=4) == done
+    assert (out / "summary.json").read_bytes() == summary
+
+
 def test_fingerprint_records_the_setup(tmp_path, monkeypatch):
     qs, env = lexical_env()
     out = tmp_path / "run"

@@ -148,7 +148,6 @@ def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environm
             summary["diagnostics"] = diagnostics(kept)
             summary["fingerprint"] = fingerprint
             summary.update(summary_extra or {})
-            n_ok = summary["n"]
             # the selection too: a folder whose run.json is lost is restored from here
             selected = {SELECTION_FIELD: selection} if selection is not None else {}
             # the build of this session; run.json keeps the first one (build_change)
@@ -157,7 +156,7 @@ def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environm
                 built["llama_build_first"] = changed
             summary["run"] = {**(run_info or {}), **selected, **built,
                               "n_expected": len(wanted),
-                              "complete": n_ok == len(wanted), "workers": s.workers,
+                              "complete": summary["n"] == len(wanted), "workers": s.workers,
                               "finished_at": datetime.now(timezone.utc).isoformat(
                                   timespec="seconds")}
             atomic_write_json(out / SUMMARY_FILE, summary)
@@ -181,7 +180,8 @@ def evaluate(questions: Sequence[Question], settings: RunSettings, env: Environm
                 bar.update(1)
             # emit in ``todo`` order, from this thread only
             run_in_order(todo, run, s.workers, lambda q, result: emit(q, *result), name="evaluate")
-        summary = write_summary()
+        summary = (write_summary() if todo or not (out / SUMMARY_FILE).exists()  # else complete:
+                   else json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8")))  # kept
     if n_errors:
         warnings.warn(f"{n_errors} of {len(todo)} questions failed (error rows in "
                       f"{pred_path}); re-run the same command to retry them",
