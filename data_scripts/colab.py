@@ -94,7 +94,8 @@ retrieval runs over another corpus, so no prompt is among the recorded calls and
 calls (about 85 of the 1.5B reader) run live, with numbers other than the book's; chapter 9,
 which runs the committed 1.5B policy on that split's held-out questions, likewise. The subset's
 own questions would miss too: in 630 of them paragraphs hold double spaces between sentences
-(5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give one. Chapter 12 installs nothing: its quick mode reads committed runs only, and its full mode
+(5,754 paragraphs) where the official file's sentences, joined by ``prepare_data.py``, give
+one. Chapter 12 installs nothing: its quick mode reads committed runs only, and its full mode
 re-runs the recorded commands, which name ``--data-dir ../shared/data`` and the 1.5B reader.
 """
 from __future__ import annotations
@@ -162,19 +163,19 @@ class Needs:
 
 QUICK = ("qwen2.5-coder-0.5b",)  # the book's quick-mode generator (and the experiments')
 BENCHMARKS = ("hotpotqa", "2wikimultihopqa", "musique")
+# The committed runs' 1.5B reader on HotpotQA questions: 11 runs its baselines so, 09 the
+# reader's committed policy on held-out questions, 15 chapter 9's setup (on Colab, all on the
+# full dev file's questions, live: "What differs on Colab" above).
+HOTPOTQA_1_5B = Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",))
 # Keyed by the chapter file's prefix, the part before its first underscore ("12", "11b").
 # Chapters 01-02 describe the three benchmarks when present; 12's quick mode reads committed
-# runs only, and its full mode re-runs recorded commands that name the experiments' data
-# folder and the 1.5B reader (not a Colab set-up), so it installs nothing; the
-# diagnosis appendix (98) reads committed results and replays a live sweep on the
-# embedded library with the 0.5B Qwen model, so it fetches no data. 11 runs its baselines on
-# HotpotQA questions with the 1.5B reader of the committed runs, and 09 runs that reader's
-# committed policy on held-out HotpotQA questions (on Colab, both on the full dev file's
-# questions, live: "What differs on Colab" above). 11b replays one
-# question of the committed HotpotQA run with the 0.5B model; it needs the experiments' own
-# HotpotQA subset (../shared/data, checked by sha256), which the full dev set prepare_data.py
-# downloads is not, so it fetches no data and shows the committed record unless
-# DYNAKRAG_DATA_DIR points at that subset.
+# runs only, and its full mode re-runs recorded commands that name the experiments' data folder
+# and the 1.5B reader (not a Colab set-up), so it installs nothing; the diagnosis appendix (98)
+# reads committed results and replays a live sweep on the embedded library with the 0.5B Qwen
+# model, so it fetches no data. 11b replays one question of the committed HotpotQA run with the
+# 0.5B model; it needs the experiments' own HotpotQA subset (../shared/data, checked by
+# sha256), which the full dev set prepare_data.py downloads is not, so it fetches no data and
+# shows the committed record unless DYNAKRAG_DATA_DIR points at that subset.
 CHAPTER_NEEDS: dict[str, Needs] = {
     "00": Needs(QUICK),
     "01": Needs((), BENCHMARKS),
@@ -182,11 +183,11 @@ CHAPTER_NEEDS: dict[str, Needs] = {
     "03": Needs(QUICK),
     "04": Needs(),
     "05": Needs(QUICK), "06": Needs(QUICK), "07": Needs(QUICK), "08": Needs(QUICK),
-    "09": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)), "10": Needs(QUICK),
-    "11": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),
+    "09": HOTPOTQA_1_5B, "10": Needs(QUICK),
+    "11": HOTPOTQA_1_5B,
     "11b": Needs(QUICK),
     "12": Needs(),  # reads committed runs; calls no model
-    "15": Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",)),  # chapter 9's live setup
+    "15": HOTPOTQA_1_5B,
     "98": Needs(),  # reads committed runs; calls no model
     "99": Needs(),  # prints the paper-scale commands; runs nothing
 }

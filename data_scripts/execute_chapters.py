@@ -25,6 +25,8 @@ last cell, the model calls made (cache rows after minus before), the words of it
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -37,10 +39,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # this checkout's library, not another clone's editable install
+if str(ROOT / "data_scripts") not in sys.path:  # the sibling scripts, last: they shadow nothing
+    sys.path.append(str(ROOT / "data_scripts"))
 from dynakrag_lite.experiments.maintenance import merge_cache  # noqa: E402
+from dynakrag_lite.storage import atomic_write_text  # noqa: E402
+from install_llama import cpu_model  # noqa: E402
 
 BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"
@@ -73,7 +80,8 @@ def select_chapters(wanted_args: list[str], book: Path | None = None) -> list[Pa
     chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
     missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
     if missing:
-        raise ValueError(f"no chapter numbered {', '.join(sorted(missing))} in {book or BOOK}")
+        raise ValueError(f"no chapter numbered or named {', '.join(sorted(missing))} in "
+                         f"{book or BOOK}")
     return chapters
 
 
@@ -90,7 +98,8 @@ def kernel_environment() -> None:
         os.environ.setdefault(k, v)
 
 
-def run_notebook(nb, book: Path | None = None) -> None:
+def run_notebook(nb: Any, book: Path | None = None) -> None:
+    """Execute the notebook ``nb`` (an nbformat node) in place, from the book folder."""
     from nbclient import NotebookClient
     # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
     # (nbclient's default wait is 60 s).
@@ -99,12 +108,12 @@ def run_notebook(nb, book: Path | None = None) -> None:
 
 
 def execute_in_place(chapters: list[Path]) -> int:
+    """Execute each chapter and write it back, cleaned; 1 when one failed (left unchanged)."""
     import nbformat
     work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
     if BOOK_CACHE.exists():
         merge_cache(BOOK_CACHE, work)
     os.environ["DYNAKRAG_LLM_CACHE"] = str(work)
-    sys.path.insert(0, str(ROOT / "data_scripts"))
     from clean_outputs import clean_file  # drops widgets, stderr bars and machine paths
     failed = []
     for path in chapters:
@@ -138,24 +147,18 @@ def markdown_words(nb: dict) -> int:
 
 
 def glue_roles(nb: dict) -> int:
+    """``{glue}`` roles left in the chapter's markdown (each one a number read at build time)."""
     return sum(len(GLUE.findall("".join(c["source"])))
                for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
 def cache_rows(path: Path) -> int:
+    """Rows of an LLM call cache; 0 for a missing file or one without the ``calls`` table."""
     if not path.exists():
         return 0
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:  # "with connect" would not close it
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] if "calls" in tables else 0
-
-
-def cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
@@ -178,10 +181,26 @@ def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
     return entry
 
 
+def read_times(path: Path) -> dict:
+    """The report so far (a sweep merges into it), {} when there is none; ValueError naming
+    the file when it is not such a report (read before any chapter runs)."""
+    if not path.exists():
+        return {}
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e}); fix or remove it") from None
+    if not isinstance(report, dict) or not isinstance(report.get("chapters", {}), dict):
+        raise ValueError(f"{path}: not a chapter-times report (its 'chapters' is no object)")
+    return report
+
+
 def time_chapters(chapters: list[Path], mode: str, out: Path = TIMES,
                   book_cache: Path = BOOK_CACHE, book: Path | None = None) -> int:
+    """Time each chapter with the ``mode`` cache ("recorded" or "empty"), merging each entry
+    into ``out`` as it is measured; 1 when a chapter failed."""
     os.environ.setdefault("DYNAKRAG_N_THREADS", "1")
-    report = json.loads(out.read_text()) if out.exists() else {}
+    report = read_times(out)
     report.update({"what": "Quick-mode wall time per chapter, with the recorded model calls "
                            "(recorded) and live (empty); python data_scripts/"
                            "execute_chapters.py --time MODE",
@@ -205,35 +224,25 @@ def time_chapters(chapters: list[Path], mode: str, out: Path = TIMES,
                   f"{entry['model_calls']} model calls"
                   + ("" if entry["ok"] else f", FAILED: {entry['error']}"), flush=True)
             # written after every chapter: an interrupted sweep keeps what it measured
-            out.parent.mkdir(parents=True, exist_ok=True)
-            part = out.with_suffix(".tmp")
-            part.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-            part.replace(out)
+            atomic_write_text(out, json.dumps(report, indent=1, sort_keys=True) + "\n")
     return 1 if failed else 0
 
 
 def main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    mode = None
-    if "--time" in argv:
-        i = argv.index("--time")
-        mode = argv[i + 1] if i + 1 < len(argv) else None
-        if mode not in ("recorded", "empty"):
-            print("--time takes recorded or empty")
-            return 2
-        argv = argv[:i] + argv[i + 2:]
-    if any(a.startswith("-") for a in argv):
-        print(__doc__)
-        return 2
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("chapters", nargs="*", metavar="CHAPTER",
+                    help="a chapter number (12, 11b) or name (12_results); none: every chapter")
+    ap.add_argument("--time", choices=("recorded", "empty"),
+                    help="measure each chapter in memory with the recorded calls or an empty "
+                         "cache, writing only results/diagnostics/chapter-times.json")
+    args = ap.parse_intermixed_args(argv)  # --time before, between or after the chapters
     try:
-        chapters = select_chapters(argv)
+        chapters = select_chapters(args.chapters)
     except ValueError as e:
-        print(e)
-        return 2
+        ap.error(str(e))
     kernel_environment()
-    return time_chapters(chapters, mode) if mode else execute_in_place(chapters)
+    return time_chapters(chapters, args.time) if args.time else execute_in_place(chapters)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 # Runnable from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynakrag_lite.data.sources import DATASET_FILES, write_questions
+from dynakrag_lite.data.sources import DATASET_FILES, write_questions  # noqa: E402
 from dynakrag_lite.data.schema import DataError  # noqa: E402
 from dynakrag_lite.data.raw_formats import read_raw  # noqa: E402
 
@@ -77,14 +77,20 @@ def mirror_url(dataset: str, mirror: str) -> str:
     return f"{base.rstrip('/')}/{urllib.parse.quote(SOURCES[dataset].filename)}"
 
 
+def fetch_url(dataset: str, mirror: str | None = None) -> tuple[str, str]:
+    """The URL the dev file is fetched from, and the mirror ``mirror`` (default:
+    ``$DYNAKRAG_DATA_MIRROR``) names, "" for the official location."""
+    mirror = os.environ.get(MIRROR_ENV, "").strip() if mirror is None else mirror.strip()
+    return (mirror_url(dataset, mirror) if mirror else SOURCES[dataset].url), mirror
+
+
 def download(dataset: str, dest_dir: Path, timeout: float = 60.0,
              mirror: str | None = None) -> Path:
-    """Fetch the official dev file into dest_dir, from the official location or, when
-    ``mirror`` (default: ``$DYNAKRAG_DATA_MIRROR``) is set, from the mirror only; raise OSError
-    with a clear message on failure."""
+    """Fetch the official dev file into dest_dir, from the official location or, when a
+    mirror is set (:func:`fetch_url`), from the mirror only; raise OSError with a clear
+    message on failure."""
     src = SOURCES[dataset]
-    mirror = os.environ.get(MIRROR_ENV, "").strip() if mirror is None else mirror.strip()
-    url = mirror_url(dataset, mirror) if mirror else src.url
+    url, mirror = fetch_url(dataset, mirror)
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "dynakrag-lite"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -119,10 +125,16 @@ def prepare(dataset: str, out_dir: Path, raw: Path | None = None,
     """Normalize ``raw`` (or the downloaded dev file) into ``out_dir/<dataset>.jsonl``."""
     with tempfile.TemporaryDirectory() as tmp:
         path = raw if raw is not None else download(dataset, Path(tmp))
-        report = read_raw(path)
-        if report.dataset != dataset:
-            raise DataError(path, None, None, f"records look like {report.dataset}, not "
-                            f"{dataset}")
+        try:
+            report = read_raw(path)
+            if report.dataset != dataset:
+                raise DataError(path, None, None, f"records look like {report.dataset}, not "
+                                f"{dataset}")
+        except DataError as e:
+            if raw is not None:
+                raise
+            # The downloaded copy is a temporary file: name where it came from instead.
+            raise DataError(fetch_url(dataset)[0], e.line, e.field, e.problem) from None
     questions = report.questions[:limit] if limit else report.questions
     target = write_questions(questions, out_dir / DATASET_FILES[dataset])
     note = (f", skipped {report.n_unanswerable} unanswerable" if report.n_unanswerable else "")

@@ -1,12 +1,16 @@
 """The offline parts of data_scripts/colab_live_check.py, in seconds.
 
-The live check itself (a fresh venv, real pip, chapter 5 executed) takes minutes and the
-network, so `make colab-live-check` runs it by hand. Tested here: the served repository is the
-checkout's HEAD and `git clone --depth 1` works over the loopback smart-HTTP server (the dumb
-protocol cannot do shallow clones); the server listens on 127.0.0.1 only and stops in bounded
-time; a missing repository is an HTTP error, not a hang; a command that outlives its timeout is
-ended with its children; steps and report are recorded with machine paths replaced; and the
-readers of pip's output, of the executed notebook and of the wheel folder.
+The live check itself (a fresh venv, real pip, chapters 05, 11 and 12 executed) takes minutes
+and the network, so `make colab-live-check` runs it by hand; its committed report is checked
+last. Tested here: the served repository is the checkout's HEAD and `git clone --depth 1` works
+over the loopback smart-HTTP server (the dumb protocol cannot do shallow clones); the server
+listens on 127.0.0.1 only, stops in bounded time and serves the mirror's files by exact name
+only; a missing repository is an HTTP error, not a hang; a command that outlives its timeout is
+ended with its children; steps and report are recorded with machine paths replaced; the
+HotpotQA file rebuilt in its official layout normalizes back to the data folder's questions;
+a failed step skips only what depends on it; a whole three-chapter run with pip, venv and
+papermill faked; and the readers of pip's output, of the executed notebook and of the wheel
+folder.
 """
 from __future__ import annotations
 

@@ -76,3 +76,44 @@ def test_a_sweep_reports_each_chapter_and_a_failure_without_writing_the_chapters
     assert ec.time_chapters(ec.select_chapters(["01"], tiny_book), "empty", out,
                             book=tiny_book) == 0
     assert set(json.loads(out.read_text())["chapters"]["01_tiny"]) == {"recorded", "empty"}
+
+
+def test_damaged_times_report_is_named_before_any_chapter_runs(tiny_book, tmp_path):
+    out = tmp_path / "chapter-times.json"
+    out.write_text('{"chapters": {"01_tiny": ')  # a sweep's file cut short by hand
+    with pytest.raises(ValueError, match=r"chapter-times\.json: not JSON"):
+        ec.time_chapters(ec.select_chapters(["01"], tiny_book), "empty", out, book=tiny_book)
+    out.write_text('{"chapters": []}')
+    with pytest.raises(ValueError, match=r"chapter-times\.json: not a chapter-times report"):
+        ec.read_times(out)
+
+
+@pytest.fixture
+def ran(tiny_book, monkeypatch) -> list:
+    """What main would run: ("in place", chapters) or ("time", mode, chapters), nothing run."""
+    calls: list = []
+    monkeypatch.setattr(ec, "kernel_environment", lambda: None)
+    monkeypatch.setattr(ec, "execute_in_place", lambda ch: calls.append(
+        ("in place", [p.stem for p in ch])) or 0)
+    monkeypatch.setattr(ec, "time_chapters", lambda ch, mode: calls.append(
+        ("time", mode, [p.stem for p in ch])) or 0)
+    return calls
+
+
+def test_command_line_takes_chapters_and_time_anywhere(ran):
+    assert ec.main(["01", "02_broken"]) == 0
+    assert ec.main([]) == 0
+    assert ec.main(["--time", "empty", "1"]) == 0  # a number without its zero
+    assert ec.main(["02", "--time", "recorded", "01"]) == 0
+    assert ran == [("in place", ["01_tiny", "02_broken"]), ("in place", ["01_tiny", "02_broken"]),
+                   ("time", "empty", ["01_tiny"]), ("time", "recorded", ["01_tiny", "02_broken"])]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--time", "live"], "invalid choice: 'live'"), (["--time"], "expected one argument"),
+    (["07"], "no chapter numbered or named 07"), (["-x"], "unrecognized arguments: -x")])
+def test_command_line_refuses_what_it_cannot_run_and_runs_nothing(ran, argv, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        ec.main(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert ran == []

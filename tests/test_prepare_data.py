@@ -112,3 +112,14 @@ def test_without_a_mirror_the_official_url_is_fetched(fetched, tmp_path, monkeyp
     with pytest.raises(OSError, match="Download it by hand from https://hotpotqa.github.io"):
         prepare_data.download("hotpotqa", tmp_path)
     assert fetched == [prepare_data.SOURCES["hotpotqa"].url]
+
+
+def test_a_bad_file_from_the_mirror_is_named_by_its_url_not_a_temporary_path(
+        mirror, fetched, tmp_path, monkeypatch, capsys):
+    folder, url = mirror
+    (folder / "hotpot_dev_distractor_v1.json").write_text('[{"_id": "x"')  # cut short
+    monkeypatch.setenv(prepare_data.MIRROR_ENV, url)
+    assert prepare_data.main(["--dataset", "hotpotqa", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: bad input: {url}hotpot_dev_distractor_v1.json, line 1: malformed JSON" in err
+    assert not (tmp_path / "out" / "hotpotqa.jsonl").exists()

@@ -171,11 +171,11 @@ def read_headline(lines: list[str], paired: list[tuple[int, tuple, np.ndarray, f
     """Close each paired headline row (line index, Holm family, F1 differences, p) with its
     reading: Holm over its family (the datasets of one generator and run), then the four
     words (:mod:`..report.verdicts`), Holm p and the smallest difference this n detects."""
-    for family in dict.fromkeys(row[1] for row in paired):
-        rows = [row for row in paired if row[1] == family]
-        for (i, _, d, _), p in zip(rows, holm([row[3] for row in rows])):
-            rd = read_differences(d, p, rule)
-            lines[i] += f" {rd.word} (Holm p {fmt_p(p)}, detectable {num(rd.mde)}) |"
+    for family in dict.fromkeys(fam for _, fam, _, _ in paired):
+        rows = [(i, d, p) for i, fam, d, p in paired if fam == family]
+        for (i, d, _), p_holm in zip(rows, holm([p for *_, p in rows])):
+            rd = read_differences(d, p_holm, rule)
+            lines[i] += f" {rd.word} (Holm p {fmt_p(p_holm)}, detectable {num(rd.mde)}) |"
 
 
 def transfer_row(lines: list[str], dataset: str, generator: str, status: dict,

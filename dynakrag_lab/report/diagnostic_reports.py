@@ -21,6 +21,7 @@ from dynakrag_lite.policy import Policy, train_policy
 from dynakrag_lite.trajectories import collect
 
 from . import appendix as ap
+from .comparison import NO_DIFFERENCE
 from .headline import (GRID, check_set_markdown, check_set_pairs, headline_table, paired_view,
                        profile_sentence, stop_profile)
 from .paper import DATASETS
@@ -28,7 +29,7 @@ from .records import (lambda_effect, policy_path, policy_record, run_record,
                       stop_rule_reports, sweep_sentence)
 from .pair_words import read_pairs, words_sentence
 from .results import locate, paired_table, transfer_paired_table
-from .verdicts import INCONCLUSIVE
+from .verdicts import INCONCLUSIVE, pair_word
 
 SMALL, BIG = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
 NOTE = ("*Exploratory; written by `dynakrag_lab.report.diagnostic_reports` from the committed "
@@ -38,7 +39,9 @@ NOTE = ("*Exploratory; written by `dynakrag_lab.report.diagnostic_reports` from 
 
 
 def _plain(text: str) -> str:
-    return text.replace("no measurable difference", "inconclusive at this n")
+    """``text`` with the raw token of an inconclusive pair (tables print
+    :func:`~.comparison.verdict`'s tokens) in the four words (:func:`~.verdicts.pair_word`)."""
+    return text.replace(NO_DIFFERENCE, pair_word(NO_DIFFERENCE))
 
 
 def lambda_report(results: Path, dataset: str = "hotpotqa", reader: str = SMALL) -> str:

@@ -14,13 +14,15 @@ One reading of per-question differences d = A - B (:func:`read_differences`):
   ``(z_{1-alpha/2} + z_power) * sd(d) / sqrt(n)``, to say how large an effect this n could see.
 
 Both the primary family (:mod:`.family`) and the exploratory sentences of README and the
-preface (:mod:`.claims`) read their words here, so one rule speaks everywhere.
+preface (:mod:`.claims`) read their words here, so one rule speaks everywhere. Where a pair is
+read on its own (exploratory: no Holm, no equivalence test), :func:`pair_word` says the token
+of :func:`.comparison.verdict` in the same words, and :func:`interval_word` a bare interval's.
 """
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -113,8 +115,9 @@ def four_words(diff: float, p_holm: float, p_tost: float, r: Rules) -> str:
 @dataclass(frozen=True)
 class Reading:
     """What :func:`read_differences` reads from one test's per-question differences. Only the
-    word needs the test's family: a family's reader reads each test with ``p_holm`` NaN, then
-    gives each its Holm p (:meth:`adjusted`)."""
+    word needs the Holm p of the test's family: a family's reader (:func:`.family.read_test`)
+    reads each test's numbers with ``p_holm`` NaN and words it once the family is adjusted
+    (:func:`.family.verdict_word`). A test read alone is a family of one: its p is its Holm p."""
     n: int
     diff: float
     p_tost: float
@@ -131,11 +134,8 @@ class Reading:
     @property
     def word(self) -> str:
         if math.isnan(self.p_holm):  # a NaN p would read as "not better" without a word said
-            raise ValueError("a reading has no word before its Holm p (Reading.adjusted)")
+            raise ValueError("a reading has no word before its Holm p")
         return four_words(self.diff, self.p_holm, self.p_tost, self.rules)
-
-    def adjusted(self, p_holm: float) -> Reading:
-        return replace(self, p_holm=p_holm)
 
     def excludes(self, margin: float) -> bool:
         """Is an effect of ``margin`` (A ahead by it) excluded, one-sided?"""
@@ -143,17 +143,19 @@ class Reading:
 
 
 def read_differences(d: Sequence[float], p_holm: float, r: Rules) -> Reading:
+    """The :class:`Reading` of differences ``d`` (A - B per question) at the toml's rules
+    ``r``, with the test's Holm-adjusted ``p_holm`` (NaN: not adjusted yet, no word)."""
     arr = np.asarray(d, dtype=float)
     p_t, lo, hi = tost(arr, r.margin, r.alpha)
     return Reading(len(arr), float(arr.mean()), p_t, lo, hi, mde(arr, r.alpha, r.power), r,
                    p_holm)
 
 
-def pair_word(verdict: str) -> str:
-    """A pair's :func:`.comparison.verdict` in the four words, read on its own (exploratory:
-    no Holm, no equivalence test): better / worse, else inconclusive at this n; a reason why
-    the pair was not made ("not run yet") stays as it is."""
-    return COMPARATIVE.get(verdict, INCONCLUSIVE if verdict == NO_DIFFERENCE else verdict)
+def pair_word(token: str) -> str:
+    """A pair's :func:`.comparison.verdict` token in the four words, read on its own
+    (exploratory: no Holm, no equivalence test): better / worse, else inconclusive at this n;
+    a reason why the pair was not made ("not run yet") stays as it is."""
+    return COMPARATIVE.get(token, INCONCLUSIVE if token == NO_DIFFERENCE else token)
 
 
 def interval_word(lo: float, hi: float) -> str:
