@@ -171,11 +171,10 @@ HOTPOTQA_1_5B = Needs(("qwen2.5-coder-1.5b",), ("hotpotqa",))
 # Chapters 01-02 describe the three benchmarks when present; 12's quick mode reads committed
 # runs only, and its full mode re-runs recorded commands that name the experiments' data folder
 # and the 1.5B reader (not a Colab set-up), so it installs nothing; the diagnosis appendix (98)
-# reads committed results and replays a live sweep on the embedded library with the 0.5B Qwen
-# model, so it fetches no data. 11b replays one question of the committed HotpotQA run with the
-# 0.5B model; it needs the experiments' own HotpotQA subset (../shared/data, checked by
-# sha256), which the full dev set prepare_data.py downloads is not, so it fetches no data and
-# shows the committed record unless DYNAKRAG_DATA_DIR points at that subset.
+# reads committed results only (no model, no data). 11b replays one question of the committed
+# HotpotQA run with the 0.5B model; it needs the experiments' own HotpotQA subset
+# (../shared/data, checked by sha256), which the full dev set prepare_data.py downloads is not,
+# so it fetches no data and shows the committed record unless DYNAKRAG_DATA_DIR points at it.
 CHAPTER_NEEDS: dict[str, Needs] = {
     "00": Needs(QUICK),
     "01": Needs((), BENCHMARKS),
