@@ -402,3 +402,14 @@ def test_horizon_verdict_wording():
     v = horizon_verdict(h)
     assert "inconclusive at this n against uniform offline" in v
     assert "[-0.150, -0.050]: worse;" in v
+
+
+def test_trajectory_files_are_read_in_the_papers_dataset_order_whatever_the_argument_order():
+    from dynakrag_lab.studies.diagnosis.__main__ import in_paper_order
+    keys = [("musique", "b"), ("2wikimultihopqa", "a"), ("hotpotqa", "b"), ("other", "a"),
+            ("hotpotqa", "a")]
+    order = [("hotpotqa", "a"), ("hotpotqa", "b"), ("2wikimultihopqa", "a"), ("musique", "b"),
+             ("other", "a")]
+    assert list(in_paper_order({k: None for k in keys})) == order
+    assert list(in_paper_order({k: None for k in reversed(keys)})) == order
+

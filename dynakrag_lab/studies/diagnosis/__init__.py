@@ -370,8 +370,8 @@ def verdict(r: dict) -> list[str]:
     sc = f["actions"].get("sufficiency_check")
     if sc:
         out.append(f"sufficiency_check is chosen at {sc['chosen']:.0%} of decisions, strictly "
-                   f"best at {sc['strictly_best']:.0%} (tied best only where no acquisition "
-                   f"adds support: {sc['best']:.0%}); its label 1[SR=1] is a level that "
+                   f"best at {sc['strictly_best']:.0%} (best alongside others only where no "
+                   f"acquisition adds support: {sc['best']:.0%}); its label 1[SR=1] is a level that "
                    "competes with gains.")
         if sc["chosen"] > 0.25 and above(acq["gain_chosen"], f["gain_chosen"]):
             lost.append(f"labels (sufficiency_check's level label is picked at "

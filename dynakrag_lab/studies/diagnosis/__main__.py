@@ -37,11 +37,13 @@ import hashlib
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from dynakrag_lite.storage import relative_command
 from dynakrag_lite.training.files import load_training_data_bytes
 from dynakrag_lite.trajectories import TrainingData
 from dynakrag_lab.report.answer_labels import merge_answer_labels, read_label_file
+from dynakrag_lab.report.names import DATASETS
 from dynakrag_lab.studies.diagnosis import CHOICE_LAMBDAS, diagnose, verdict
 from dynakrag_lab.studies.diagnosis.horizon import diagnose_horizon, horizon_verdict
 from dynakrag_lab.studies.diagnosis.report import (horizon_markdown, markdown, stop_markdown,
@@ -79,6 +81,14 @@ def labels_for(paths: list[Path], labels: list[Path]) -> dict[Path, Path]:
             raise ValueError(f"--answer-labels {out[p]} and {lp} are both for {p}")
         out[p] = lp
     return out
+
+
+def in_paper_order(files: dict[tuple[str, str], Any]) -> dict[tuple[str, str], Any]:
+    """``files`` keyed by (dataset, reader) in the paper's dataset order (others last, by
+    name), whatever the order of the arguments: the stop section pools the other datasets in
+    this order, and a forest's bootstrap depends on the order of its rows."""
+    rank = {d: i for i, d in enumerate(DATASETS)}
+    return dict(sorted(files.items(), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0])))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             merged["file"] = labels[path].as_posix()
             print(f"{path}: answer labels {merged}", flush=True)
         files[name_of(path, data)] = (path, data, merged)
+    files = in_paper_order(files)
     results: dict[str, dict] = {sec: {} for sec in args.sections}
     clock = {sec: [0.0, 0.0] for sec in args.sections}  # wall, CPU seconds per section
     for key, (path, data, merged) in files.items():
