@@ -548,7 +548,7 @@ def test_control_diagnosis_section_words_each_reports_numbers_per_file(tmp_path)
     assert f"- **{key}**: Signal lost in: labels (sufficiency_check's level label is picked" in text
     assert "Choice" not in text  # only the last sentence of the main diagnosis
     assert "[-0.016, +0.032]): inconclusive at this n against uniform offline" in text
-    assert "[-0.003, +0.035] over random: inconclusive at this n." in text
+    assert "[-0.000, +0.042] over random: inconclusive at this n." in text
     assert "- **musique/g**: too few" in text
 
 
