@@ -10,7 +10,6 @@
   after one retrieval, or run to the step cap) and whether its documents are Fixed-K(3)'s;
 * :func:`continuation_table`: the continuation controller against uniform-valid and against
   its own always-continue schedule (``dynakrag-cont-stop4``);
-* :func:`ablation_pairs`: the full method against each ablation, paired;
 * :func:`check_set_pairs` / :func:`check_set_markdown`: the controllers against every other
   run on the check set (training questions no policy, selector, run or diagnosis read before),
   each pair's word computed (:func:`~.verdicts.pair_word`: better, worse or inconclusive at this
@@ -34,7 +33,6 @@ from .continuation import (continuation_readers, continuation_sentences, continu
                            grid_status, pareto_panels, still_to_run)
 from .names import (ALWAYS_CONTINUE, BASELINES, CONTINUATION, GRID, SCHEDULES, STEP_CAP,
                     STOP_CHOSEN, join_words, readers, run_names, short_names)
-from .paper import ABLATION_RUNS
 from .results import (NOT_RUN, best_baseline, is_partial, load_summaries, mean_of, paired_table,
                       read_run)
 from .verdicts import pair_word
@@ -108,8 +106,8 @@ PAIRED_METRICS = {"f1": "F1", "support_recall": "SR", "em": "EM"}
 
 def paired_view(pairs: pd.DataFrame, base: str = "dynakrag") -> pd.DataFrame:
     """The rows of :func:`~.results.paired_table` that could be paired (n > 0), as the book
-    prints them: metric names, the interval as ``[lo, hi]``, the verdict naming ``base``,
-    F1 first, then SR and EM."""
+    prints them: metric names, the interval as ``[lo, hi]``, ``base``'s verdict against each
+    run in the four words (:func:`~.verdicts.pair_word`), F1 first, then SR and EM."""
     made = pairs[pairs.n > 0]
     order = list(PAIRED_METRICS.values())
     view = pd.DataFrame({
@@ -117,8 +115,9 @@ def paired_view(pairs: pd.DataFrame, base: str = "dynakrag") -> pd.DataFrame:
         "run status": made.status, "n": made.n, base: made[base].round(3),
         "run mean": made.other.round(3), "diff": made["diff"].round(3),
         "95% interval": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(made.lo, made.hi)],
-        "p": made.p_value.round(3), "wins": made.wins, "losses": made.losses,
-        "verdict": [v.replace("A ", f"{base} ") for v in made.verdict]})
+        # a permutation p is never 0: below its resolution it reads "<.001"
+        "p": [f"{p:.3f}" if p >= 1e-3 else "<.001" for p in made.p_value], "wins": made.wins, "losses": made.losses,
+        f"{base} against run": [pair_word(v) for v in made.verdict]})
     view = view.sort_values("metric", key=lambda c: c.map(order.index), kind="stable")
     return view.reset_index(drop=True)
 
@@ -176,31 +175,6 @@ def profile_sentence(p: Mapping) -> str:
                  + (", so there it *is* Fixed-K(3) with compressed evidence" if same == k3
                     else ""))
     return text + (f" ({p['status']})" if p["status"] != "complete" else "")
-
-
-# -- ablations ----------------------------------------------------------------------------------
-def ablation_pairs(root: str | Path = EXPERIMENTS_DIR,
-                   runs: Sequence[str] = ABLATION_RUNS[1:], base: str = "dynakrag"
-                   ) -> pd.DataFrame:
-    """Every reader's full method (``base``) against each ablation in ``runs``, paired per
-    question on F1 and SR: columns of :func:`~.results.paired_table` plus dataset and
-    reader. ``diff`` is full minus ablation, so a positive difference is what the removed
-    component added. Readers without a ``base`` run or without any of ``runs`` are left out
-    (``attrs["without"]``: those with a ``base`` run but no ablation yet)."""
-    parts, without = [], []
-    for dataset, reader in readers(root):
-        names = run_names(dataset, reader, root)
-        if base in names and not any(r in names for r in runs):
-            without.append((dataset, reader))
-        elif base in names:
-            pt = paired_table(dataset, reader, base=base, runs=list(runs),
-                              metrics=("f1", "support_recall"), root=root)
-            parts.append(pt.assign(dataset=dataset, reader=reader))
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["run", "metric", "n", base, "other", "diff", "lo", "hi", "p_value", "wins",
-                 "losses", "verdict", "status", "dataset", "reader"])
-    out.attrs["without"] = without
-    return out
 
 
 def check_set_pairs(root: str | Path = CHECK_SET_DIR,
@@ -264,7 +238,7 @@ def pair_rows(dataset: str, reader: str, run: str, other: str, root: str | Path
 
 
 __all__ = ["ALWAYS_CONTINUE", "BASELINES", "CONTINUATION", "CONTROLLERS", "GRID",
-           "HEADLINE_COLUMNS", "SCHEDULES", "ablation_pairs", "continuation_readers",
+           "HEADLINE_COLUMNS", "SCHEDULES", "continuation_readers",
            "continuation_sentences", "continuation_table", "grid_status", "headline_table",
            "join_words", "pair_phrase", "pair_rows", "paired_view", "pareto_panels",
            "profile_sentence", "readers", "short_names", "still_to_run", "stop_profile",

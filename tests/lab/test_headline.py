@@ -1,6 +1,6 @@
 """The book's reading of the results (dynakrag_lab.report.headline, .records): the headline
-table and its sentences, stop profiles, the continuation controller's comparisons, ablation
-pairs and the records settings come from; on small synthetic run folders, so every phrase is
+table and its sentences, stop profiles, the continuation controller's comparisons, the paired
+view and the records settings come from; on small synthetic run folders, so every phrase is
 checked against numbers we chose."""
 from __future__ import annotations
 
@@ -108,14 +108,12 @@ def test_continuation_table_pairs_with_uniform_and_always_continue(tree: Path):
     assert "against `uniform`: not compared (not run yet)" in text
 
 
-def test_ablation_pairs_read_full_minus_ablation(tree: Path):
-    write(tree, "dynakrag-no_compression", [row(f"q{i}", 0.1) for i in range(N)])
-    p = h.ablation_pairs(tree)
-    assert set(p.reader) == {"g"} and p.attrs["without"] == [("hotpotqa", "big")]
-    f1 = p[p.metric == "f1"].set_index("run")
-    assert f1.loc["dynakrag-no_compression", "verdict"] == "A better"
-    assert f1.loc["dynakrag-cap1", "verdict"] == "not run yet"
-    assert (f1.n == 0).sum() == 4  # no_sufficiency, cap1-3 not paired
+def test_paired_view_words_each_verdict_in_the_four_words(tree: Path):
+    pt = h.paired_table("hotpotqa", "g", base="dynakrag", runs=["fixed_k3", "uniform", "oracle"],
+                        metrics=("f1",), root=tree)
+    words = h.paired_view(pt).set_index("run")["dynakrag against run"]
+    assert words.to_dict() == {"fixed_k3": "better", "uniform": "inconclusive at this n",
+                               "oracle": "worse"}
 
 
 def test_run_record_reads_the_split_and_policy_settings(tree: Path):
