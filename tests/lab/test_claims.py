@@ -14,6 +14,7 @@ from dynakrag_lab.report.claims import (StopGrid, claim_sentences, fmt_diff,
                                         fmt_p, headline_claims, horizon_table, results_table,
                                         stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
+from dynakrag_lab.report.family import read_families, verdict_sentences
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "results" / "experiments"
@@ -42,6 +43,33 @@ def test_the_stated_result_matches_the_committed_runs(sentences, where):
     stale = [s for s in sentences if _flat(s) not in text]
     assert not stale, (f"{where} does not state the result the runs give; replace its text "
                        f"with: {stale}")
+
+
+def _outputs(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", ())]
+    return "\n".join("".join(o.get("text", ""))
+                     + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
+@pytest.mark.parametrize("where", ["README.md", "book/00_preface.ipynb", "book/12_results.ipynb"])
+def test_the_primary_tests_are_stated_once_complete_and_pending_before(where):
+    """Before every run of the primary family is complete the text calls its readings
+    exploratory and the primary tests pending; after, it states each primary test's verdict
+    as the family report words it (chapter 12 in its outputs)."""
+    report = read_families(ROOT / "results" / "primary_tests.toml")
+    path = ROOT / where
+    text = path.read_text("utf-8") if path.suffix == ".md" else _markdown(path)
+    if where.endswith("12_results.ipynb"):
+        text += "\n" + _outputs(path)
+    text = _flat(text)
+    if report["complete"]:
+        missing = [s for s in verdict_sentences(report) if _flat(s) not in text]
+        assert not missing, f"{where} does not state these primary results: {missing}"
+    else:
+        assert "exploratory" in text and "pending" in text, (
+            f"{where}: the primary family is incomplete, so its readings must be called "
+            "exploratory and the primary tests pending")
 
 
 def _grid(f1: np.ndarray, depth: np.ndarray) -> StopGrid:
