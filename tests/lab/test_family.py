@@ -314,3 +314,38 @@ def test_a_toml_without_a_needed_field_is_refused_naming_the_field(tmp_path):
     toml.write_text(toml.read_text().replace("hotpotqa = 0.05", ""))
     with pytest.raises(ValueError, match=r"t\.toml: field 'paper_margin\.uniform\.hotpotqa'"):
         family.load_tests(toml)
+
+
+# -- the committed family, recomputed by hand from predictions.jsonl -----------------------------
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = json.loads((ROOT / "results/primary/family/family.json").read_text("utf-8"))
+DONE = [t for f in COMMITTED["families"] for t in f["tests"] if t["complete"]]
+
+
+def _f1_by_id(folder: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in (folder / "predictions.jsonl").open(encoding="utf-8")]
+    return {r["id"]: float(r["f1"]) for r in rows if "error" not in r}
+
+
+@pytest.mark.parametrize("test", DONE, ids=[f"{t['family']}-{t['dataset']}-{t['test']}"
+                                           for t in DONE])
+def test_a_complete_committed_test_is_what_a_reader_recomputes_from_its_rows(test):
+    """The mean difference, its n, the detectable effect and the verdict word of every
+    complete test in the committed family.json, recomputed with plain Python from the run
+    folders' per-question F1 (B's seeds averaged per question): a stale or mis-read
+    family.json fails here."""
+    fam = next(f for f in COMMITTED["families"] if f["family"] == test["family"])
+    folder = ROOT / fam["root"] / test["dataset"] / COMMITTED["generator"]
+    a = _f1_by_id(folder / test["a"])
+    bs = [_f1_by_id(folder / b) for b in test["b"]]
+    ids = [q for q in a if all(q in b for b in bs)]
+    d = [a[q] - sum(b[q] for b in bs) / len(bs) for q in ids]
+    n, mean = len(d), sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    assert n == test["n"] == test["n_expected"]
+    assert mean == pytest.approx(test["diff"], abs=1e-4)
+    assert test["lo"] < mean < test["hi"]
+    assert (1.959964 + 0.841621) * sd / math.sqrt(n) == pytest.approx(test["mde"], abs=1e-3)
+    word = ("better" if mean > 0 else "worse") if test["p_holm"] < COMMITTED["alpha"] else (
+        "equivalent" if test["equivalent"] else "inconclusive at this n")
+    assert test["verdict"].startswith(word)
