@@ -74,7 +74,6 @@ import re
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -93,6 +92,7 @@ if str(ROOT / "data_scripts") not in sys.path:  # the sibling scripts, run from 
 import colab  # noqa: E402
 import install_llama  # noqa: E402
 import prepare_data  # noqa: E402  (puts ROOT on sys.path: the library of this checkout)
+from execute_chapters import cache_rows, resolve_chapters  # noqa: E402
 
 from dynakrag_lite.data.sources import DATASET_FILES, data_dir, load_questions  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, sha256_file  # noqa: E402
@@ -522,14 +522,6 @@ def check_notebook(nb: Mapping, marker: str = colab.MARKER) -> dict:
             "errors": errors, "nan": nans, "stderr_outputs": stderr, "install_cell": setup}
 
 
-def cache_rows(path: Path) -> int | None:
-    """Rows of an LLM call cache (``calls`` table), None when there is no such file."""
-    if not path.exists():
-        return None
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-
-
 def child_env(base: Mapping[str, str], venv_bin: Path, caches: Path) -> tuple[dict, list[str]]:
     """The environment of every child: the host's without its project settings (Colab has
     none), the venv first on PATH, caches under ``caches``. Returns it and the dropped names."""
@@ -650,27 +642,6 @@ def _pin(requirements: str, name: str) -> str:
 
 
 # -- chapters, and the order of their steps ----------------------------------------------------
-def resolve_chapters(specs: Sequence[str], book: Path = ROOT / "book") -> list[str]:
-    """The chapter files ``specs`` name, in order, each once. A spec is a file name, a stem or
-    the part before the first underscore (``11`` is ``11_baselines.ipynb``, ``11b`` the
-    walkthrough), or a comma list of those; ValueError for one that names no single chapter."""
-    files = sorted(p.name for p in book.glob("*.ipynb"))
-    out: list[str] = []
-    for spec in specs:
-        for part in (x.strip() for x in spec.split(",")):
-            if not part:
-                continue
-            stem = part[:-len(".ipynb")] if part.endswith(".ipynb") else part
-            hits = [f for f in files if f[:-len(".ipynb")] == stem] or \
-                [f for f in files if f.split("_", 1)[0] == stem]
-            if len(hits) != 1:
-                raise ValueError(f"chapter {part!r}: " + (
-                    f"ambiguous ({', '.join(hits)})" if hits else f"no such chapter in {book}"))
-            if hits[0] not in out:
-                out.append(hits[0])
-    return out
-
-
 Step = tuple[str, str, Callable[[dict], None]]  # name, what, body (fills rec["found"])
 
 
@@ -1058,19 +1029,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "is always kept)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
     ap.add_argument("--chapter", action="append", default=None, metavar="CHAPTER",
-                    help="a chapter to check: file name, stem or prefix (05, 11b), or a comma "
-                         "list; repeatable (default: " + ", ".join(CHAPTERS) + ")")
+                    help="a chapter to check: its number (05, 11b), name or file name, or a "
+                         "comma list; repeatable (default: " + ", ".join(CHAPTERS) + ")")
     ap.add_argument("--data-dir", type=Path, default=None,
                     help="the folder of normalized benchmark files the served official-layout "
                          "files are rebuilt from (default: $DYNAKRAG_DATA_DIR, else "
                          "../shared/data)")
     args = ap.parse_args(argv)
     try:
-        chapters = resolve_chapters(args.chapter or CHAPTERS)
+        chapters = [p.name for p in resolve_chapters(args.chapter or CHAPTERS, ROOT / "book")]
     except ValueError as e:
         ap.error(str(e))
-    if not chapters:
-        ap.error("no chapter given")
     data_root = data_dir(args.data_dir)  # read before children drop $DYNAKRAG_DATA_DIR
     data_root = data_root.resolve() if data_root else None
     if args.work is not None:

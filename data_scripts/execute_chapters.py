@@ -2,8 +2,8 @@
 outputs are the ones a reader sees and the -W book build renders.
 
     python data_scripts/execute_chapters.py                  # every chapter
-    python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number
-    python data_scripts/execute_chapters.py 12_results       # one chapter by name
+    python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number, in this order
+    python data_scripts/execute_chapters.py 12_results,5     # by name or number, comma lists too
 
 Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
 book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does). The recorded calls are
@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's library, not another clone's editable install
@@ -70,19 +70,29 @@ def failure_text(e: BaseException, limit: int = 500) -> str:
     return " ".join(what.split())[:limit]
 
 
-def select_chapters(wanted_args: list[str], book: Path | None = None) -> list[Path]:
-    """Chapters by number ("12": every chapter numbered 12) or by name ("12_results"); all
-    without arguments. ValueError names the ones that match nothing."""
-    chapters = sorted((book or BOOK).glob("[0-9][0-9]*_*.ipynb"))
-    if not wanted_args:
+def resolve_chapters(names: Sequence[str], book: Path | None = None) -> list[Path]:
+    """The chapters ``names`` name, in the order named, each once; every chapter when there are
+    no names. A name is a file name (12_results.ipynb), a stem (12_results) or a chapter number,
+    the part before the first underscore (12, 11b; 5 is 05); an argument may be a comma list.
+    ValueError naming each name that matches no chapter, or when the arguments name none."""
+    book = book or BOOK
+    chapters = sorted(book.glob("[0-9][0-9]*_*.ipynb"))
+    if not names:
         return chapters
-    wanted = {a.zfill(2) if a.isdigit() else a for a in wanted_args}
-    chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
-    missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
+    parts = [p.strip() for name in names for p in name.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"no chapter named in {', '.join(map(repr, names))}")
+    found: list[Path] = []
+    missing = []
+    for part in parts:
+        number = part.zfill(2) if part.isdigit() else part
+        hits = [c for c in chapters if part in (c.name, c.stem) or chapter_number(c) == number]
+        if not hits:
+            missing.append(repr(part))
+        found += [c for c in hits if c not in found]
     if missing:
-        raise ValueError(f"no chapter numbered or named {', '.join(sorted(missing))} in "
-                         f"{book or BOOK}")
-    return chapters
+        raise ValueError(f"no chapter numbered or named {', '.join(missing)} in {book}")
+    return found
 
 
 def kernel_environment() -> None:
@@ -152,11 +162,13 @@ def glue_roles(nb: dict) -> int:
                for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
-def cache_rows(path: Path) -> int:
-    """Rows of an LLM call cache; 0 for a missing file or one without the ``calls`` table."""
+def cache_rows(path: Path) -> int | None:
+    """Rows of the ``calls`` table of an LLM call cache file (0 without that table), None when
+    there is no file. Read-only: CallCache would create the file, the table and turn on WAL."""
     if not path.exists():
-        return 0
-    with contextlib.closing(sqlite3.connect(path)) as db:  # "with connect" would not close it
+        return None
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:  # "with connect" won't close
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] if "calls" in tables else 0
 
@@ -165,7 +177,7 @@ def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
     """Execute ``path`` in memory with ``cache`` as its LLM call cache; what it took."""
     import nbformat
     nb = nbformat.read(path, as_version=4)
-    before = cache_rows(cache)
+    before = cache_rows(cache) or 0  # an empty cache's file is made by the first call
     os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
     entry = {"words": markdown_words(nb), "glue_roles": glue_roles(nb),
              "code_cells": sum(c.cell_type == "code" for c in nb.cells),
@@ -177,7 +189,7 @@ def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
     except Exception as e:  # a failed chapter is reported, not timed as if it had run
         entry.update(ok=False, error=failure_text(e, 300))
     entry["seconds"] = round(time.perf_counter() - t0, 1)
-    entry["model_calls"] = cache_rows(cache) - before
+    entry["model_calls"] = (cache_rows(cache) or 0) - before
     return entry
 
 
@@ -232,13 +244,14 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                    help="a chapter number (12, 11b) or name (12_results); none: every chapter")
+                    help="a chapter number (12, 11b), name (12_results) or comma list of them; "
+                         "none: every chapter")
     ap.add_argument("--time", choices=("recorded", "empty"),
                     help="measure each chapter in memory with the recorded calls or an empty "
                          "cache, writing only results/diagnostics/chapter-times.json")
     args = ap.parse_intermixed_args(argv)  # --time before, between or after the chapters
     try:
-        chapters = select_chapters(args.chapters)
+        chapters = resolve_chapters(args.chapters)
     except ValueError as e:
         ap.error(str(e))
     kernel_environment()

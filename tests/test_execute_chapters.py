@@ -34,7 +34,8 @@ def test_words_count_markdown_only_and_roles_are_found():
 
 
 def test_cache_rows_of_a_missing_file_an_empty_file_and_a_cache(tmp_path):
-    assert ec.cache_rows(tmp_path / "absent.sqlite") == 0
+    assert ec.cache_rows(tmp_path / "absent.sqlite") is None
+    assert not (tmp_path / "absent.sqlite").exists()  # counting creates no file
     db = tmp_path / "c.sqlite"
     sqlite3.connect(db).close()
     assert ec.cache_rows(db) == 0
@@ -42,6 +43,23 @@ def test_cache_rows_of_a_missing_file_an_empty_file_and_a_cache(tmp_path):
         c.execute("CREATE TABLE calls (key TEXT)")
         c.executemany("INSERT INTO calls VALUES (?)", [("a",), ("b",)])
     assert ec.cache_rows(db) == 2
+
+
+def test_chapters_are_named_by_file_stem_or_number_in_the_order_named_each_once(tmp_path):
+    for stem in ("01_a", "05_b", "11_c", "11b_d", "12_e", "notes"):  # notes: no number
+        (tmp_path / f"{stem}.ipynb").touch()
+
+    def named(*args: str) -> list[str]:
+        return [p.stem for p in ec.resolve_chapters(list(args), tmp_path)]
+
+    assert named("12", "05,11b_d.ipynb", "11_c", "12_e", "1") == [
+        "12_e", "05_b", "11b_d", "11_c", "01_a"]
+    assert named("11") == ["11_c"]  # 11b is a number of its own
+    assert named() == ["01_a", "05_b", "11_c", "11b_d", "12_e"]
+    with pytest.raises(ValueError, match=r"no chapter numbered or named '13', 'b' in "):
+        ec.resolve_chapters(["13,b", "05"], tmp_path)
+    with pytest.raises(ValueError, match="no chapter named in '', ' , '"):
+        ec.resolve_chapters(["", " , "], tmp_path)
 
 
 @pytest.fixture
@@ -63,7 +81,7 @@ def test_a_sweep_reports_each_chapter_and_a_failure_without_writing_the_chapters
         tiny_book, tmp_path):
     before = {p.name: p.read_bytes() for p in tiny_book.glob("*.ipynb")}
     out = tmp_path / "ec.json"
-    chapters = ec.select_chapters([], tiny_book)
+    chapters = ec.resolve_chapters([], tiny_book)
     assert ec.time_chapters(chapters, "recorded", out, tiny_book / "_llm_cache.sqlite",
                             tiny_book) == 1  # one chapter failed
     report = json.loads(out.read_text())
@@ -73,7 +91,7 @@ def test_a_sweep_reports_each_chapter_and_a_failure_without_writing_the_chapters
     assert not broken["ok"] and "ValueError: no" in broken["error"]
     assert {p.name: p.read_bytes() for p in tiny_book.glob("*.ipynb")} == before
     # a second mode is merged beside the first, not over it
-    assert ec.time_chapters(ec.select_chapters(["01"], tiny_book), "empty", out,
+    assert ec.time_chapters(ec.resolve_chapters(["01"], tiny_book), "empty", out,
                             book=tiny_book) == 0
     assert set(json.loads(out.read_text())["chapters"]["01_tiny"]) == {"recorded", "empty"}
 
@@ -82,7 +100,7 @@ def test_damaged_times_report_is_named_before_any_chapter_runs(tiny_book, tmp_pa
     out = tmp_path / "chapter-times.json"
     out.write_text('{"chapters": {"01_tiny": ')  # a sweep's file cut short by hand
     with pytest.raises(ValueError, match=r"chapter-times\.json: not JSON"):
-        ec.time_chapters(ec.select_chapters(["01"], tiny_book), "empty", out, book=tiny_book)
+        ec.time_chapters(ec.resolve_chapters(["01"], tiny_book), "empty", out, book=tiny_book)
     out.write_text('{"chapters": []}')
     with pytest.raises(ValueError, match=r"chapter-times\.json: not a chapter-times report"):
         ec.read_times(out)
@@ -106,12 +124,12 @@ def test_command_line_takes_chapters_and_time_anywhere(ran):
     assert ec.main(["--time", "empty", "1"]) == 0  # a number without its zero
     assert ec.main(["02", "--time", "recorded", "01"]) == 0
     assert ran == [("in place", ["01_tiny", "02_broken"]), ("in place", ["01_tiny", "02_broken"]),
-                   ("time", "empty", ["01_tiny"]), ("time", "recorded", ["01_tiny", "02_broken"])]
+                   ("time", "empty", ["01_tiny"]), ("time", "recorded", ["02_broken", "01_tiny"])]
 
 
 @pytest.mark.parametrize("argv, said", [
     (["--time", "live"], "invalid choice: 'live'"), (["--time"], "expected one argument"),
-    (["07"], "no chapter numbered or named 07"), (["-x"], "unrecognized arguments: -x")])
+    (["07"], "no chapter numbered or named '07'"), (["-x"], "unrecognized arguments: -x")])
 def test_command_line_refuses_what_it_cannot_run_and_runs_nothing(ran, argv, said, capsys):
     with pytest.raises(SystemExit) as e:
         ec.main(argv)
