@@ -21,7 +21,9 @@ replay) or an empty cache (``empty``: every model call runs on this machine, one
 thread unless DYNAKRAG_N_THREADS says otherwise). Its entry in results/diagnostics/
 chapter-times.json (merged by chapter and mode) holds the wall time from kernel start to the
 last cell, the model calls made (cache rows after minus before), the words of its markdown
-(``\\w+`` tokens) and the glue roles left in it, with the CPU, its load average and the commit.
+(``\\w+`` tokens) and the glue roles left in it, with the CPU, its load average and the commit;
+a chapter that failed, its error and traceback (:func:`failure_record`). A SIGINT or SIGTERM
+stops the sweep; the chapter it interrupted gets no entry.
 """
 from __future__ import annotations
 
@@ -38,8 +40,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Sequence
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's library, not another clone's editable install
@@ -53,6 +60,8 @@ BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"
 TIMES = ROOT / "results" / "diagnostics" / "chapter-times.json"
 GLUE = re.compile(r"\{glue(?::\w+)?\}")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # IPython colours a cell's traceback
+TRACEBACK_CHARS = 20_000  # kept of a failure's traceback, from its end (where it failed)
 
 
 def chapter_number(path: Path) -> str:
@@ -109,17 +118,34 @@ def kernel_environment() -> None:
 
 
 def run_notebook(nb: Any, book: Path | None = None) -> None:
-    """Execute the notebook ``nb`` (an nbformat node) in place, from the book folder."""
-    from nbclient import NotebookClient
+    """Execute the notebook ``nb`` (an nbformat node) in place, from the book folder. A failure
+    carries what nbclient does not say: ``cell_index``, the cell whose error stopped the run,
+    and, when the kernel died, ``kernel_exit_status`` (negative: the signal that ended it, -9
+    e.g. the OOM killer). A SIGINT or SIGTERM, which nbclient's handler turns into a kernel
+    shutdown and a bare AssertionError, is raised as KeyboardInterrupt: stopped, not failed."""
     # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
     # (nbclient's default wait is 60 s).
-    NotebookClient(nb, timeout=3600, startup_timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(book or BOOK)}}).execute()
+    client = NotebookClient(nb, timeout=3600, startup_timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(book or BOOK)}})
+    seen: dict = {}  # nbclient forgets the kernel's process when it cleans up
+    client.on_notebook_start = lambda notebook: seen.update(
+        kernel=getattr(client.km.provisioner, "process", None))
+    client.on_cell_error = lambda cell, cell_index, execute_reply: seen.update(cell=cell_index)
+    try:
+        client.execute()
+    except Exception as e:
+        # set by nbclient's SIGINT/SIGTERM handler (0.11): it shuts the kernel down, no more
+        if getattr(client, "_async_cleanup_kernel_future", None) is not None:
+            raise KeyboardInterrupt("SIGINT or SIGTERM: nbclient shut the kernel down") from e
+        if isinstance(e, CellExecutionError):
+            e.cell_index = seen.get("cell")
+        if isinstance(e, DeadKernelError) and seen.get("kernel") is not None:
+            e.kernel_exit_status = seen["kernel"].poll()
+        raise
 
 
 def execute_in_place(chapters: list[Path]) -> int:
     """Execute each chapter and write it back, cleaned; 1 when one failed (left unchanged)."""
-    import nbformat
     work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
     if BOOK_CACHE.exists():
         merge_cache(BOOK_CACHE, work)
@@ -173,9 +199,24 @@ def cache_rows(path: Path) -> int | None:
         return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] if "calls" in tables else 0
 
 
+def failure_record(e: BaseException) -> dict:
+    """What the report keeps of a failure: ``error``, one line (:func:`failure_text`), and
+    ``traceback``: of a cell's error (nbclient's CellExecutionError) the cell's source and
+    IPython traceback without ANSI codes, else the Python traceback with its chained exceptions
+    (a failure outside the cells, e.g. in nbclient's kernel handling); and the ``cell_index`` or
+    ``kernel_exit_status`` :func:`run_notebook` found."""
+    if isinstance(e, CellExecutionError):
+        text = ANSI.sub("", str(e))
+    else:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    record = {"error": failure_text(e, 300), "traceback": text[-TRACEBACK_CHARS:]}
+    record.update({k: getattr(e, k) for k in ("cell_index", "kernel_exit_status")
+                   if hasattr(e, k)})
+    return record
+
+
 def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
     """Execute ``path`` in memory with ``cache`` as its LLM call cache; what it took."""
-    import nbformat
     nb = nbformat.read(path, as_version=4)
     before = cache_rows(cache) or 0  # an empty cache's file is made by the first call
     os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
@@ -187,7 +228,7 @@ def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
         run_notebook(nb, book)
         entry["ok"] = True
     except Exception as e:  # a failed chapter is reported, not timed as if it had run
-        entry.update(ok=False, error=failure_text(e, 300))
+        entry.update(ok=False, **failure_record(e))
     entry["seconds"] = round(time.perf_counter() - t0, 1)
     entry["model_calls"] = (cache_rows(cache) or 0) - before
     return entry

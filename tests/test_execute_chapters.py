@@ -1,6 +1,7 @@
 """data_scripts/execute_chapters.py: what a failed chapter reports, and --time's report."""
 import json
 import sqlite3
+import threading
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,18 @@ def test_execute_chapters_reports_the_cells_exception_not_nbclients_preamble():
     assert ec.failure_text(err) == "ModuleNotFoundError: No module named 'dynakrag_lite'"
     assert ec.failure_text(TimeoutError("cell timed out\nafter 1800 s")) == (
         "TimeoutError: cell timed out after 1800 s")
+
+
+def test_a_cells_traceback_is_kept_without_its_ansi_colours():
+    from nbclient.exceptions import CellExecutionError
+    err = CellExecutionError("An error occurred while executing the following cell:\n---\n"
+                             "f()\n---\n\n\x1b[0;31mValueError\x1b[0m: \x1b[1;32mno\x1b[0m",
+                             "ValueError", "no")
+    err.cell_index = 4
+    assert ec.failure_record(err) == {
+        "error": "ValueError: no", "cell_index": 4,
+        "traceback": "An error occurred while executing the following cell:\n---\nf()\n---\n\n"
+                     "ValueError: no"}
 
 
 def _nb(*cells: tuple[str, str]) -> dict:
@@ -89,11 +102,50 @@ def test_a_sweep_reports_each_chapter_and_a_failure_without_writing_the_chapters
     broken = report["chapters"]["02_broken"]["recorded"]
     assert ok["ok"] and ok["model_calls"] == 0 and ok["code_cells"] == 1 and ok["seconds"] > 0
     assert not broken["ok"] and "ValueError: no" in broken["error"]
+    assert broken["cell_index"] == 0 and "raise ValueError('no')" in broken["traceback"]
+    assert "\x1b[" not in broken["traceback"] and "kernel_exit_status" not in broken
     assert {p.name: p.read_bytes() for p in tiny_book.glob("*.ipynb")} == before
     # a second mode is merged beside the first, not over it
     assert ec.time_chapters(ec.resolve_chapters(["01"], tiny_book), "empty", out,
                             book=tiny_book) == 0
     assert set(json.loads(out.read_text())["chapters"]["01_tiny"]) == {"recorded", "empty"}
+
+
+def _cleanup_kernel(km: object) -> None:
+    if km is None:  # nbclient's `assert self.km is not None` (pytest would rewrite an assert)
+        raise AssertionError
+
+
+def test_a_failure_outside_the_cells_keeps_its_python_traceback(tiny_book, tmp_path, monkeypatch):
+    monkeypatch.setattr(ec, "run_notebook", lambda nb, book=None: _cleanup_kernel(None))
+    out = tmp_path / "times.json"
+    assert ec.time_chapters(ec.resolve_chapters(["01"], tiny_book), "empty", out,
+                            book=tiny_book) == 1
+    entry = json.loads(out.read_text())["chapters"]["01_tiny"]["empty"]
+    assert not entry["ok"] and entry["error"] == "AssertionError:"
+    tb = entry["traceback"]
+    assert tb.startswith("Traceback (most recent call last)") and tb.endswith("AssertionError\n")
+    assert "in _cleanup_kernel" in tb and "raise AssertionError" in tb
+
+
+def test_a_kernel_that_died_is_reported_with_its_exit_status(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")])
+    with pytest.raises(ec.DeadKernelError) as e:
+        ec.run_notebook(nb, tmp_path)
+    record = ec.failure_record(e.value)
+    assert record["kernel_exit_status"] == -9 and record["error"] == "DeadKernelError: Kernel died"
+
+
+def test_a_sigterm_during_a_chapter_stops_the_run_instead_of_failing_the_chapter(tmp_path):
+    # nbclient catches SIGTERM only in the main thread: elsewhere it would end pytest
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("not in the main thread")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(30)")])
+    with pytest.raises(KeyboardInterrupt, match="SIGINT or SIGTERM") as e:
+        ec.run_notebook(nb, tmp_path)
+    assert isinstance(e.value.__cause__, AssertionError)  # what nbclient raised
 
 
 def test_damaged_times_report_is_named_before_any_chapter_runs(tiny_book, tmp_path):
