@@ -407,10 +407,9 @@ class FakeRuntime:
             code = cmd[2]
             if code.startswith("import sys, pip"):
                 return 0, "3.11.7 24.0\n"
-            if "('torch', 'ipykernel', 'papermill')" in code:
-                return 0, '{"torch": "2.13.0", "ipykernel": "7.0", "papermill": "2.7.0"}\n'
-            if "m.version('torch')" in code:
-                return 0, "2.13.0\n"
+            if "m.version(d) for d in" in code:  # the versions of the distributions named
+                known = {"torch": "2.13.0", "ipykernel": "7.0", "papermill": "2.7.0"}
+                return 0, json.dumps({d: v for d, v in known.items() if f"'{d}'" in code}) + "\n"
             if code == live.DECODE:
                 return 0, "DECODE " + json.dumps({
                     "model": "qwen2.5-coder-0.5b", "text": " Paris.", "tokens": 3,
