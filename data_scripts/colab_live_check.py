@@ -1,64 +1,24 @@
 #!/usr/bin/env python
 """A live check of the Colab install cells: real pip, a real clone over HTTP, real chapter runs.
 
-``tests/test_colab_setup.py`` runs the generated install cell against a fake pip. This script
-runs the real cells of three chapters the way one fresh Colab runtime would (chapter 5 on the
-embedded library set, chapter 11 on HotpotQA with the 1.5B reader, chapter 12 on the committed
-results), with nothing faked but the ``google.colab`` module and the two places this machine
-cannot reach (GitHub, the official dev-set host: both served from 127.0.0.1), and writes what
-happened to a JSON report::
+``tests/test_colab_setup.py`` runs the generated install cell against a fake pip; this script
+runs the real cells of three chapters as one fresh Colab runtime would (05 on the embedded
+library set, 11 on HotpotQA with the 1.5B reader, 12 on the committed results). Only the
+``google.colab`` module is faked, and what this machine cannot reach is served from 127.0.0.1:
+GitHub, and the official dev files rebuilt from the data folder (``--data-dir``, default
+``$DYNAKRAG_DATA_DIR``, else ``../shared/data``)::
 
     python data_scripts/colab_live_check.py              # make colab-live-check: 05, 11, 12
     python data_scripts/colab_live_check.py --chapter 05 --chapter 11b,98 --work DIR
 
-Each step's commands are printed and recorded with their exit codes and seconds. Shared by
-the chapters:
-
-1. ``venv``: a fresh ``python -m venv`` (with pip) in a temporary folder (or ``--work``).
-2. ``runtime``: what Colab has and the cells do not install: the torch ``requirements.txt``
-   pins (Colab ships its own: ``colab.COLAB_SKIP``), ``ipykernel`` and ``papermill``; a fake
-   ``google.colab`` (an empty module imported at start-up through ``sitecustomize``, as
-   Colab's kernel has it loaded) that only the venv's kernelspec sees.
-3. ``data`` (when a chapter needs a benchmark): each official dev file the check can rebuild
-   (HotpotQA: :func:`official_hotpotqa`) is written in its official layout from the data
-   folder (``--data-dir``, default ``$DYNAKRAG_DATA_DIR``, else ``../shared/data``) into the
-   work folder, and normalized here with ``prepare_data.py`` to know the file the cell must end
-   up with. Whether the official host answers is probed; what the layout cannot carry and how
-   the result differs from the data folder's questions are reported.
-4. ``serve``: the checkout's HEAD commit as branch ``repository.branch`` of a bare repository,
-   served on 127.0.0.1 by git's *smart* HTTP protocol (``git http-backend``, as GitHub): over
-   the "dumb" one of ``python -m http.server`` git refuses the cell's ``--depth 1`` clone ("dumb
-   http transport does not support shallow capabilities"). The same server offers the rebuilt
-   files under ``/mirror/``, the URL the cells get as ``DYNAKRAG_DATA_MIRROR``
-   (``prepare_data.py`` fetches from it instead of the official host).
-
-Then for each chapter, in the same venv and clone (a user opening one chapter after another in
-one runtime; finished install steps are skipped):
-
-5. ``cell:<chapter>``: the chapter's install cell (``colab.install_cell_source`` of its
-   ``colab.CHAPTER_NEEDS``, checked to be the one committed in the served chapter) run by the
-   venv's python with the real pip and ``DYNAKRAG_COLAB_REPO`` set to the served URL.
-   llama-cpp-python's wheel index is not reachable from every machine, so pip also gets the
-   portable wheel `make install` built (``install_llama.wheel_dir("portable")``) through
-   ``PIP_FIND_LINKS``; without one the first cell compiles (about 15 minutes on 2 cores: said
-   before the first step). Reported: the file pip took, the models installed, the data
-   prepared (checked to be the served file, normalized).
-6. ``decode`` (after the first cell that installs a model): the venv's ``llama_cpp`` decodes 8
-   tokens with the smallest bundled model installed.
-7. ``chapter:<chapter>``: papermill executes the clone's chapter in quick mode in the venv's
-   kernel, its own hidden install cell first (it finds the clone and the finished steps and
-   sets the environment, as on Colab). The executed notebook must hold no error output and no
-   "nan" in its text outputs; the rows the recorded-call cache gained are its live model calls.
-
-Last, ``stop-server`` (bounded wait), with the requests the server answered.
-
-A failed shared step skips everything after it; a failed chapter step skips the rest of that
-chapter only. The report lists one result per chapter (``chapters``) and what was real and what
-stood in (``real_and_stood_in``). Every child's environment leaves out host settings Colab would
-not have (``DYNAKRAG_*`` but ``DYNAKRAG_N_THREADS``, ``PYTHONPATH``) and keeps its caches (pip,
-Hugging Face, the assembled GGUF files) under the work folder. The report names the work folder
-``<work>``, the checkout ``<checkout>`` and the data folder ``<data>`` (``data_folder``: relative
-to the checkout). Exit 1 when a step fails; the temporary folder is then kept for inspection.
+Shared steps (venv, runtime, data, serve), then each chapter's (its install cell, a decode after
+the first cell installing a model, papermill running it) in the same venv and clone, as a user
+opening one chapter after another; each is a method of :class:`LiveCheck`. A failed shared step
+skips everything after it, a failed chapter step the rest of that chapter. Every command is
+printed, logged and recorded in the JSON report, whose paths read ``<work>``, ``<checkout>`` and
+``<data>``. Children get no host project settings (``DYNAKRAG_*`` but ``DYNAKRAG_N_THREADS``,
+``PYTHONPATH``) and keep their caches in the work folder. Exit 1 when a step fails; the temporary
+work folder is then kept.
 """
 from __future__ import annotations
 
@@ -74,7 +34,6 @@ import re
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -93,6 +52,7 @@ if str(ROOT / "data_scripts") not in sys.path:  # the sibling scripts, run from 
 import colab  # noqa: E402
 import install_llama  # noqa: E402
 import prepare_data  # noqa: E402  (puts ROOT on sys.path: the library of this checkout)
+from execute_chapters import cache_rows, resolve_chapters  # noqa: E402
 
 from dynakrag_lite.data.sources import DATASET_FILES, data_dir, load_questions  # noqa: E402
 from dynakrag_lite.storage import atomic_write_json, sha256_file  # noqa: E402
@@ -184,7 +144,8 @@ class _GitHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are recorded in server.requests, not printed per line
 
-    def _reply(self, status: int, payload: bytes, headers: Sequence[tuple[str, str]]) -> None:
+    def _reply(self, status: int, payload: bytes,
+               headers: Sequence[tuple[str, str]] = (("Content-Type", "text/plain"),)) -> None:
         self.send_response(status)
         for key, value in headers:
             self.send_header(key, value)
@@ -193,16 +154,12 @@ class _GitHandler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
         self.server.requests.append(f"{self.command} {self.path} {status}")
 
-    def _refuse(self, status: int, why: str) -> None:
-        self.send_error(status, why)
-        self.server.requests.append(f"{self.command} {self.path} {status}")
-
     def _file(self) -> None:
         name = urllib.parse.unquote(self.path[len(MIRROR_PATH):].partition("?")[0])
         path = self.server.files / name
         # A file directly in the folder, by its exact name: no sub-folder, no "..".
         if not name or "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
-            self._refuse(404, "no such file")
+            self._reply(404, b"no such file\n")
         else:
             self._reply(200, path.read_bytes(), [("Content-Type", "application/octet-stream")])
 
@@ -239,7 +196,7 @@ class _GitHandler(BaseHTTPRequestHandler):
             out = b""
         end = min((i for i in (out.find(b"\r\n\r\n"), out.find(b"\n\n")) if i >= 0), default=-1)
         if end < 0:
-            self._refuse(502, "no reply from git http-backend")
+            self._reply(502, b"no reply from git http-backend\n")
             return
         status, headers = 200, []
         for line in out[:end].decode("latin-1").splitlines():
@@ -253,10 +210,8 @@ class _GitHandler(BaseHTTPRequestHandler):
 
 
 class GitHTTPServer(ThreadingHTTPServer):
-    """Serves the bare repositories under ``root`` at ``http://127.0.0.1:PORT/<name>.git`` by
-    git's smart HTTP protocol and, when ``files`` is given, that folder's files at
-    ``http://127.0.0.1:PORT/mirror/<name>``, from a background thread; a context manager that
-    stops it."""
+    """The bare repositories under ``root`` at ``http://127.0.0.1:PORT/<name>.git`` by git's smart
+    HTTP protocol and ``files``' files under /mirror/, from a thread; a context manager."""
     daemon_threads = True  # a stuck request never holds up stop()
 
     def __init__(self, root: Path, port: int = 0, files: Path | None = None):
@@ -296,8 +251,7 @@ class GitHTTPServer(ThreadingHTTPServer):
 
 
 def git_out(*args: str | Path, check: bool = True) -> str:
-    """The stripped stdout of a local git command (with ``check``, raises when it fails; it
-    always raises when it hangs)."""
+    """The stripped stdout of a local git command; raises when it hangs, or fails and ``check``."""
     return subprocess.run(["git", *map(str, args)], check=check, capture_output=True, text=True,
                           timeout=120).stdout.strip()
 
@@ -305,9 +259,8 @@ def git_out(*args: str | Path, check: bool = True) -> str:
 def make_bare(checkout: Path, bare: Path, branch: str, commit: str = "HEAD",
               run: Callable[[list[str]], Any] = lambda cmd: subprocess.run(
                   cmd, check=True, capture_output=True, timeout=600)) -> str:
-    """A bare repository at ``bare`` whose ``branch`` (and HEAD) is ``commit`` of the checkout
-    (resolved first: a commit made meanwhile in the same checkout does not move it), for
-    :class:`GitHTTPServer`; returns the commit. Uncommitted changes are not in it."""
+    """A bare repository at ``bare`` whose ``branch`` (and HEAD) is ``commit`` of the checkout,
+    resolved first (a commit made meanwhile does not move it); returns the commit."""
     sha = git_out("-C", checkout, "rev-parse", "--verify", f"{commit}^{{commit}}")
     run(["git", "init", "--bare", "-q", str(bare)])
     run(["git", "-C", str(bare), "fetch", "-q", "--no-tags", str(checkout),
@@ -325,15 +278,11 @@ def _jsonl(path: Path) -> list[dict]:
 def official_hotpotqa(normalized: Path, provenance: Path | None = None
                       ) -> tuple[list[dict], dict]:
     """The questions of ``normalized`` (a ``hotpotqa.jsonl`` of the project's schema) as records
-    of HotpotQA's official dev file (``hotpot_dev_distractor_v1.json``), in the same order (a
-    chapter's split depends on it), and counts of what that layout could not carry over.
-
-    ``prepare_data.py`` reads a paragraph as ``"".join(sentences).strip()``. The normalized file
-    keeps no sentence splits, so each paragraph is written as one sentence: its text comes back
-    unchanged but for surrounding whitespace (stripped). ``supporting_facts`` name the
-    supporting titles, with the provenance's sentence ids where it keeps them and sentence 0
-    elsewhere (``prepare_data.py`` reads only the titles). ``type`` is null and ``level``
-    absent where the sources did not keep them; only the first answer has a place."""
+    of HotpotQA's official dev file, in the same order (a chapter's split depends on it), and
+    counts of what that layout could not carry over. The normalized file keeps no sentence
+    splits: each paragraph is one sentence (prepare_data.py strips it, nothing else changes).
+    ``supporting_facts`` take the provenance's sentence ids where it keeps them, else 0 (only
+    the titles are read); ``type`` and ``level`` are null or absent where the sources lost them."""
     prov = {p["id"]: p for p in _jsonl(provenance)} if provenance is not None else {}
     records: list[dict] = []
     notes: collections.Counter = collections.Counter()
@@ -384,9 +333,8 @@ def unserved(dataset: str, data_root: Path | None) -> str | None:
 
 
 def compare_questions(got: Path, want: Path) -> dict:
-    """How the questions of ``got`` differ from those of ``want`` as the library loads them
-    (what a chapter sees): counts, whether the ids come in the same order, how many questions
-    differ and in which fields, and the first differing ids."""
+    """How the questions of ``got`` differ from those of ``want`` as the library loads them (what a
+    chapter sees): counts, ids in the same order, how many differ and in which fields."""
     a, b = load_questions(got), load_questions(want)
     fields: collections.Counter = collections.Counter()
     differ = []
@@ -411,6 +359,29 @@ def committed_data_sha256(dataset: str, results: Path) -> set[str]:
         fingerprint = json.loads(run.read_text(encoding="utf-8")).get("fingerprint") or {}
         found.add(fingerprint.get("data_sha256"))
     return found - {None}
+
+
+def rebuild_official(dataset: str, source: Path, folder: Path, expected: Path,
+                     probe: Callable[[str], bool]) -> dict:
+    """Write ``dataset``'s official dev file into ``folder``, rebuilt from ``source`` (with the
+    provenance file beside it, if any), and normalize it into ``expected`` with prepare_data.py
+    (the file a cell must end up with); what the mirror offers, for the report."""
+    provenance: Path | None = source.with_name(f"{dataset}.provenance.jsonl")
+    if not provenance.exists():
+        provenance = None
+    records, layout = REBUILDS[dataset](source, provenance)
+    raw = folder / prepare_data.SOURCES[dataset].filename
+    raw.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    normalized = prepare_data.prepare(dataset, expected, raw=raw)
+    sha = sha256_file(source)
+    return {"file": raw.name, "bytes": raw.stat().st_size, "rebuilt_from": str(source),
+            "provenance": str(provenance) if provenance else None,
+            "official_reachable": probe(prepare_data.SOURCES[dataset].url),
+            "data_folder_sha256": sha, "data_folder_is_the_committed_runs":
+                sha in committed_data_sha256(dataset, ROOT / "results"),
+            "layout": layout,
+            "normalized": {"sha256": sha256_file(normalized),
+                           "vs_data_folder": compare_questions(normalized, source)}}
 
 
 def reachable(url: str, timeout: float = 10.0) -> bool:
@@ -457,10 +428,8 @@ def stand_in_note(dataset: str, served: Mapping) -> str:
 
 # -- what the outputs say ---------------------------------------------------------------------
 def portable_wheel_dir(checkout: Path, builds: Any = install_llama) -> Path | None:
-    """The folder of the portable llama-cpp-python wheel `make install` built, or None.
-    ``builds.wheel_dir("portable")`` (``builds``: install_llama.py) names it exactly; any
-    portable build of the pinned version is taken when that one is absent (the name also hashes
-    the Python version)."""
+    """The folder of the portable llama-cpp-python wheel `make install` built (``builds``:
+    install_llama.py names it), else of any portable build of the pinned version, or None."""
     exact = checkout / builds.wheel_dir("portable").relative_to(builds.ROOT)
     if any(exact.glob("llama_cpp_python-*.whl")):
         return exact
@@ -501,7 +470,8 @@ def check_notebook(nb: Mapping, marker: str = colab.MARKER) -> dict:
         for out in cell.get("outputs", []):
             kind = out.get("output_type")
             if kind == "error":
-                errors.append({"code_cell": i, "error": f"{out.get('ename')}: {out.get('evalue')}"})
+                errors.append({"code_cell": i,
+                               "error": f"{out.get('ename')}: {out.get('evalue')}"})
                 continue
             texts = []
             if kind == "stream":
@@ -522,12 +492,66 @@ def check_notebook(nb: Mapping, marker: str = colab.MARKER) -> dict:
             "errors": errors, "nan": nans, "stderr_outputs": stderr, "install_cell": setup}
 
 
-def cache_rows(path: Path) -> int | None:
-    """Rows of an LLM call cache (``calls`` table), None when there is no such file."""
-    if not path.exists():
-        return None
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+def cell_data(need: colab.Needs, out: str, state: Mapping | None, clone: Path,
+              served: Mapping[str, Mapping]) -> dict:
+    """What data an install cell got: its and prepare_data.py's lines about each dataset, its
+    DYNAKRAG_DATA_DIR, each prepared file's sha256 (is it the served file normalized here?)."""
+    if not need.data:
+        return {"needed": [], "note": "the chapter reads the bundled library dataset or "
+                                      "committed results: the cell runs no prepare_data.py"}
+    folder = clone / ".cache" / "data"
+    prepared = {}
+    for ds in need.data:
+        path = folder / DATASET_FILES[ds]
+        sha = sha256_file(path) if path.exists() else None
+        prepared[ds] = {"sha256": sha, "is_the_served_file_normalized": (
+            ds in served and sha == served[ds]["normalized"]["sha256"])}
+    # prepare_data.py's lines, the cell's own, and a failed fetch from the mirror
+    said = (*(f"{ds}: " for ds in need.data), *(f"[colab setup] {ds}:" for ds in need.data),
+            "error: could not fetch")
+    return {"needed": list(need.data),
+            "lines": [ln for ln in out.splitlines() if ln.startswith(said)],
+            "DYNAKRAG_DATA_DIR": (state or {}).get("env", {}).get("DYNAKRAG_DATA_DIR"),
+            "prepared": prepared,
+            "stood_in": {ds: "served from 127.0.0.1, rebuilt from the data folder "
+                             "(real_and_stood_in)" if ds in served else
+                         "not served: the cell could not prepare it" for ds in need.data}}
+
+
+def cell_findings(out: str, need: colab.Needs, clone: Path,
+                  served: Mapping[str, Mapping]) -> dict:
+    """What an install cell's output and the clone say: its ``[colab setup]`` lines, the state
+    it left (colab.STATE_PROBE), how pip got llama-cpp-python, the models, the data, the clone."""
+    setup = [ln for ln in out.splitlines() if ln.startswith("[colab setup]")]
+    state = colab.cell_state(out)
+    failed = index_failures(out, colab.LLAMA_CPU_INDEX)
+    return {"setup_lines": setup, "state_left": state,
+            "llama": {"compiled": colab.COMPILE_WARNING in out, "pip_took": wheel_source(out),
+                      "index_lookups_failed": len(failed),
+                      "index_first_failure": failed[0][:300] if failed else None},
+            "models": [ln.split("model ", 1)[1] for ln in setup if "[colab setup] model " in ln],
+            "data": cell_data(need, out, state, clone, served),
+            "clone": {"path": str(clone), "shallow": (clone / ".git" / "shallow").exists(),
+                      "commit": git_out("-C", clone, "rev-parse", "HEAD", check=False)}}
+
+
+def cell_problem(found: Mapping, clone: Path, commit: str, served: Mapping) -> str | None:
+    """What is wrong with what a cell left (:func:`cell_findings`), or None: it must print its
+    state, leave the clone's book folder current and an LLM cache set, have made a shallow clone
+    of ``commit`` and prepared each served dataset as the served file normalized."""
+    state = found["state_left"]
+    if state is None:
+        return "the cell printed no state"
+    if state["cwd"] != str(clone / "book") or not state["env"]["DYNAKRAG_LLM_CACHE"]:
+        return (f"the cell left cwd={state['cwd']}, "
+                f"DYNAKRAG_LLM_CACHE={state['env']['DYNAKRAG_LLM_CACHE']}")
+    if found["clone"]["commit"] != commit or not found["clone"]["shallow"]:
+        return f"the clone is not a shallow clone of {commit}: {found['clone']}"
+    wrong = [ds for ds, p in (found["data"].get("prepared") or {}).items()
+             if ds in served and not p["is_the_served_file_normalized"]]
+    if wrong:
+        return f"the cell's {', '.join(wrong)} data is not the served file normalized"
+    return None
 
 
 def child_env(base: Mapping[str, str], venv_bin: Path, caches: Path) -> tuple[dict, list[str]]:
@@ -635,8 +659,7 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 
 def exit_problem(entry: Mapping) -> str | None:
-    """What went wrong with a recorded command (``exit code 3``, ``no exit within 600 s``), or
-    None when it exited 0."""
+    """What went wrong with a recorded command (``exit code 3``, ``no exit within 600 s``)."""
     if entry["exit_code"] is None:
         return f"no exit within {entry['timeout']:.0f} s"
     return f"exit code {entry['exit_code']}" if entry["exit_code"] else None
@@ -650,35 +673,13 @@ def _pin(requirements: str, name: str) -> str:
 
 
 # -- chapters, and the order of their steps ----------------------------------------------------
-def resolve_chapters(specs: Sequence[str], book: Path = ROOT / "book") -> list[str]:
-    """The chapter files ``specs`` name, in order, each once. A spec is a file name, a stem or
-    the part before the first underscore (``11`` is ``11_baselines.ipynb``, ``11b`` the
-    walkthrough), or a comma list of those; ValueError for one that names no single chapter."""
-    files = sorted(p.name for p in book.glob("*.ipynb"))
-    out: list[str] = []
-    for spec in specs:
-        for part in (x.strip() for x in spec.split(",")):
-            if not part:
-                continue
-            stem = part[:-len(".ipynb")] if part.endswith(".ipynb") else part
-            hits = [f for f in files if f[:-len(".ipynb")] == stem] or \
-                [f for f in files if f.split("_", 1)[0] == stem]
-            if len(hits) != 1:
-                raise ValueError(f"chapter {part!r}: " + (
-                    f"ambiguous ({', '.join(hits)})" if hits else f"no such chapter in {book}"))
-            if hits[0] not in out:
-                out.append(hits[0])
-    return out
-
-
 Step = tuple[str, str, Callable[[dict], None]]  # name, what, body (fills rec["found"])
 
 
 def run_steps(check: Check, shared: Sequence[Step],
               chapters: Mapping[str, Sequence[Step]]) -> dict[str, list[dict]]:
-    """Run the shared steps, then each chapter's steps; return each chapter's step records.
-    A failed shared step skips everything after it; a failed chapter step skips the rest of
-    that chapter only (the next chapter runs in the same runtime, as a user's next one would)."""
+    """Run the shared steps, then each chapter's; each chapter's step records. A failed chapter
+    step skips the rest of that chapter only (the next one runs, as a user's next one would)."""
     for name, what, fn in shared:
         if not check.ok:
             check.skip(name, what, "an earlier step failed")
@@ -709,8 +710,7 @@ def step_outcomes(steps: Sequence[Mapping]) -> dict[str, list[str]]:
 
 
 def chapter_result(chapter: str, needs: colab.Needs, steps: Sequence[Mapping]) -> dict:
-    """One chapter's entry of the report, from its step records: ok, seconds, the executed
-    notebook's cells and problems, its live model calls, the models and data its cell got."""
+    """One chapter's entry of the report, from its step records."""
     kind = {s["name"].split(":", 1)[0]: s for s in steps}
     cell = kind.get("cell", {}).get("found", {})
     ran = kind.get("chapter", {}).get("found", {})
@@ -747,185 +747,210 @@ def stop_server(check: Check, server: GitHTTPServer) -> None:
             raise StepFailed("the server thread did not end within 10 s")
 
 
-def run_check(work: Path, chapters: Sequence[str] = CHAPTERS, data_root: Path | None = None,
-              echo: Callable[[str], None] = print,
-              probe: Callable[[str], bool] = reachable) -> dict:
-    """Run every step in ``work`` (an empty folder) for ``chapters`` (file names of the book
-    folder), serving benchmark files rebuilt from ``data_root``; return the report (paths not
-    scrubbed). ``probe`` says whether an official dev file's URL answers from here. POSIX
-    only: commands run in their own process group, ended as a group on a timeout."""
-    t_start = time.monotonic()
-    work = work.resolve()  # the cell reports os.getcwd(), a resolved path, to compare with
-    venv, fake, content, files = (work / d for d in ("venv", "fakecolab", "content", "mirror"))
-    vpy = venv / "bin" / "python"
-    (work / "logs").mkdir(parents=True)
-    env, dropped = child_env(os.environ, vpy.parent, work / "cache")
-    check = Check(work / "logs", env, echo)
-    repo = colab.read_repo(ROOT / "_config.yml")
-    needs = {ch: colab.needs_for(ch) for ch in chapters}
-    datasets = list(dict.fromkeys(ds for n in needs.values() for ds in n.data))
-    clone = content / repo.name
-    commit = git_out("-C", ROOT, "rev-parse", "HEAD")
-    wheels = portable_wheel_dir(ROOT, install_llama)
-    warnings = up_front(wheels, datasets, data_root)
-    report: dict = {
-        "check": "colab-live-check", "what": __doc__.split("\n\n")[0],
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cpu": {"model": install_llama.cpu_model(), "cores": os.cpu_count(),
-                "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
-        "python": platform.python_version(), "platform": platform.platform(),
-        "commit": commit, "worktree_changes_not_served": bool(git_out(
-            "-C", ROOT, "status", "--porcelain", "--untracked-files=no")),
-        "chapters_checked": list(chapters), "warnings": warnings,
-        "environment": {"dropped_from_host": dropped,
-                        "kept_from_host": {k: os.environ[k] for k in (
-                            *KEEP_HOST, "OMP_NUM_THREADS", "PIP_FIND_LINKS", "PIP_INDEX_URL",
-                            "PIP_EXTRA_INDEX_URL") if k in os.environ},
-                        "set": {k: env[k] for k in ("XDG_CACHE_HOME", "DYNAKRAG_CACHE_DIR")}},
-        "portable_wheel_dir": str(wheels) if wheels else None,
-        # Relative to the checkout: the report names its absolute path <data>.
-        "data_folder": os.path.relpath(data_root, ROOT) if data_root else None,
-        "steps": check.steps}
-    echo(f"colab live check of {', '.join(chapters)} at {commit[:12]}; llama-cpp-python: "
-         + (f"portable wheel {wheels.name}" if wheels else "no portable wheel"))
-    for w in warnings:
-        echo(f"WARNING: {w}")
-    # Filled by the steps, read by the later ones and by the report.
-    server: GitHTTPServer | None = None
-    served: dict[str, dict] = {}  # dataset -> what the mirror offers
-    cell_env: dict[str, str] = {}
+# -- the run -------------------------------------------------------------------------------------
+class LiveCheck:
+    """One run in ``work``: its folders, one method per step (each fills its record's ``found``
+    and raises StepFailed) and what the steps leave for the later ones and the report."""
 
-    def venv_step(rec: dict) -> None:
-        check.run([sys.executable, "-m", "venv", venv], timeout=600)
-        out = check.run([vpy, "-c",
-                         "import sys, pip; print(sys.version.split()[0], pip.__version__)"])
+    def __init__(self, work: Path, chapters: Sequence[str], data_root: Path | None,
+                 echo: Callable[[str], None], probe: Callable[[str], bool]) -> None:
+        self.t_start = time.monotonic()
+        self.work, self.chapters = work, list(chapters)
+        self.data_root, self.echo, self.probe = data_root, echo, probe
+        self.venv, self.fake, self.content, self.files = (
+            work / d for d in ("venv", "fakecolab", "content", "mirror"))
+        self.vpy = self.venv / "bin" / "python"
+        (work / "logs").mkdir(parents=True)
+        self.env, self.dropped = child_env(os.environ, self.vpy.parent, work / "cache")
+        self.check = Check(work / "logs", self.env, echo)
+        self.repo = colab.read_repo(ROOT / "_config.yml")
+        self.needs = {ch: colab.needs_for(ch) for ch in chapters}
+        self.datasets = list(dict.fromkeys(ds for n in self.needs.values() for ds in n.data))
+        self.clone = self.content / self.repo.name
+        self.commit = git_out("-C", ROOT, "rev-parse", "HEAD")
+        self.wheels = portable_wheel_dir(ROOT, install_llama)
+        self.server: GitHTTPServer | None = None  # set by serve_step
+        self.served: dict[str, dict] = {}  # dataset -> what the mirror offers (data_step)
+        self.cell_env: dict[str, str] = {}  # for the cells and papermill (serve_step)
+
+    def run(self) -> dict:
+        """Every step, then the server stopped whatever failed; the report, paths not scrubbed."""
+        report = self.header()
+        self.echo(f"colab live check of {', '.join(self.chapters)} at {self.commit[:12]}; "
+                  "llama-cpp-python: " + (f"portable wheel {self.wheels.name}" if self.wheels
+                                          else "no portable wheel"))
+        for w in report["warnings"]:
+            self.echo(f"WARNING: {w}")
+        try:
+            recs = run_steps(self.check, *self.plan())
+        finally:
+            if self.server is not None:
+                stop_server(self.check, self.server)
+        report.update(
+            chapters=[chapter_result(ch, self.needs[ch], recs[ch]) for ch in self.chapters],
+            real_and_stood_in=real_and_stood_in(self.wheels, self.served,
+                                                platform.python_version()),
+            ok=self.check.ok, **step_outcomes(self.check.steps),
+            seconds=round(time.monotonic() - self.t_start, 1))
+        return report
+
+    def header(self) -> dict:
+        """The report as it stands before the first step (``steps`` fills as they run)."""
+        kept = (*KEEP_HOST, "OMP_NUM_THREADS", "PIP_FIND_LINKS", "PIP_INDEX_URL",
+                "PIP_EXTRA_INDEX_URL")
+        return {
+            "check": "colab-live-check", "what": __doc__.split("\n\n")[0],
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "cpu": {"model": install_llama.cpu_model(), "cores": os.cpu_count(),
+                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+            "python": platform.python_version(), "platform": platform.platform(),
+            "commit": self.commit, "worktree_changes_not_served": bool(git_out(
+                "-C", ROOT, "status", "--porcelain", "--untracked-files=no")),
+            "chapters_checked": self.chapters,
+            "warnings": up_front(self.wheels, self.datasets, self.data_root),
+            "environment": {"dropped_from_host": self.dropped,
+                            "kept_from_host": {k: os.environ[k] for k in kept if k in os.environ},
+                            "set": {k: self.env[k] for k in ("XDG_CACHE_HOME",
+                                                             "DYNAKRAG_CACHE_DIR")}},
+            "portable_wheel_dir": str(self.wheels) if self.wheels else None,
+            # Relative to the checkout: the report names its absolute path <data>.
+            "data_folder": os.path.relpath(self.data_root, ROOT) if self.data_root else None,
+            "steps": self.check.steps}
+
+    def plan(self) -> tuple[list[Step], dict[str, list[Step]]]:
+        """The shared steps and each chapter's, as :func:`run_steps` takes them."""
+        shared: list[Step] = [
+            ("venv", "a fresh virtual environment with pip", self.venv_step),
+            ("runtime", "what Colab has and the cells do not install; a fake google.colab",
+             self.runtime_step)]
+        if self.datasets:
+            shared.append(("data", f"{', '.join(self.datasets)} in the official layout, rebuilt "
+                                   "from the data folder", self.data_step))
+        shared.append(("serve", "the checkout's HEAD as a bare repository over HTTP on 127.0.0.1"
+                       + (", and the rebuilt data files" if self.datasets else ""),
+                       self.serve_step))
+        first_with_model = next((ch for ch in self.chapters if self.needs[ch].models), None)
+        decode: Step = ("decode", "llama_cpp decodes with the smallest installed bundled model",
+                        self.decode_step)
+        return shared, {ch: [
+            (f"cell:{Path(ch).stem}", f"the install cell of {ch}, real pip",
+             functools.partial(self.cell_step, ch)),
+            *([decode] if ch == first_with_model else []),
+            (f"chapter:{Path(ch).stem}", f"papermill runs {ch} in quick mode in the venv's kernel",
+             functools.partial(self.chapter_step, ch))] for ch in self.chapters}
+
+    def versions(self, *dists: str) -> dict[str, str]:
+        """The versions of ``dists`` installed in the venv."""
+        code = ("import importlib.metadata as m, json; "
+                f"print(json.dumps({{d: m.version(d) for d in {dists!r}}}))")
+        return json.loads(self.check.run([self.vpy, "-c", code]).splitlines()[-1])
+
+    # -- the steps, in their order -----------------------------------------------------------
+    def venv_step(self, rec: dict) -> None:
+        """A fresh ``python -m venv`` with pip, in the work folder."""
+        self.check.run([sys.executable, "-m", "venv", self.venv], timeout=600)
+        out = self.check.run([self.vpy, "-c",
+                              "import sys, pip; print(sys.version.split()[0], pip.__version__)"])
         rec["found"]["python"], rec["found"]["pip"] = out.split()[-2:]
 
-    def runtime_step(rec: dict) -> None:
+    def runtime_step(self, rec: dict) -> None:
+        """What Colab has and the cells do not install: requirements.txt's torch pin (Colab ships
+        its own: colab.COLAB_SKIP), ipykernel and papermill; and a fake ``google.colab`` (an
+        empty module imported at start-up, as Colab's kernel has it) only the kernel sees."""
+        check, vpy = self.check, self.vpy
         torch = _pin((ROOT / "requirements.txt").read_text(encoding="utf-8"), "torch")
         check.run([vpy, "-m", "pip", "install", torch, "ipykernel", "papermill"], timeout=3600)
-        colab.write_fake_colab(fake)
-        check.run([vpy, "-m", "ipykernel", "install", "--prefix", venv, "--name", KERNEL,
+        colab.write_fake_colab(self.fake)
+        check.run([vpy, "-m", "ipykernel", "install", "--prefix", self.venv, "--name", KERNEL,
                    "--display-name", "Python 3 (colab live check)"])
-        spec = venv / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json"
+        spec = self.venv / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json"
         kernel = json.loads(spec.read_text(encoding="utf-8"))
-        kernel["env"] = {"PYTHONPATH": str(fake)}  # only the kernel sees google.colab
+        kernel["env"] = {"PYTHONPATH": str(self.fake)}
         spec.write_text(json.dumps(kernel, indent=1), encoding="utf-8")
-        rec["found"]["versions"] = json.loads(check.run([vpy, "-c", (
-            "import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
-            "('torch', 'ipykernel', 'papermill')}))")]).splitlines()[-1])
+        rec["found"]["versions"] = self.versions("torch", "ipykernel", "papermill")
         rec["found"]["kernel"] = {"name": KERNEL, "spec": str(spec), "env": kernel["env"]}
 
-    def data_step(rec: dict) -> None:
+    def data_step(self, rec: dict) -> None:
+        """Each official dev file the check can rebuild (:func:`rebuild_official`) written in
+        its official layout; what cannot be served, and why."""
         found = rec["found"]
-        found.update(needed=datasets, data_folder=str(data_root) if data_root else None,
-                     served=served, not_served={})
-        files.mkdir()
-        for ds in datasets:
-            if why := unserved(ds, data_root):
+        found.update(needed=self.datasets, served=self.served, not_served={},
+                     data_folder=str(self.data_root) if self.data_root else None)
+        self.files.mkdir()
+        for ds in self.datasets:
+            if why := unserved(ds, self.data_root):
                 found["not_served"][ds] = why
-                continue
-            source = data_root / DATASET_FILES[ds]
-            provenance: Path | None = source.with_name(f"{ds}.provenance.jsonl")
-            if not provenance.exists():
-                provenance = None
-            records, layout = REBUILDS[ds](source, provenance)
-            raw = files / prepare_data.SOURCES[ds].filename
-            raw.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
-            # What prepare_data.py makes of the served bytes: the cell must end up with it.
-            expected = prepare_data.prepare(ds, work / "expected", raw=raw)
-            sha = sha256_file(source)
-            served[ds] = {
-                "file": raw.name, "bytes": raw.stat().st_size, "rebuilt_from": str(source),
-                "provenance": str(provenance) if provenance else None,
-                "official_reachable": probe(prepare_data.SOURCES[ds].url),
-                "data_folder_sha256": sha, "data_folder_is_the_committed_runs":
-                    sha in committed_data_sha256(ds, ROOT / "results"),
-                "layout": layout,
-                "normalized": {"sha256": sha256_file(expected),
-                               "vs_data_folder": compare_questions(expected, source)}}
+            else:
+                self.served[ds] = rebuild_official(ds, self.data_root / DATASET_FILES[ds],
+                                                   self.files, self.work / "expected",
+                                                   self.probe)
 
-    def serve_step(rec: dict) -> None:
-        nonlocal server
-        bare = work / "served" / f"{repo.name}.git"
+    def serve_step(self, rec: dict) -> None:
+        """HEAD as branch ``repository.branch`` of a bare repository, served on 127.0.0.1 by
+        git's smart HTTP protocol (as GitHub: over the dumb one git refuses the cell's shallow
+        clone), with the rebuilt files under :data:`MIRROR_PATH`, the cells'
+        ``DYNAKRAG_DATA_MIRROR``; checked by ``git ls-remote`` and by downloading each file."""
+        repo, commit = self.repo, self.commit
+        bare = self.work / "served" / f"{repo.name}.git"
         sha = make_bare(ROOT, bare, repo.branch, commit,
-                        lambda cmd: check.run(cmd, timeout=600))
+                        lambda cmd: self.check.run(cmd, timeout=600))
         if sha != commit:
             raise StepFailed(f"served {sha}, checkout HEAD is {commit}")
-        server = GitHTTPServer(bare.parent, files=files if datasets else None).start()
-        url = server.url(bare.name)
-        refs = check.run(["git", "ls-remote", url], timeout=60)
+        self.server = GitHTTPServer(bare.parent, files=self.files if self.datasets else None)
+        url = self.server.start().url(bare.name)
+        refs = self.check.run(["git", "ls-remote", url], timeout=60)
         rec["found"].update(url=url, commit=sha, branch=repo.branch, bound_to="127.0.0.1",
                             protocol="git smart HTTP (git http-backend)",
                             ls_remote=refs.strip().splitlines())
-        cell_env.update(PYTHONPATH=str(fake), DYNAKRAG_COLAB_REPO=url,
-                        DYNAKRAG_COLAB_HOME=str(content))
-        links = [x for x in (os.environ.get("PIP_FIND_LINKS", ""), str(wheels or "")) if x]
+        self.cell_env.update(PYTHONPATH=str(self.fake), DYNAKRAG_COLAB_REPO=url,
+                             DYNAKRAG_COLAB_HOME=str(self.content))
+        links = [x for x in (os.environ.get("PIP_FIND_LINKS", ""), str(self.wheels or "")) if x]
         if links:
-            cell_env["PIP_FIND_LINKS"] = " ".join(links)
-        if not datasets:
+            self.cell_env["PIP_FIND_LINKS"] = " ".join(links)
+        if not self.datasets:
             return
         # Also for a dataset not served: a quick 404, not the internet.
-        mirror = cell_env[prepare_data.MIRROR_ENV] = server.url(MIRROR_PATH.strip("/"))
-        rec["found"]["data_mirror"] = {"url": mirror, "files": {}}
+        mirror = self.cell_env[prepare_data.MIRROR_ENV] = self.server.url(MIRROR_PATH.strip("/"))
+        files: dict[str, dict] = {}
+        rec["found"]["data_mirror"] = {"url": mirror, "files": files}
         no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        for ds, info in served.items():
+        for ds, info in self.served.items():
             info["url"] = prepare_data.mirror_url(ds, mirror)
             with no_proxy.open(info["url"], timeout=60) as resp:
-                got = len(resp.read())
-            rec["found"]["data_mirror"]["files"][ds] = {"url": info["url"], "bytes": got}
-            if got != info["bytes"]:
-                raise StepFailed(f"the mirror sent {got} bytes of {info['file']}, not "
-                                 f"{info['bytes']}")
+                files[ds] = {"url": info["url"], "bytes": len(resp.read())}
+            if files[ds]["bytes"] != info["bytes"]:
+                raise StepFailed(f"the mirror sent {files[ds]['bytes']} bytes of {info['file']}, "
+                                 f"not {info['bytes']}")
 
-    def cell_step(chapter: str, rec: dict) -> None:
-        need, found = needs[chapter], rec["found"]
-        cell = colab.install_cell_source(repo, need, chapter)
-        committed = json.loads(git_out("-C", ROOT, "show",
-                                       f"{commit}:{repo.path_to_book}/{chapter}"))
+    def cell_step(self, chapter: str, rec: dict) -> None:
+        """The chapter's install cell (colab.install_cell_source of its needs, checked to be the
+        one committed in the served chapter) run by the venv's python with the real pip, the
+        served URL as ``DYNAKRAG_COLAB_REPO`` and the portable wheel `make install` built
+        offered through ``PIP_FIND_LINKS`` (without one the cell compiles llama-cpp-python);
+        then what it left (:func:`cell_findings`, :func:`cell_problem`)."""
+        need, found, book = self.needs[chapter], rec["found"], self.repo.path_to_book
+        cell = colab.install_cell_source(self.repo, need, chapter)
+        committed = json.loads(git_out("-C", ROOT, "show", f"{self.commit}:{book}/{chapter}"))
         found["cell_is_the_chapters"] = cell == colab.find_install_cell(committed)
         if not found["cell_is_the_chapters"]:
             raise StepFailed(f"the generated cell is not the one committed in {chapter} "
                              "(run `make colab-cells` and commit)")
-        script = work / f"cell-{Path(chapter).stem}.py"
+        script = self.work / f"cell-{Path(chapter).stem}.py"
         script.write_text(cell + "\n" + colab.STATE_PROBE, encoding="utf-8")
-        content.mkdir(exist_ok=True)
+        self.content.mkdir(exist_ok=True)
         # Not checked here: what pip did is read from the output of a failed cell too.
-        out = check.run([vpy, script], extra_env=cell_env, cwd=work,
-                        timeout=3600 if wheels else 10800, check=False)
-        setup = found["setup_lines"] = [ln for ln in out.splitlines()
-                                        if ln.startswith("[colab setup]")]
-        state = found["state_left"] = colab.cell_state(out)
-        failed = index_failures(out, colab.LLAMA_CPU_INDEX)
-        found["llama"] = {"compiled": colab.COMPILE_WARNING in out, "pip_took": wheel_source(out),
-                          "index_lookups_failed": len(failed),
-                          "index_first_failure": failed[0][:300] if failed else None}
-        found["models"] = [ln.split("model ", 1)[1] for ln in setup
-                           if "[colab setup] model " in ln]
-        found["data"] = cell_data(need, out, state, clone, served)
-        found["clone"] = {"path": str(clone), "shallow": (clone / ".git" / "shallow").exists(),
-                          "commit": git_out("-C", clone, "rev-parse", "HEAD", check=False)}
-        problem = exit_problem(rec["commands"][-1])
-        if problem:
+        out = self.check.run([self.vpy, script], extra_env=self.cell_env, cwd=self.work,
+                             timeout=3600 if self.wheels else 10800, check=False)
+        found.update(cell_findings(out, need, self.clone, self.served))
+        if problem := exit_problem(rec["commands"][-1]):
             raise StepFailed(f"the cell: {problem}")
-        found["torch_after"] = check.run(
-            [vpy, "-c", "import importlib.metadata as m; print(m.version('torch'))"]
-        ).strip().splitlines()[-1]
-        if state is None:
-            raise StepFailed("the cell printed no state")
-        if state["cwd"] != str(clone / "book") or not state["env"]["DYNAKRAG_LLM_CACHE"]:
-            raise StepFailed(f"the cell left cwd={state['cwd']}, "
-                             f"DYNAKRAG_LLM_CACHE={state['env']['DYNAKRAG_LLM_CACHE']}")
-        if found["clone"]["commit"] != commit or not found["clone"]["shallow"]:
-            raise StepFailed(f"the clone is not a shallow clone of {commit}: {found['clone']}")
-        wrong = [ds for ds, p in (found["data"].get("prepared") or {}).items()
-                 if ds in served and not p["is_the_served_file_normalized"]]
-        if wrong:
-            raise StepFailed(f"the cell's {', '.join(wrong)} data is not the served file "
-                             "normalized")
+        found["torch_after"] = self.versions("torch")["torch"]
+        if problem := cell_problem(found, self.clone, self.commit, self.served):
+            raise StepFailed(problem)
 
-    def decode_step(rec: dict) -> None:
-        out = check.run([vpy, "-c", DECODE], cwd=work, timeout=900)
+    def decode_step(self, rec: dict) -> None:
+        """The venv's ``llama_cpp`` decodes 8 tokens with the smallest bundled model installed."""
+        out = self.check.run([self.vpy, "-c", DECODE], cwd=self.work, timeout=900)
         line = next((ln for ln in out.splitlines() if ln.startswith("DECODE ")), None)
         if line is None:
             raise StepFailed("the decode printed no result")
@@ -936,19 +961,22 @@ def run_check(work: Path, chapters: Sequence[str] = CHAPTERS, data_root: Path | 
         if res["tokens"] <= 0:
             raise StepFailed("decoded no token")
 
-    def chapter_step(chapter: str, rec: dict) -> None:
-        found = rec["found"]
-        cache = clone / ".cache" / "llm_calls.sqlite"
+    def chapter_step(self, chapter: str, rec: dict) -> None:
+        """papermill executes the clone's chapter in quick mode in the venv's kernel, its own
+        install cell first (finding the clone and the finished steps, as on Colab). It must hold
+        no error output and no "nan" in its text outputs; the rows the recorded-call cache
+        gained are its live model calls."""
+        found, book = rec["found"], self.clone / self.repo.path_to_book
+        cache = self.clone / ".cache" / "llm_calls.sqlite"
         before = cache_rows(cache)
-        out_nb = work / "executed" / chapter
+        out_nb = self.work / "executed" / chapter
         out_nb.parent.mkdir(exist_ok=True)
-        # The kernelspec gives the kernel its PYTHONPATH (google.colab); papermill itself
-        # runs without the fake module.
-        check.run([vpy, "-m", "papermill", clone / repo.path_to_book / chapter, out_nb,
-                   "-k", KERNEL, "--cwd", clone / repo.path_to_book, "-p", "quick", "True",
-                   "--no-progress-bar", "--execution-timeout", "1800"],
-                  extra_env={k: v for k, v in cell_env.items() if k != "PYTHONPATH"},
-                  cwd=work, timeout=3600, check=False)
+        # The kernelspec gives the kernel its PYTHONPATH (google.colab); papermill runs without.
+        self.check.run([self.vpy, "-m", "papermill", book / chapter, out_nb, "-k", KERNEL,
+                        "--cwd", book, "-p", "quick", "True", "--no-progress-bar",
+                        "--execution-timeout", "1800"],
+                       extra_env={k: v for k, v in self.cell_env.items() if k != "PYTHONPATH"},
+                       cwd=self.work, timeout=3600, check=False)
         found.update(check_notebook(json.loads(out_nb.read_text(encoding="utf-8"))
                                     if out_nb.exists() else {}))
         after = cache_rows(cache)
@@ -966,63 +994,14 @@ def run_check(work: Path, chapters: Sequence[str] = CHAPTERS, data_root: Path | 
         if problems:
             raise StepFailed("; ".join(problems))
 
-    shared: list[Step] = [
-        ("venv", "a fresh virtual environment with pip", venv_step),
-        ("runtime", "what Colab has and the cells do not install; a fake google.colab",
-         runtime_step)]
-    if datasets:
-        shared.append(("data", f"{', '.join(datasets)} in the official layout, rebuilt from "
-                               "the data folder", data_step))
-    shared.append(("serve", "the checkout's HEAD as a bare repository over HTTP on 127.0.0.1"
-                            + (", and the rebuilt data files" if datasets else ""), serve_step))
-    first_with_model = next((ch for ch in chapters if needs[ch].models), None)
-    per_chapter: dict[str, list[Step]] = {}
-    for ch in chapters:
-        decode: list[Step] = [("decode", "llama_cpp decodes with the smallest installed bundled "
-                               "model", decode_step)] if ch == first_with_model else []
-        per_chapter[ch] = [
-            (f"cell:{Path(ch).stem}", f"the install cell of {ch}, real pip",
-             functools.partial(cell_step, ch)),
-            *decode,
-            (f"chapter:{Path(ch).stem}", f"papermill runs {ch} in quick mode in the venv's kernel",
-             functools.partial(chapter_step, ch))]
-    try:
-        recs = run_steps(check, shared, per_chapter)
-    finally:
-        if server is not None:
-            stop_server(check, server)
-    report.update(chapters=[chapter_result(ch, needs[ch], recs[ch]) for ch in chapters],
-                  real_and_stood_in=real_and_stood_in(wheels, served, platform.python_version()),
-                  ok=check.ok, **step_outcomes(check.steps),
-                  seconds=round(time.monotonic() - t_start, 1))
-    return report
 
-
-def cell_data(need: colab.Needs, out: str, state: Mapping | None, clone: Path,
-              served: Mapping[str, Mapping]) -> dict:
-    """What data a chapter's install cell got: its lines about each dataset (the cell's and
-    prepare_data.py's), where it pointed DYNAKRAG_DATA_DIR, and each prepared file's sha256,
-    compared with the served file normalized here."""
-    if not need.data:
-        return {"needed": [], "note": "the chapter reads the bundled library dataset or "
-                                      "committed results: the cell runs no prepare_data.py"}
-    folder = clone / ".cache" / "data"
-    prepared = {}
-    for ds in need.data:
-        path = folder / DATASET_FILES[ds]
-        sha = sha256_file(path) if path.exists() else None
-        prepared[ds] = {"sha256": sha, "is_the_served_file_normalized": (
-            ds in served and sha == served[ds]["normalized"]["sha256"])}
-    # prepare_data.py's lines, the cell's own, and a failed fetch from the mirror
-    said = (*(f"{ds}: " for ds in need.data), *(f"[colab setup] {ds}:" for ds in need.data),
-            "error: could not fetch")
-    return {"needed": list(need.data),
-            "lines": [ln for ln in out.splitlines() if ln.startswith(said)],
-            "DYNAKRAG_DATA_DIR": (state or {}).get("env", {}).get("DYNAKRAG_DATA_DIR"),
-            "prepared": prepared,
-            "stood_in": {ds: "served from 127.0.0.1, rebuilt from the data folder "
-                             "(real_and_stood_in)" if ds in served else
-                         "not served: the cell could not prepare it" for ds in need.data}}
+def run_check(work: Path, chapters: Sequence[str] = CHAPTERS, data_root: Path | None = None,
+              echo: Callable[[str], None] = print,
+              probe: Callable[[str], bool] = reachable) -> dict:
+    """The report (paths not scrubbed) of every step run in ``work``, an empty folder, for
+    ``chapters`` (book file names); ``probe`` says whether an official URL answers. POSIX only."""
+    # resolved: the cell reports os.getcwd(), a resolved path, to compare with
+    return LiveCheck(work.resolve(), chapters, data_root, echo, probe).run()
 
 
 def real_and_stood_in(wheels: Path | None, served: Mapping[str, Mapping],
@@ -1058,19 +1037,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "is always kept)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
     ap.add_argument("--chapter", action="append", default=None, metavar="CHAPTER",
-                    help="a chapter to check: file name, stem or prefix (05, 11b), or a comma "
-                         "list; repeatable (default: " + ", ".join(CHAPTERS) + ")")
+                    help="a chapter to check: its number (05, 11b), name or file name, or a "
+                         "comma list; repeatable (default: " + ", ".join(CHAPTERS) + ")")
     ap.add_argument("--data-dir", type=Path, default=None,
                     help="the folder of normalized benchmark files the served official-layout "
                          "files are rebuilt from (default: $DYNAKRAG_DATA_DIR, else "
                          "../shared/data)")
     args = ap.parse_args(argv)
     try:
-        chapters = resolve_chapters(args.chapter or CHAPTERS)
+        chapters = [p.name for p in resolve_chapters(args.chapter or CHAPTERS, ROOT / "book")]
     except ValueError as e:
         ap.error(str(e))
-    if not chapters:
-        ap.error("no chapter given")
     data_root = data_dir(args.data_dir)  # read before children drop $DYNAKRAG_DATA_DIR
     data_root = data_root.resolve() if data_root else None
     if args.work is not None:

@@ -2,8 +2,8 @@
 outputs are the ones a reader sees and the -W book build renders.
 
     python data_scripts/execute_chapters.py                  # every chapter
-    python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number
-    python data_scripts/execute_chapters.py 12_results       # one chapter by name
+    python data_scripts/execute_chapters.py 12 13 15 11b     # chapters by number, in this order
+    python data_scripts/execute_chapters.py 12_results,5     # by name or number, comma lists too
 
 Model calls go through $DYNAKRAG_LLM_CACHE when set, else through a working copy of
 book/_llm_cache.sqlite (.cache/llm_calls.sqlite, as `make book` does). The recorded calls are
@@ -21,7 +21,9 @@ replay) or an empty cache (``empty``: every model call runs on this machine, one
 thread unless DYNAKRAG_N_THREADS says otherwise). Its entry in results/diagnostics/
 chapter-times.json (merged by chapter and mode) holds the wall time from kernel start to the
 last cell, the model calls made (cache rows after minus before), the words of its markdown
-(``\\w+`` tokens) and the glue roles left in it, with the CPU, its load average and the commit.
+(``\\w+`` tokens) and the glue roles left in it, with the CPU, its load average and the commit;
+a chapter that failed, its error and traceback (:func:`failure_record`). A SIGINT or SIGTERM
+stops the sweep; the chapter it interrupted gets no entry.
 """
 from __future__ import annotations
 
@@ -38,8 +40,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's library, not another clone's editable install
@@ -53,6 +60,8 @@ BOOK = ROOT / "book"
 BOOK_CACHE = BOOK / "_llm_cache.sqlite"
 TIMES = ROOT / "results" / "diagnostics" / "chapter-times.json"
 GLUE = re.compile(r"\{glue(?::\w+)?\}")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # IPython colours a cell's traceback
+TRACEBACK_CHARS = 20_000  # kept of a failure's traceback, from its end (where it failed)
 
 
 def chapter_number(path: Path) -> str:
@@ -70,19 +79,29 @@ def failure_text(e: BaseException, limit: int = 500) -> str:
     return " ".join(what.split())[:limit]
 
 
-def select_chapters(wanted_args: list[str], book: Path | None = None) -> list[Path]:
-    """Chapters by number ("12": every chapter numbered 12) or by name ("12_results"); all
-    without arguments. ValueError names the ones that match nothing."""
-    chapters = sorted((book or BOOK).glob("[0-9][0-9]*_*.ipynb"))
-    if not wanted_args:
+def resolve_chapters(names: Sequence[str], book: Path | None = None) -> list[Path]:
+    """The chapters ``names`` name, in the order named, each once; every chapter when there are
+    no names. A name is a file name (12_results.ipynb), a stem (12_results) or a chapter number,
+    the part before the first underscore (12, 11b; 5 is 05); an argument may be a comma list.
+    ValueError naming each name that matches no chapter, or when the arguments name none."""
+    book = book or BOOK
+    chapters = sorted(book.glob("[0-9][0-9]*_*.ipynb"))
+    if not names:
         return chapters
-    wanted = {a.zfill(2) if a.isdigit() else a for a in wanted_args}
-    chapters = [c for c in chapters if chapter_number(c) in wanted or c.stem in wanted]
-    missing = wanted - {chapter_number(c) for c in chapters} - {c.stem for c in chapters}
+    parts = [p.strip() for name in names for p in name.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"no chapter named in {', '.join(map(repr, names))}")
+    found: list[Path] = []
+    missing = []
+    for part in parts:
+        number = part.zfill(2) if part.isdigit() else part
+        hits = [c for c in chapters if part in (c.name, c.stem) or chapter_number(c) == number]
+        if not hits:
+            missing.append(repr(part))
+        found += [c for c in hits if c not in found]
     if missing:
-        raise ValueError(f"no chapter numbered or named {', '.join(sorted(missing))} in "
-                         f"{book or BOOK}")
-    return chapters
+        raise ValueError(f"no chapter numbered or named {', '.join(missing)} in {book}")
+    return found
 
 
 def kernel_environment() -> None:
@@ -99,17 +118,34 @@ def kernel_environment() -> None:
 
 
 def run_notebook(nb: Any, book: Path | None = None) -> None:
-    """Execute the notebook ``nb`` (an nbformat node) in place, from the book folder."""
-    from nbclient import NotebookClient
+    """Execute the notebook ``nb`` (an nbformat node) in place, from the book folder. A failure
+    carries what nbclient does not say: ``cell_index``, the cell whose error stopped the run,
+    and, when the kernel died, ``kernel_exit_status`` (negative: the signal that ended it, -9
+    e.g. the OOM killer). A SIGINT or SIGTERM, which nbclient's handler turns into a kernel
+    shutdown and a bare AssertionError, is raised as KeyboardInterrupt: stopped, not failed."""
     # A kernel starts in seconds on a quiet machine and in minutes beside two model runs
     # (nbclient's default wait is 60 s).
-    NotebookClient(nb, timeout=3600, startup_timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(book or BOOK)}}).execute()
+    client = NotebookClient(nb, timeout=3600, startup_timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(book or BOOK)}})
+    seen: dict = {}  # nbclient forgets the kernel's process when it cleans up
+    client.on_notebook_start = lambda notebook: seen.update(
+        kernel=getattr(client.km.provisioner, "process", None))
+    client.on_cell_error = lambda cell, cell_index, execute_reply: seen.update(cell=cell_index)
+    try:
+        client.execute()
+    except Exception as e:
+        # set by nbclient's SIGINT/SIGTERM handler (0.11): it shuts the kernel down, no more
+        if getattr(client, "_async_cleanup_kernel_future", None) is not None:
+            raise KeyboardInterrupt("SIGINT or SIGTERM: nbclient shut the kernel down") from e
+        if isinstance(e, CellExecutionError):
+            e.cell_index = seen.get("cell")
+        if isinstance(e, DeadKernelError) and seen.get("kernel") is not None:
+            e.kernel_exit_status = seen["kernel"].poll()
+        raise
 
 
 def execute_in_place(chapters: list[Path]) -> int:
     """Execute each chapter and write it back, cleaned; 1 when one failed (left unchanged)."""
-    import nbformat
     work = Path(os.environ.get("DYNAKRAG_LLM_CACHE") or ROOT / ".cache" / "llm_calls.sqlite")
     if BOOK_CACHE.exists():
         merge_cache(BOOK_CACHE, work)
@@ -152,20 +188,37 @@ def glue_roles(nb: dict) -> int:
                for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
-def cache_rows(path: Path) -> int:
-    """Rows of an LLM call cache; 0 for a missing file or one without the ``calls`` table."""
+def cache_rows(path: Path) -> int | None:
+    """Rows of the ``calls`` table of an LLM call cache file (0 without that table), None when
+    there is no file. Read-only: CallCache would create the file, the table and turn on WAL."""
     if not path.exists():
-        return 0
-    with contextlib.closing(sqlite3.connect(path)) as db:  # "with connect" would not close it
+        return None
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:  # "with connect" won't close
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] if "calls" in tables else 0
 
 
+def failure_record(e: BaseException) -> dict:
+    """What the report keeps of a failure: ``error``, one line (:func:`failure_text`), and
+    ``traceback``: of a cell's error (nbclient's CellExecutionError) the cell's source and
+    IPython traceback without ANSI codes, else the Python traceback with its chained exceptions
+    (a failure outside the cells, e.g. in nbclient's kernel handling); and the ``cell_index`` or
+    ``kernel_exit_status`` :func:`run_notebook` found."""
+    if isinstance(e, CellExecutionError):
+        text = ANSI.sub("", str(e))
+    else:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    record = {"error": failure_text(e, 300), "traceback": text[-TRACEBACK_CHARS:]}
+    record.update({k: getattr(e, k) for k in ("cell_index", "kernel_exit_status")
+                   if hasattr(e, k)})
+    return record
+
+
 def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
     """Execute ``path`` in memory with ``cache`` as its LLM call cache; what it took."""
-    import nbformat
     nb = nbformat.read(path, as_version=4)
-    before = cache_rows(cache)
+    before = cache_rows(cache) or 0  # an empty cache's file is made by the first call
     os.environ["DYNAKRAG_LLM_CACHE"] = str(cache)
     entry = {"words": markdown_words(nb), "glue_roles": glue_roles(nb),
              "code_cells": sum(c.cell_type == "code" for c in nb.cells),
@@ -175,9 +228,9 @@ def time_chapter(path: Path, cache: Path, book: Path | None = None) -> dict:
         run_notebook(nb, book)
         entry["ok"] = True
     except Exception as e:  # a failed chapter is reported, not timed as if it had run
-        entry.update(ok=False, error=failure_text(e, 300))
+        entry.update(ok=False, **failure_record(e))
     entry["seconds"] = round(time.perf_counter() - t0, 1)
-    entry["model_calls"] = cache_rows(cache) - before
+    entry["model_calls"] = (cache_rows(cache) or 0) - before
     return entry
 
 
@@ -232,13 +285,14 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                    help="a chapter number (12, 11b) or name (12_results); none: every chapter")
+                    help="a chapter number (12, 11b), name (12_results) or comma list of them; "
+                         "none: every chapter")
     ap.add_argument("--time", choices=("recorded", "empty"),
                     help="measure each chapter in memory with the recorded calls or an empty "
                          "cache, writing only results/diagnostics/chapter-times.json")
     args = ap.parse_intermixed_args(argv)  # --time before, between or after the chapters
     try:
-        chapters = select_chapters(args.chapters)
+        chapters = resolve_chapters(args.chapters)
     except ValueError as e:
         ap.error(str(e))
     kernel_environment()
