@@ -71,10 +71,10 @@ SCRATCH_ROOT = Path("runs") / "warm-cache"
 
 def parse_own(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="warm_cache.py", description=__doc__.split("\n\n")[0],
-                                 usage=USAGE)
+                                 usage=USAGE.removeprefix("usage: "))
     sub = ap.add_subparsers(dest="mode", required=True)
     for mode in ("train", "evaluate"):
-        p = sub.add_parser(mode, usage=USAGE)
+        p = sub.add_parser(mode, usage=USAGE.removeprefix("usage: "))
         p.add_argument("--start", type=int, required=True,
                        help="first question to warm: a position in the run's question list")
         p.add_argument("--stop", type=int, default=None,
@@ -178,6 +178,7 @@ def warm_train(own: argparse.Namespace, args: argparse.Namespace) -> int:
 
 def _main(argv: list[str]) -> int:
     if "--" not in argv:
+        parse_own(argv)  # --help (also after the mode) prints the options; else the usage
         raise SystemExit(USAGE)
     cut = argv.index("--")
     own = parse_own(argv[:cut])
