@@ -17,6 +17,7 @@ import os
 import re
 import runpy
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,9 @@ def parser_of(target: str) -> argparse.ArgumentParser:
             setattr(argparse.ArgumentParser, k, capture)
         sys.argv = [str(source), "--help"]
         if target.startswith("-m "):
-            runpy.run_module(target[3:], run_name="__main__", alter_sys=True)
+            with warnings.catch_warnings():  # a module other tests imported runs afresh
+                warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+                runpy.run_module(target[3:], run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, str(source.parent))
             runpy.run_path(str(source), run_name="__main__")
