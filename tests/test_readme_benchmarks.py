@@ -110,3 +110,17 @@ def test_stale_claims_fail(claim, bad):
 def test_a_measured_claim_passes():
     assert check_claims("decoding 4.2x as fast: 8.8 against 2.1 tokens/s "
                         "(`results/benchmarks/generators.json`)") == []
+
+
+def test_readme_times_are_the_committed_reports():
+    """The chapters' replay time and the Colab live check's duration README states are the
+    committed reports' (results/diagnostics/chapter-times.json: every chapter's ``recorded``
+    wall time, summed; colab-live-check.json: its ``seconds``), rounded as stated."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    diag = ROOT / "results" / "diagnostics"
+    chapters = json.loads((diag / "chapter-times.json").read_text())["chapters"]
+    replay = sum(c["recorded"]["seconds"] for c in chapters.values() if "recorded" in c)
+    assert f"took {replay:.0f} s in all" in text, f"README: the chapters replay in {replay:.0f} s"
+    live = json.loads((diag / "colab-live-check.json").read_text())["seconds"]
+    assert f"{live / 60:.0f} minutes in its committed report" in text, \
+        f"README: the Colab live check took {live / 60:.0f} minutes"

@@ -127,6 +127,20 @@ def test_horizon_table_pairs_each_schedule_with_uniform_at_the_same_k(tmp_path):
     assert t["same actions"].item() == 2 and t["same answer"].item() == 2
 
 
+def test_the_readme_states_the_k1_build_floor_the_runs_give():
+    """README's llama.cpp section: at k = 1 learned and uniform take the same actions, yet the
+    runs' answers differ on some questions (two builds); its counts are horizon_table's."""
+    t = horizon_table(ks=(1,)).set_index("dataset")
+    hp, mu = t.loc["HotpotQA"], t.loc["MuSiQue"]
+    differ = [int(r.n - r["same answer"]) for r in (hp, mu)]
+    f1 = [f"{r['learned - uniform']:+.3f}".replace("0.", ".", 1) for r in (hp, mu)]
+    stated = (f"({hp['same actions']}/{hp.n} HotpotQA and {mu['same actions']}/{mu.n} MuSiQue "
+              f"questions), yet the runs decoded by different builds give a different final "
+              f"answer on {differ[0]} of {hp.n} and {differ[1]} of {mu.n} questions, "
+              f"{sum(differ)} of {hp.n + mu.n} (F1 {f1[0]} and {f1[1]};")
+    assert _flat(stated) in _flat((ROOT / "README.md").read_text("utf-8")), stated
+
+
 def test_differences_and_p_values_are_written_as_the_book_writes_them():
     d = PairedDifference("f1", 150, .4, .35, .052, .005, .102, .038, 40, 30)
     assert fmt_diff(d) == "+.052 [+.005, +.102]"
