@@ -5,8 +5,8 @@ retrieval-cap sweep, replaying the recorded model calls).
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,5 +155,16 @@ def write_reports(results: str | Path = "results", live: bool = False) -> list[P
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dynakrag_lab.report.diagnostic_reports",
+                                     description=write_reports.__doc__)
+    parser.add_argument("--results", default="results", help="the results folder")
+    parser.add_argument("--live", action="store_true", help="also rerun the retrieval-cap "
+                        "sweep (a small live run, replaying the recorded model calls)")
+    args = parser.parse_args(argv)
+    print("\n".join(map(str, write_reports(args.results, live=args.live))))
+    return 0
+
+
 if __name__ == "__main__":
-    print("\n".join(map(str, write_reports(live="--live" in sys.argv))))
+    raise SystemExit(main())
