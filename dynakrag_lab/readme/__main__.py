@@ -74,7 +74,8 @@ def removed_section() -> str:
     """Where the removed studies' code is: their tags and commits."""
     lines = ["## Removed studies\n",
              "Finished studies whose code left the lab; their reports stay here. "
-             "`git checkout TAG` (or the commit) brings the code back:\n"]
+             "`git checkout COMMIT` (or `TAG`, where your clone has the tag) brings the code "
+             "back:\n"]
     lines += [f"- `{tag}` (commit `{commit}`): {what}." for tag, commit, what in REMOVED_STUDIES]
     return "\n".join(lines) + "\n"
 
