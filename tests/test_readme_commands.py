@@ -1,14 +1,15 @@
 """The commands the READMEs show are commands that run: every ``--flag`` a command line of
-README.md, results/README.md or data_scripts/README.md names is an option of that command's
-own argparse parser (and a value shown as ``--flag a|b`` is one of its choices), every
+README.md, results/README.md, data_scripts/README.md or the Makefile names is an option of that
+command's own argparse parser (and a value shown as ``--flag a|b`` is one of its choices), every
 ``make X`` is a Makefile target and every script named is a file in the checkout.
 
-A command is ``python -m dynakrag_lite ...``, ``python -m dynakrag_lab.<module> ...``,
-``python data_scripts/<x>.py ...`` or ``python benchmarks/<x>.py ...`` on an indented or fenced
-line (``\\`` continues it) or in an inline code span; ``train ...`` / ``evaluate ...`` spans
-are ``python -m dynakrag_lite`` commands. Each command's parser is read in-process: the
-script or module runs as ``__main__`` with ``--help``, and its first parse call hands the
-parser over instead of parsing, so nothing runs and the imports are shared (seconds in all).
+A command is ``python -m dynakrag_lite ...``, ``python -m dynakrag_lab.<module> ...``, ``python
+data_scripts/<x>.py ...`` or ``python benchmarks/<x>.py ...`` on an indented or fenced line
+(``\\`` continues it) or in an inline code span (the Makefile: any line, ``$(PY)`` for python);
+``train ...`` / ``evaluate ...`` spans are ``python -m dynakrag_lite`` commands. Each command's
+parser is read in-process: the script or module runs as ``__main__`` with ``--help``, and its
+first parse call hands the parser over instead of parsing, so nothing runs and the imports are
+shared (seconds in all).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "results/README.md", "data_scripts/README.md")
+DOCS = ("README.md", "results/README.md", "data_scripts/README.md", "Makefile")
 PYTHON = re.compile(r"\bpython3? +(?:-m +(?P<module>[\w.<>]+)|(?P<script>[\w/.<>-]+\.py))")
 CLI_SPAN = re.compile(r"^(?:train|evaluate|index|retrieval-eval|generate|cache merge|"
                       r"policy-manifest|models) (?:--|\.\.\.)")
@@ -32,9 +33,11 @@ MAKE = re.compile(r"(?<![\w-])make +([a-z][\w-]*)")
 SCRIPT_FILE = re.compile(r"(?<![\w/.-])((?:data_scripts|benchmarks)/\w+\.(?:py|sh))\b")
 
 
-def command_lines(text: str) -> list[str]:
+def command_lines(text: str, makefile: bool = False) -> list[str]:
     """Indented and fenced lines (continuations joined) and inline code spans, whitespace
-    collapsed."""
+    collapsed; of a Makefile, every line (recipes and comments), ``$(PY)`` read as python."""
+    if makefile:
+        return [" ".join(ln.replace("$(PY)", "python").split()) for ln in text.splitlines()]
     lines, fenced = [], False
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
@@ -52,11 +55,11 @@ def command_lines(text: str) -> list[str]:
     return [" ".join(s.split()) for s in joined + spans]
 
 
-def commands(text: str) -> list[tuple[str, str]]:
+def commands(text: str, makefile: bool = False) -> list[tuple[str, str]]:
     """(target, the arguments' text) of every command line: the target is ``-m MODULE`` or a
     script path; ``X -- python -m ...`` (warm_cache.py) is two commands."""
     out = []
-    for line in command_lines(text):
+    for line in command_lines(text, makefile):
         if CLI_SPAN.match(line):
             line = "python -m dynakrag_lite " + line
         for part in re.split(r" -- ", line):
@@ -176,12 +179,12 @@ def make_targets() -> set[str]:
             for t in m.group(1).split()}
 
 
-def check_text(text: str) -> list[str]:
+def check_text(text: str, makefile: bool = False) -> list[str]:
     problems = []
-    for target, args in commands(text):
+    for target, args in commands(text, makefile):
         problems += problems_of(target, args)
     targets = make_targets()
-    for line in command_lines(text):
+    for line in command_lines(text, makefile):
         problems += [f"make {t}: no such Makefile target" for t in MAKE.findall(line)
                      if t not in targets]
     problems += [f"{p}: no such file" for p in SCRIPT_FILE.findall(text)
@@ -191,9 +194,9 @@ def check_text(text: str) -> list[str]:
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_the_commands_a_readme_shows_exist_with_their_flags(doc):
-    text = (ROOT / doc).read_text(encoding="utf-8")
-    assert commands(text), f"{doc} shows no command: is this test still reading it?"
-    problems = check_text(text)
+    text, makefile = (ROOT / doc).read_text(encoding="utf-8"), doc == "Makefile"
+    assert commands(text, makefile), f"{doc} shows no command: is this test still reading it?"
+    problems = check_text(text, makefile)
     assert not problems, f"{doc}:\n" + "\n".join(dict.fromkeys(problems))
 
 
@@ -220,6 +223,12 @@ def test_every_command_line_of_the_readme_is_read():
 def test_a_wrong_command_fails(line, bad):
     problems = check_text(line)
     assert any(bad in p for p in problems), problems
+
+
+def test_a_wrong_makefile_recipe_fails():
+    problems = check_text("smoke: install\n\t$(PY) data_scripts/smoke.py --requires x\n",
+                          makefile=True)
+    assert any("--requires is no option" in p for p in problems), problems
 
 
 def test_right_commands_pass():
