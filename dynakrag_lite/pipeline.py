@@ -19,7 +19,7 @@ from .data.sources import load_dataset, split_questions
 from .generators.spec import make_generator
 from .retriever import DEFAULT_EMBEDDER, DenseRetriever
 
-QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: quick mode, tests
+QUICK_GENERATOR = "smollm2-135m"  # fastest bundled model: the tests, build_setup's default
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # the experiments' generator on 2 CPU cores
 
 
