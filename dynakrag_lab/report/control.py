@@ -101,7 +101,7 @@ def best_stop_targets(targets: pd.DataFrame) -> pd.DataFrame:
 
 def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -> str:
     """How rare the event an F1 stop must predict is, and on how many datasets any target's
-    operating point beats the random stop with its interval above 0."""
+    operating point is better than the random stop (interval above 0)."""
     files = {k: r["stop_targets"] for k, r in report["results"].items()
              if k.endswith("/" + reader) and "targets" in r["stop_targets"]}
     rates = [f["positive_rate"]["f1"] for f in files.values()]
@@ -111,7 +111,7 @@ def stop_targets_markdown(targets: pd.DataFrame, report: Mapping, reader: str) -
     return (f"Along the uniform paths, continuing raises the answer's F1 at "
             f"{min(rates):.0%} to {max(rates):.0%} of the decision prefixes"
             if rates else "No answer-labelled question yet") + (
-        f". Run as stop rules, the targets' operating points beat a random stop at equal "
-        f"tokens with the interval above 0 on {len(clear)} of {n} datasets"
+        f". Run as stop rules, the targets' operating points are better than a random stop "
+        f"at equal tokens (interval above 0) on {len(clear)} of {n} datasets"
         + (f" ({join_words(label(d) for d in clear)})" if clear else "")
         + ", and each point is picked on the scores it is judged on, which flatters it.")

@@ -156,14 +156,19 @@ def draw_points(ax, points: pd.DataFrame, title: str = "evaluation split", legen
 
 def draw_tau_curve(ax, curve: pd.DataFrame,
                    title: str = "training split: tau of the continuation rule") -> None:
-    """The training split's cross-validated tau curve on ``ax`` (F1 against tokens, taus
-    that give the same stops sharing a label), the chosen tau as a star."""
+    """The training split's cross-validated tau curve on ``ax`` (F1 against tokens; taus that
+    give the same stops share a point, labelled at the curve's ends and the chosen tau, the
+    star)."""
     ax.plot(curve["tokens"], curve["f1"], "-o", color=SCHEDULE_COLOR, ms=4)
     # taus that give the same stops share a point and a label ("-1, 0")
-    same = curve.groupby([curve["tokens"].round(3), curve["f1"].round(6)], sort=False)
-    for (tok, f1), g in same:
-        ax.annotate(", ".join(f"{t:g}" for t in g["tau"]), (tok, f1),
-                    textcoords="offset points", xytext=(3, 3), fontsize=6)
+    same = list(curve.groupby([curve["tokens"].round(3), curve["f1"].round(6)], sort=False))
+    # label the ends and the chosen point only: in a short panel the middle labels collide
+    ends = {0, len(same) - 1} | {i for i, (_, g) in enumerate(same)
+                                 if "best" in g and g["best"].any()}
+    for i, ((tok, f1), g) in enumerate(same):
+        if i in ends:
+            ax.annotate("τ " + ", ".join(f"{t:g}" for t in g["tau"]), (tok, f1),
+                        textcoords="offset points", xytext=(3, 3), fontsize=6)
     best = curve[curve["best"]] if "best" in curve else curve.iloc[:0]
     ax.plot(best["tokens"], best["f1"], "*", color="#08306b", ms=13, label="chosen tau")
     ax.set_xlabel("tokens per question")
@@ -179,16 +184,23 @@ def pareto_figure(points: pd.DataFrame, curve: pd.DataFrame | None = None,
     return pareto_grid([(title, points, curve)])
 
 
-def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]]) -> Figure:
+def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]],
+                max_height: float = 8.6) -> Figure:
     """One row per ``(title, points, curve)`` (a dataset x reader): its evaluation runs
-    (:func:`draw_points`) and, when ``curve`` is given, its tau curve
-    (:func:`draw_tau_curve`) beside them; one figure for the book to number and caption."""
+    (:func:`draw_points`) and, when given, its tau curve (:func:`draw_tau_curve`) beside them;
+    one legend for every row under the grid, at most ``max_height`` inches tall (8.6 in:
+    900 px in the book), so that rows shrink instead of their legends covering the axes."""
     ncols = 2 if any(c is not None and not c.empty for _, _, c in panels) else 1
-    fig, axes = plt.subplots(len(panels), ncols, figsize=(5.2 * ncols, 3.9 * len(panels)),
-                             squeeze=False)
+    legend_in = 0.8
+    row_in = min(3.9, (max_height - legend_in) / len(panels))
+    fig, axes = plt.subplots(len(panels), ncols, squeeze=False,
+                             figsize=(5.2 * ncols, row_in * len(panels) + legend_in))
+    handles: dict[str, Any] = {}
     for (title, points, curve), row in zip(panels, axes):
         draw_points(row[0], points, f"{title}: evaluation split" if title and ncols == 2
-                    and len(panels) > 1 else "evaluation split")
+                    and len(panels) > 1 else "evaluation split", legend=False)
+        for h, label in zip(*row[0].get_legend_handles_labels()):
+            handles.setdefault(label, h)
         if ncols == 2:
             if curve is not None and not curve.empty:
                 draw_tau_curve(row[1], curve)
@@ -200,7 +212,9 @@ def pareto_grid(panels: Sequence[tuple[str, pd.DataFrame, pd.DataFrame | None]])
             fig.suptitle(title, fontsize=10)
         elif title and ncols == 1:
             row[0].set_title(f"{title}: evaluation split", fontsize=9)
-    fig.tight_layout()
+    fig.legend(handles.values(), handles.keys(), loc="lower center", frameon=False,
+               ncol=min(5, len(handles)), fontsize=7)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     return fig
 
 

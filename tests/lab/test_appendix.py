@@ -72,7 +72,8 @@ def test_best_stop_target_per_dataset():
         "targets": {}, "positive_rate": {"f1": 0.06}}}}}
     text = ap.stop_targets_markdown(t, report, "r")
     assert "at 6% to 6% of the decision prefixes" in text
-    assert "interval above 0 on 1 of 1 datasets (HotpotQA)" in text
+    assert ("better than a random stop at equal tokens (interval above 0) on 1 of 1 datasets "
+            "(HotpotQA)") in text
 
 
 def test_diagnosis_findings_count_rows():
