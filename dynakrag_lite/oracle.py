@@ -16,9 +16,9 @@ def sr(state: EvidenceState, gold: Sequence[str]) -> float:
 
 
 class OracleChooser:
-    """Upper bound, NOT a deployable method (it reads gold support labels): at each state it
-    takes the valid acquisition with the largest true SR gain and stops when support is
-    complete or no single action raises it. Its ledger counts only the path it takes."""
+    """A reference, NOT deployable (it reads gold support labels), not an upper bound: at each
+    state it takes the valid acquisition with the largest true SR gain and stops when support
+    is complete or no single action raises it. Its ledger counts only the path it takes."""
     name = "oracle"
 
     def __init__(self, env: Environment, gold: Sequence[str]):

@@ -1,4 +1,4 @@
-"""Sufficiency signals (chapter 5; calibrated in chapter 8): how the probe decides "the
+"""Sufficiency signals (chapter 5; calibrated in appendix 97): how the probe decides "the
 evidence is enough".
 
 Small readers are poor judges *in text*: on HotpotQA qwen2.5-coder-0.5b and -1.5b greedily
