@@ -180,3 +180,35 @@ def test_cleaned_copies_of_the_chapters_pass(tmp_path):
                                                            original["cells"]]
         assert [c["metadata"] for c in cleaned["cells"]] == [c["metadata"] for c in
                                                              original["cells"]]
+
+
+def captioned_cells_with_other_outputs(nb: dict) -> list[int]:
+    """Cells whose MyST-NB figure caption would also label a non-image output: MyST-NB gives
+    every output of a captioned cell the caption and the figure name (a table beside the
+    plot is captioned, and the name defined twice)."""
+    bad = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or not cell["metadata"].get("mystnb", {}).get("figure"):
+            continue
+        shown = [o for o in cell.get("outputs", ())
+                 if o["output_type"] in ("display_data", "execute_result", "stream")]
+        if len(shown) != 1 or not any(BINARY.match(k) or k == "image/svg+xml"
+                                      for k in shown[0].get("data", {})):
+            bad.append(i)
+    return bad
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_captioned_figure_cell_shows_its_figure_and_nothing_else(path):
+    bad = captioned_cells_with_other_outputs(json.loads(path.read_text(encoding="utf-8")))
+    assert not bad, (f"{path.name}: cells {bad} carry a figure caption but show other output "
+                     "too (or no figure): put the table in a cell of its own")
+
+
+def test_the_caption_check_sees_a_table_beside_a_figure():
+    png = {"output_type": "display_data", "data": {"image/png": "x", "text/plain": "<Figure>"}}
+    table = {"output_type": "execute_result", "data": {"text/html": "<table/>"}}
+    cell = {"cell_type": "code", "metadata": {"mystnb": {"figure": {"caption": "c"}}},
+            "outputs": [table, png]}
+    assert captioned_cells_with_other_outputs({"cells": [cell]}) == [0]
+    assert captioned_cells_with_other_outputs({"cells": [dict(cell, outputs=[png])]}) == []
