@@ -13,7 +13,9 @@ notebooks):
   report records) in every chapter but the appendices (``*_appendix_*``), which hold what
   the chapters leave out;
 * at least :data:`MIN_CHAPTERS_WITH_SOURCE` chapters show library source
-  (``dynakrag_lite.show.show_source`` or ``literalinclude`` with ``:pyobject:``).
+  (``dynakrag_lite.show.show_source`` or ``literalinclude`` with ``:pyobject:``);
+* no code cell line longer than :data:`MAX_CODE_LINE` characters (hidden cells too: a reader
+  who expands one, or opens the notebook, reads it the same way).
 
 The rendered page (fit of code and tables in the column, what a page opens with) is measured
 by ``data_scripts/page_check.py`` in headless Chromium; its committed report is checked at the
@@ -36,6 +38,7 @@ MAX_VISIBLE_CODE = 120
 MAX_OUTPUT_CHARS = 4000
 MIN_CHAPTERS_WITH_SOURCE = 10
 MAX_WORDS = 2000
+MAX_CODE_LINE = 92
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 # the one word count of the project (also in chapter-times.json)
 markdown_words = load_script("execute_chapters").markdown_words
@@ -88,6 +91,12 @@ EXERCISE = re.compile(r"\{admonition\}\s+Exercise\s+(\w+\.\d+)")
 SOLUTION = re.compile(r"\{admonition\}\s+Solution\s+(\w+\.\d+)\s*\n:class:\s*dropdown")
 
 
+def long_code_lines(nb: dict, limit: int = MAX_CODE_LINE) -> list[tuple[int, int, str]]:
+    """(cell index, line number from 1, line) of every code cell line over ``limit``."""
+    return [(i, n, line) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            for n, line in enumerate(_text(c["source"]).splitlines(), 1) if len(line) > limit]
+
+
 def exercises_without_solution(nb: dict) -> list[str]:
     md = "\n".join(_text(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     return sorted(set(EXERCISE.findall(md)) - set(SOLUTION.findall(md)))
@@ -113,6 +122,14 @@ def test_chapter_shows_at_most_120_code_lines(path):
 def test_no_output_is_longer_than_4000_characters(path):
     found = long_outputs(_load(path))
     assert not found, f"{path.name}: outputs over {MAX_OUTPUT_CHARS} characters (cell, n): {found}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_code_line_is_longer_than_92_characters(path):
+    found = long_code_lines(_load(path))
+    assert not found, (f"{path.name}: {len(found)} code lines over {MAX_CODE_LINE} characters; "
+                       "rewrap them:\n" + "\n".join(f"  cell {i}, line {n} ({len(line)}): {line}"
+                                                    for i, n, line in found))
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
@@ -178,6 +195,13 @@ def test_words_are_counted_in_markdown_cells_only():
     nb = _nb([_md("# Two words\n\nOne idea, $v(s,a)$."), _code("many words in code"),
               _md(["split ", "across lines"])])
     assert markdown_words(nb) == 2 + 5 + 3
+
+
+def test_a_code_line_over_92_characters_is_named_by_cell_and_line():
+    long = "x = " + "1" * 89  # 93 characters
+    nb = _nb([_md("m" * 200), _code("a = 1\n" + "y = " + "2" * 88),
+              _code(["b = 2\n", long + "\n", "c = 3"], tags=["hide-input"])])
+    assert long_code_lines(nb) == [(2, 2, long)]
 
 
 def test_an_exercise_needs_a_dropdown_solution_with_its_number():
