@@ -23,6 +23,8 @@ What it removes (outputs and notebook metadata only; cell sources are never touc
   default data folder), the home folder ``~/``, temporary folders ``$TMPDIR/``, and the
   remaining ``/work``, ``/root``, ``/home/<user>``, ``/Users/<user>``, ``/content`` prefixes
   the same way.
+* **Object addresses** in rich outputs' text (``<pandas.io.formats.style.Styler at 0x7f..>``
+  becomes ``<pandas.io.formats.style.Styler>``): they change on every run.
 * **Widget state**: ``metadata.widgets`` of the notebook (the saved state of every widget
   model, including progress bars).
 
@@ -51,6 +53,7 @@ LOADING_RE = re.compile(r"Loading (?:weights|checkpoint shards)|Batches:\s*\d+%"
 # A slash that starts a path: not inside a URL, a relative path or a word.
 _START = r"(?<![\w./:~$-])"
 BINARY_MIME = re.compile(r"^(?:image/(?!svg)|application/(?:pdf|octet-stream))")
+ADDRESS = re.compile(r" at 0x[0-9a-f]{6,}>")  # "<pandas...Styler at 0x7fd3...>"
 
 
 def is_progress_text(text: str) -> bool:
@@ -154,6 +157,10 @@ def clean_notebook(nb: dict, rules: list | None = None, stats: Counter | None = 
                         text = strip_paths(_text(value), rules)
                         if text != _text(value):
                             stats["output with machine paths"] += 1
+                        # a repr's memory address changes on every run: a diff with no news
+                        text, n = ADDRESS.subn(">", text)
+                        stats["object address"] += n
+                        if text != _text(value):
                             data[mime] = _like(value, text)
             elif kind == "stream":
                 text = _text(out.get("text", ""))

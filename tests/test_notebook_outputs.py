@@ -70,6 +70,8 @@ def problems(nb: dict) -> list[str]:
                     found.append(f"{where}: a traceback in a {kind} output")
                 for m in MACHINE_PATH.finditer(t):
                     found.append(f"{where}: machine path {t[m.start():m.start() + 40]!r}")
+                if re.search(r"\bat 0x[0-9a-fA-F]{6,}", t):
+                    found.append(f"{where}: an object's memory address (changes every run)")
     return found
 
 
@@ -212,3 +214,15 @@ def test_the_caption_check_sees_a_table_beside_a_figure():
             "outputs": [table, png]}
     assert captioned_cells_with_other_outputs({"cells": [cell]}) == [0]
     assert captioned_cells_with_other_outputs({"cells": [dict(cell, outputs=[png])]}) == []
+
+
+def test_the_cleaner_drops_an_object_address_the_scanner_reports():
+    styler = {"output_type": "display_data", "metadata": {},
+              "data": {"text/html": "<table/>",
+                       "text/plain": ["<pandas.io.formats.style.Styler at 0x7fd3bbf9d110>"]}}
+    nb = {"cells": [_cell([styler])], "metadata": {}}
+    assert any("memory address" in p for p in problems(nb))
+    cleaned = clean_outputs.clean_notebook(nb, rules=[])
+    assert problems(cleaned) == []
+    assert cleaned["cells"][0]["outputs"][0]["data"]["text/plain"] == [
+        "<pandas.io.formats.style.Styler>"]
