@@ -113,9 +113,10 @@ def test_a_measured_claim_passes():
 
 
 def test_readme_times_are_the_committed_reports():
-    """The chapters' replay time and the Colab live check's duration README states are the
-    committed reports' (results/diagnostics/chapter-times.json: every chapter's ``recorded``
-    wall time, summed; colab-live-check.json: its ``seconds``), rounded as stated."""
+    """The chapters' replay time, the Colab live check's and the CI run's durations README
+    states are the committed reports' (results/diagnostics/chapter-times.json: every
+    chapter's ``recorded`` wall time, summed; colab-live-check.json: its ``seconds``;
+    ci-run.json), rounded as stated."""
     text = " ".join((ROOT / "README.md").read_text().split())
     diag = ROOT / "results" / "diagnostics"
     chapters = json.loads((diag / "chapter-times.json").read_text())["chapters"]
@@ -124,3 +125,8 @@ def test_readme_times_are_the_committed_reports():
     live = json.loads((diag / "colab-live-check.json").read_text())["seconds"]
     assert f"{live / 60:.0f} minutes in its committed report" in text, \
         f"README: the Colab live check took {live / 60:.0f} minutes"
+    ci = json.loads((diag / "ci-run.json").read_text())
+    stated = (f"took {ci['wall_seconds'] / 60:.0f} min with warm caches, pytest "
+              f"{ci['pytest']['seconds'] / 60:.0f} min ({ci['pytest']['passed']:,} tests) and "
+              f"nbval {ci['nbval']['seconds']:.0f} s")
+    assert stated in text, f"README: the CI run {stated}"
