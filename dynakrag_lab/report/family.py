@@ -47,7 +47,7 @@ import numpy as np
 from dynakrag_lite.experiments.folder import RUN_FILE, SUMMARY_FILE, ResultsError
 from dynakrag_lite.storage import atomic_write_json, atomic_write_text
 
-from .claims import LABELS, fmt_diff, fmt_p
+from .claims import LABELS, claim_sentences, fmt_diff, fmt_p, headline_claims
 from .comparison import SEED, paired_difference, paired_rows
 from .results import json_clean, locate, read_run
 from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm, num as _num,
@@ -55,9 +55,14 @@ from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm, num
 
 __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_names",
            "read_test", "verdict_word", "verdict_text", "read_family", "read_families",
-           "family_markdown", "verdict_sentences", "main"]
+           "family_markdown", "verdict_sentences", "stated_result", "write_readme", "main"]
 
 OUT = "results/primary/family"
+README = "README.md"
+# README's stated result lies between these two lines; `--readme` rewrites what is between.
+README_BEGIN = ("<!-- stated result: written by `python -m dynakrag_lab.report.family --readme`;"
+                " edit there, not here -->")
+README_END = "<!-- end of the stated result -->"
 SEED_FIELD = "{seed}"
 
 
@@ -301,12 +306,55 @@ def verdict_sentences(report: Mapping) -> list[str]:
     return out
 
 
+def stated_result(report: Mapping, exploratory: Sequence[str]) -> str:
+    """The result as README and the preface state it (markdown): each complete primary test's
+    verdict sentence, the pending tests in one line, then the exploratory readings
+    (:func:`.claims.claim_sentences`), called so. One text for both places, so the two cannot
+    drift apart, and a pending family reads as pending everywhere."""
+    tests = [t for f in report["families"] for t in f["tests"]]
+    done = [s for t, s in zip(tests, verdict_sentences(report)) if t["complete"]]
+    pending: dict[str, list[Mapping]] = {}
+    for t in tests:
+        if not t["complete"]:
+            pending.setdefault(_label(t), []).append(t)
+    state = ("all complete" if report["complete"] else
+             f"{len(done)} of {len(tests)} complete, so each Holm p is an upper bound")
+    toml = TOML if str(report["toml"]).endswith(TOML) else Path(report["toml"]).name
+    lines = [f"**Primary tests** (named in `{toml}` before their runs; "
+             f"Holm over each family; {state}):", ""]
+    lines += [f"- {s}." for s in done] or ["- none complete yet."]
+    if pending:
+        groups = [f"{label}, {len(ts)} test{'s' if len(ts) > 1 else ''} "
+                  f"({min(t['n'] for t in ts)} of {ts[0]['n_expected']})"
+                  for label, ts in pending.items()]
+        lines += ["", "Pending until their runs finish (questions every run of a test has "
+                  "answered so far): " + "; ".join(groups) + "."]
+    lines += ["", "**Exploratory readings** (runs read before any test was named, with one "
+              "draw of the random chooser and runs decoded by two llama.cpp builds):", ""]
+    lines += [f"{i}. {s}" for i, s in enumerate(exploratory, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(text: str, path: str | Path = README) -> None:
+    """Put ``text`` between README's two stated-result lines, leaving the rest as it was."""
+    path = Path(path)
+    old = path.read_text("utf-8")
+    begin, end = old.find(README_BEGIN), old.find(README_END)
+    if begin < 0 or end < begin:
+        raise ResultsError(f"{path}: needs the line {README_BEGIN!r} and, after it, "
+                           f"{README_END!r}; the stated result goes between them")
+    head = old[:begin + len(README_BEGIN)]
+    atomic_write_text(path, head + "\n" + text + old[end:])
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Read the toml's tests and write ``family.json`` and ``family.md`` into ``--out``."""
     ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.report.family",
                                  description="Read the primary tests named in the toml.")
     ap.add_argument("--toml", default=TOML)
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--readme", action="store_true",
+                    help=f"also rewrite the stated result in {README} (between its markers)")
     args = ap.parse_args(argv)
     report = read_families(args.toml)
     out = Path(args.out)
@@ -314,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     atomic_write_text(out / "family.md", family_markdown(report))
     state = "complete" if report["complete"] else "incomplete"
     print(f"{out / 'family.json'}, {out / 'family.md'}: {state}")
+    if args.readme:
+        write_readme(stated_result(report, claim_sentences(headline_claims())))
+        print(f"{README}: stated result rewritten")
     return report
 
 

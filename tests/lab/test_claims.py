@@ -14,7 +14,9 @@ from dynakrag_lab.report.claims import (StopGrid, claim_sentences, fmt_diff,
                                         fmt_p, headline_claims, horizon_table, results_table,
                                         stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
-from dynakrag_lab.report.family import read_families, verdict_sentences
+from dynakrag_lab.report.family import (README_BEGIN, README_END, read_families,
+                                        stated_result, verdict_sentences, write_readme)
+from dynakrag_lite.experiments.folder import ResultsError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "results" / "experiments"
@@ -30,6 +32,13 @@ def _markdown(notebook: Path) -> str:
     return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
 
 
+def _outputs(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", ())]
+    return "\n".join("".join(o.get("text", ""))
+                     + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
 @pytest.fixture(scope="module")
 def sentences() -> list[str]:
     return claim_sentences(headline_claims(root=EXPERIMENTS))
@@ -39,17 +48,11 @@ def sentences() -> list[str]:
                                    "book/12_results.ipynb"])
 def test_the_stated_result_matches_the_committed_runs(sentences, where):
     path = ROOT / where
-    text = _flat(_markdown(path) if path.suffix == ".ipynb" else path.read_text("utf-8"))
+    text = _flat(_markdown(path) + "\n" + _outputs(path) if path.suffix == ".ipynb"
+                 else path.read_text("utf-8"))
     stale = [s for s in sentences if _flat(s) not in text]
     assert not stale, (f"{where} does not state the result the runs give; replace its text "
                        f"with: {stale}")
-
-
-def _outputs(notebook: Path) -> str:
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", ())]
-    return "\n".join("".join(o.get("text", ""))
-                     + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
 
 
 @pytest.mark.parametrize("where", ["README.md", "book/00_preface.ipynb", "book/12_results.ipynb"])
@@ -59,17 +62,70 @@ def test_the_primary_tests_are_stated_once_complete_and_pending_before(where):
     as the family report words it (chapter 12 in its outputs)."""
     report = read_families(ROOT / "results" / "primary_tests.toml")
     path = ROOT / where
-    text = path.read_text("utf-8") if path.suffix == ".md" else _markdown(path)
-    if where.endswith("12_results.ipynb"):
-        text += "\n" + _outputs(path)
+    text = path.read_text("utf-8") if path.suffix == ".md" else (
+        _markdown(path) + "\n" + _outputs(path))  # the preface and 12 print it
     text = _flat(text)
     if report["complete"]:
         missing = [s for s in verdict_sentences(report) if _flat(s) not in text]
         assert not missing, f"{where} does not state these primary results: {missing}"
     else:
-        assert "exploratory" in text and "pending" in text, (
+        assert "exploratory" in text.lower() and "pending" in text.lower(), (
             f"{where}: the primary family is incomplete, so its readings must be called "
             "exploratory and the primary tests pending")
+
+
+def test_the_readme_states_the_result_the_committed_runs_give(sentences):
+    """README's stated result is :func:`stated_result` of the committed runs, word for word:
+    after committing rows, ``python -m dynakrag_lab.report.family --readme`` rewrites it."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    stated = readme[readme.index(README_BEGIN) + len(README_BEGIN):readme.index(README_END)]
+    want = stated_result(read_families(ROOT / "results" / "primary_tests.toml"), sentences)
+    assert stated.strip() == want.strip(), (
+        "README's stated result is stale: run python -m dynakrag_lab.report.family --readme")
+
+
+def _test(dataset: str, name: str, complete: bool, family: str = "eval", n: int = 150) -> dict:
+    t = {"family": family, "dataset": dataset, "test": name, "complete": complete, "n": n,
+         "n_expected": 150}
+    if complete:
+        t.update(verdict="better", equivalent=False, ci="+.050 [+.010, +.090]", p_holm=0.01,
+                 mde=0.04)
+    else:
+        t.update(verdict=f"pending ({n} of 150)")
+    return t
+
+
+def _report(tests: list[dict]) -> dict:
+    fams = list(dict.fromkeys(t["family"] for t in tests))  # in order of appearance
+    families = [{"family": f, "tests": [t for t in tests if t["family"] == f],
+                 "complete": all(t["complete"] for t in tests if t["family"] == f)}
+                for f in fams]
+    return {"toml": "results/primary_tests.toml", "power": 0.8, "families": families,
+            "complete": all(t["complete"] for t in tests)}
+
+
+def test_the_stated_result_lists_complete_tests_and_groups_the_pending_ones():
+    report = _report([_test("hotpotqa", "a", True), _test("musique", "a", False, n=40),
+                      _test("musique", "b", False, n=12),
+                      _test("hotpotqa", "b", False, family="check", n=0)])
+    text = stated_result(report, ["first reading"])
+    assert "- HotpotQA, a: better (+.050 [+.010, +.090], Holm p .01;" in text
+    assert "1 of 4 complete, so each Holm p is an upper bound" in text
+    assert "MuSiQue, 2 tests (12 of 150); HotpotQA (check set), 1 test (0 of 150)." in text
+    assert text.index("**Exploratory readings**") < text.index("1. first reading")
+    done = stated_result(_report([_test("hotpotqa", "a", True)]), [])
+    assert "all complete" in done and "pending" not in done.lower()
+
+
+def test_write_readme_replaces_only_the_marked_block_and_names_a_readme_without_it(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# X\nbefore\n{README_BEGIN}\nold text\n{README_END}\nafter\n")
+    write_readme("new text\n", readme)
+    assert readme.read_text() == f"# X\nbefore\n{README_BEGIN}\nnew text\n{README_END}\nafter\n"
+    readme.write_text("# X\nno markers\n")
+    with pytest.raises(ResultsError, match="README.md: needs the line"):
+        write_readme("new text\n", readme)
+    assert readme.read_text() == "# X\nno markers\n"  # nothing half-written
 
 
 def _grid(f1: np.ndarray, depth: np.ndarray) -> StopGrid:
