@@ -2,8 +2,10 @@
 notebooks):
 
 * at most :data:`MAX_VISIBLE_CODE` non-blank code lines a reader sees (cells without a
-  ``hide-input`` / ``hide-cell`` / ``remove-input`` / ``remove-cell`` tag): result reading
-  belongs in the library, not in the chapter;
+  ``hide-input`` / ``hide-cell`` / ``remove-input`` / ``remove-cell`` tag), not counting the
+  ``parameters`` cell: result reading belongs in the library, not in the chapter;
+* the ``parameters`` cell (the chapter's knobs) is visible: exercises ask the reader to edit
+  it (the book style note, section 6);
 * no output longer than :data:`MAX_OUTPUT_CHARS` characters as shown (stream text; HTML
   with its tags, styles and collapsed ``<details>`` removed; else markdown or plain text):
   long lists go to collapsed cells or to files;
@@ -50,10 +52,16 @@ def _text(v) -> str:
 
 
 def visible_code_lines(nb: dict) -> int:
-    """Non-blank source lines of the code cells a reader sees expanded."""
+    """Non-blank source lines of the code cells a reader sees expanded, the knobs aside."""
     return sum(sum(1 for line in _text(c["source"]).splitlines() if line.strip())
                for c in nb["cells"] if c["cell_type"] == "code"
-               and not HIDDEN & set(c.get("metadata", {}).get("tags", [])))
+               and not (HIDDEN | {"parameters"}) & set(c.get("metadata", {}).get("tags", [])))
+
+
+def parameters_cells(nb: dict) -> list[list[str]]:
+    """The tags of every ``parameters`` cell."""
+    return [c.get("metadata", {}).get("tags", []) for c in nb["cells"]
+            if c["cell_type"] == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
 
 
 def _summary_only(details: re.Match) -> str:
@@ -116,6 +124,13 @@ def test_chapter_shows_at_most_120_code_lines(path):
     n = visible_code_lines(_load(path))
     assert n <= MAX_VISIBLE_CODE, (f"{path.name}: {n} visible code lines; move result "
                                    "reading into the library or collapse setup cells")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_has_one_visible_parameters_cell(path):
+    tags = parameters_cells(_load(path))
+    assert len(tags) == 1, f"{path.name}: {len(tags)} parameters cells"
+    assert not HIDDEN & set(tags[0]), f"{path.name}: the parameters cell is hidden ({tags[0]})"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
