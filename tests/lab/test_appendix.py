@@ -184,13 +184,13 @@ def _sections(md: str) -> list[tuple[str, str]]:
     return list(zip(parts[1::2], parts[2::2]))
 
 
-def test_each_kept_section_opens_with_the_claim_it_supports():
+def test_each_kept_section_opens_with_the_reading_it_supports():
     md = "\n".join(_src(c) for c in _cells() if c["cell_type"] == "markdown")
     kept = [(t, b) for t, b in _sections(md) if t not in ("Other studies", "Summary",
                                                           "Exercises")]
     assert len(kept) >= 5
     for title, body in kept:
-        assert re.match(r"\s*\*Supports claim [123]\*", body), title
+        assert re.match(r"\s*\*Supports reading [123]\*", body), title
 
 
 def test_the_appendix_states_results_in_the_four_words_only():
