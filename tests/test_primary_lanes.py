@@ -3,7 +3,9 @@
 The lanes run with a fake experiment (PRIMARY_LANES_COMMAND) that writes the summary.json a
 finished run leaves and logs when it started and ended, so the queue's rules are checked
 without a model: every run exactly once, a stop-at-2 schedule only after its full run, finished
-runs skipped, both lanes busy, a failing run stops its lane and names itself.
+runs skipped, both lanes busy, a failing run stops its lane and names itself, a run left
+unfinished is retried by neither lane and named when they end, and the queue holds the runs
+results/primary_tests.toml reads, with the commands results/configs/primary-*.toml make.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ split = "check" if "--split" in args else "eval"
 item = f"{split} {get('--dataset')} {get('--runs')}"
 log = os.environ["FAKE_LOG"]
 with open(log, "a") as f:
-    f.write(json.dumps({"item": item, "event": "start", "t": time.time(), "pid": os.getpid()}) + "\n")
+    f.write(json.dumps({"item": item, "event": "start", "t": time.time(), "pid": os.getpid(),
+                        "argv": args}) + "\n")
 if item == os.environ.get("FAKE_FAIL"):
     sys.exit(3)
 time.sleep(float(os.environ.get("FAKE_SECONDS", "0.05")))
@@ -114,7 +117,7 @@ def test_a_run_that_ends_unfinished_is_not_retried_nor_are_its_stop2_schedules(t
     for item in QUEUE:
         if item.split()[1] != "musique":
             _finish(results, item)
-    # the fake finishes every run; make one end short by pre-writing a smaller --eval-limit
+    # the fake finishes every run; this one's summary counts 5 questions, so it ends unfinished
     fake = tmp_path / "short.py"
     fake.write_text(FAKE.replace('int(get("--eval-limit"))',
                                  '(5 if "uniform-seed14" == get("--runs") else '
@@ -122,8 +125,81 @@ def test_a_run_that_ends_unfinished_is_not_retried_nor_are_its_stop2_schedules(t
     env = {"PRIMARY_LANES_COMMAND": f"{sys.executable} {fake}"}
     outs, events = _lanes(tmp_path, lanes=1, **env)
     rc, out, err = outs[0]
-    assert rc == 0 and "eval musique uniform-seed14 unfinished" in err
+    assert rc == 1 and "eval musique uniform-seed14 unfinished" in err
+    assert "left unfinished: eval musique uniform-seed14, eval musique uniform-seed14-stop2" in err
     started = [e["item"] for e in events if e["event"] == "start"]
     assert started.count("eval musique uniform-seed14") == 1
     assert "eval musique uniform-seed14-stop2" not in started
     assert "eval musique uniform-seed13-stop2" in started
+
+
+def test_a_run_one_lane_left_unfinished_is_not_retried_by_the_other_lane(tmp_path):
+    """'Not retried' holds for the queue, not per lane: the other lane reads the mark."""
+    results = tmp_path / "primary"
+    for item in QUEUE:
+        if item.split()[1] != "musique":
+            _finish(results, item)
+    fake = tmp_path / "short.py"
+    fake.write_text(FAKE.replace('int(get("--eval-limit"))',
+                                 '(5 if "uniform-seed14" == get("--runs") else '
+                                 'int(get("--eval-limit")))'))
+    outs, events = _lanes(tmp_path, PRIMARY_LANES_COMMAND=f"{sys.executable} {fake}",
+                          FAKE_SECONDS="0.3")
+    started = [e["item"] for e in events if e["event"] == "start"]
+    assert started.count("eval musique uniform-seed14") == 1, started
+    assert "eval musique uniform-seed14-stop2" not in started
+    # both lanes end saying which run is left, and not with success
+    for rc, out, err in outs:
+        assert rc == 1 and "left unfinished: eval musique uniform-seed14" in out + err, outs
+
+
+def test_a_corrupt_summary_counts_as_unfinished_and_is_named_without_a_traceback(tmp_path):
+    results = tmp_path / "primary"
+    for item in QUEUE:
+        _finish(results, item)
+    summary = results / "eval" / "musique" / GEN / "fixed_k6" / "summary.json"
+    summary.write_text('{"n": 1')  # cut short by hand or a full disk
+    outs, events = _lanes(tmp_path, lanes=1)
+    rc, out, err = outs[0]
+    assert rc == 0, outs
+    assert [e["item"] for e in events if e["event"] == "start"] == ["eval musique fixed_k6"]
+    assert "Traceback" not in err and f"{summary}: unreadable" in err
+
+
+def test_the_queue_runs_what_the_primary_tests_read_with_the_primary_configs_commands(
+        tmp_path, monkeypatch):
+    """Every run a test of results/primary_tests.toml reads is queued once, and the script's
+    own command (its default ME, the fake in place of main_experiment.py) makes the command
+    results/configs/primary-<split>-<dataset>.toml makes for that run."""
+    from dynakrag_lab.report.family import load_tests, run_names
+    from helpers import load_script
+
+    cfg = load_tests(ROOT / "results" / "primary_tests.toml")
+    read = {f"{fam['root'].rsplit('/', 1)[-1]} {d} {r}" for fam in cfg["family"].values()
+            for d in fam["datasets"] for t in fam["test"]
+            for r in [t["a"], *run_names(t["b"], cfg["seeds"])]}
+    script = SCRIPT.read_text()
+    default = next(line.split('"')[1] for line in script.splitlines()
+                   if line.startswith('ME="python data_scripts/main_experiment.py'))
+    fake = tmp_path / "fake.py"
+    fake.write_text(FAKE)
+    outs, events = _lanes(tmp_path, PRIMARY_LANES_COMMAND=default.replace(
+        "python data_scripts/main_experiment.py", f"{sys.executable} {fake}"))
+    assert [rc for rc, _, _ in outs] == [0, 0], outs
+    starts = [e for e in events if e["event"] == "start"]
+    assert sorted(e["item"] for e in starts) == sorted(read) == sorted(QUEUE)
+
+    mx = load_script("main_experiment")
+    seen: list[list[str]] = []
+    monkeypatch.setattr(mx, "run", lambda args, log: seen.append(args) or 0)
+    monkeypatch.setenv("DYNAKRAG_DATA_DIR", "../shared/data")  # what the script exports
+    monkeypatch.chdir(ROOT)
+    results = str(tmp_path / "primary")
+    for e in starts:
+        split, dataset, run = e["item"].split()
+        argv = [a.replace(results, "results/primary") for a in e["argv"]]
+        config = f"results/configs/primary-{split}-{dataset}.toml"
+        for args in (argv, ["--config", config, "--runs", run]):
+            monkeypatch.setattr(sys, "argv", ["main_experiment.py", *args])
+            assert mx.main() == 0
+        assert seen[-2] == seen[-1], e["item"]
