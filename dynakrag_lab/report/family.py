@@ -317,34 +317,47 @@ def stated_result(report: Mapping, exploratory: Sequence[str]) -> str:
     for t in tests:
         if not t["complete"]:
             pending.setdefault(_label(t), []).append(t)
-    state = ("all complete" if report["complete"] else
-             f"{len(done)} of {len(tests)} complete, so each Holm p is an upper bound")
+    # A Holm p is an upper bound only while its own family has pending tests (p = 1 for them).
+    bounded = [not f["complete"] for f in report["families"] for t in f["tests"] if t["complete"]]
+    if report["complete"]:
+        state = "all complete"
+    elif not done:
+        state = f"none of {len(tests)} complete yet"
+    else:
+        state = f"{len(done)} of {len(tests)} complete" + (
+            ", so each Holm p is an upper bound" if all(bounded) else
+            "; a Holm p is an upper bound while its family has tests pending" if any(bounded)
+            else "")
     toml = TOML if str(report["toml"]).endswith(TOML) else Path(report["toml"]).name
     lines = [f"**Primary tests** (named in `{toml}` before their runs; "
-             f"Holm over each family; {state}):", ""]
-    lines += [f"- {s}." for s in done] or ["- none complete yet."]
+             f"Holm over each family; {state}):"]
+    lines += ([""] + [f"- {s}." for s in done]) if done else []
     if pending:
         groups = [f"{label}, {len(ts)} test{'s' if len(ts) > 1 else ''} "
                   f"({min(t['n'] for t in ts)} of {ts[0]['n_expected']})"
                   for label, ts in pending.items()]
         lines += ["", "Pending until their runs finish (questions every run of a test has "
                   "answered so far): " + "; ".join(groups) + "."]
-    lines += ["", "**Exploratory readings** (runs read before any test was named, with one "
-              "draw of the random chooser and runs decoded by two llama.cpp builds):", ""]
-    lines += [f"{i}. {s}" for i, s in enumerate(exploratory, 1)]
+    if exploratory:
+        lines += ["", "**Exploratory readings** (runs read before any test was named, with one "
+                  "draw of the random chooser and runs decoded by two llama.cpp builds):", ""]
+        lines += [f"{i}. {s}" for i, s in enumerate(exploratory, 1)]
     return "\n".join(lines) + "\n"
 
 
 def write_readme(text: str, path: str | Path = README) -> None:
-    """Put ``text`` between README's two stated-result lines, leaving the rest as it was."""
+    """Put ``text`` between README's two stated-result lines, leaving the rest byte for byte
+    (its line ends too: read undecoded, the block written with the file's own)."""
     path = Path(path)
-    old = path.read_text("utf-8")
-    begin, end = old.find(README_BEGIN), old.find(README_END)
-    if begin < 0 or end < begin:
+    old = path.read_bytes().decode("utf-8")
+    begin = old.find(README_BEGIN)
+    end = old.find(README_END, begin + len(README_BEGIN)) if begin >= 0 else -1
+    if end < 0:
         raise ResultsError(f"{path}: needs the line {README_BEGIN!r} and, after it, "
                            f"{README_END!r}; the stated result goes between them")
-    head = old[:begin + len(README_BEGIN)]
-    atomic_write_text(path, head + "\n" + text + old[end:])
+    nl = "\r\n" if "\r\n" in old else "\n"
+    body = ("\n" + text.rstrip("\n") + "\n").replace("\n", nl)
+    atomic_write_text(path, old[:begin + len(README_BEGIN)] + body + old[end:])
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

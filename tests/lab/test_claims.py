@@ -117,6 +117,36 @@ def test_the_stated_result_lists_complete_tests_and_groups_the_pending_ones():
     assert "all complete" in done and "pending" not in done.lower()
 
 
+def test_the_stated_result_with_no_complete_test_claims_no_holm_p():
+    text = stated_result(_report([_test("hotpotqa", "a", False, n=3),
+                                  _test("musique", "a", False, n=0)]), ["first reading"])
+    head = text.splitlines()[0]
+    assert "none of 2 complete yet" in head and "Holm p" not in head, head
+    assert "- none" not in text  # no empty list; the pending line says it
+    assert "HotpotQA, 1 test (3 of 150); MuSiQue, 1 test (0 of 150)." in text
+
+
+def test_the_stated_result_calls_a_holm_p_an_upper_bound_only_in_a_family_with_pending_tests():
+    eval_done = [_test("hotpotqa", "a", True), _test("musique", "a", True)]
+    head = stated_result(_report(eval_done + [_test("hotpotqa", "b", False, family="check")]),
+                         []).splitlines()[0]
+    assert "2 of 3 complete" in head and "upper bound" not in head, head
+    mixed = eval_done + [_test("hotpotqa", "b", True, family="check"),
+                         _test("musique", "b", False, family="check")]
+    head = stated_result(_report(mixed), []).splitlines()[0]
+    assert "3 of 4 complete; a Holm p is an upper bound while its family has tests pending" in head
+    assert "**Exploratory readings**" not in stated_result(_report(mixed), [])  # none to list
+
+
+def test_write_readme_keeps_the_rest_byte_for_byte(tmp_path):
+    readme = tmp_path / "README.md"
+    # the end line also quoted above the block, Windows line ends, a text without its last \n
+    head = f"# X\r\nthe block ends at {README_END}\r\n{README_BEGIN}\r\n"
+    readme.write_bytes(f"{head}old\r\n{README_END}\r\nafter\r\n".encode())
+    write_readme("new\nlines", readme)
+    assert readme.read_bytes() == f"{head}new\r\nlines\r\n{README_END}\r\nafter\r\n".encode()
+
+
 def test_write_readme_replaces_only_the_marked_block_and_names_a_readme_without_it(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# X\nbefore\n{README_BEGIN}\nold text\n{README_END}\nafter\n")
