@@ -4,8 +4,8 @@ notebooks):
 * at most :data:`MAX_VISIBLE_CODE` non-blank code lines a reader sees (cells without a
   ``hide-input`` / ``hide-cell`` / ``remove-input`` / ``remove-cell`` tag), not counting the
   ``parameters`` cell: result reading belongs in the library, not in the chapter;
-* the ``parameters`` cell (the chapter's knobs) is visible: exercises ask the reader to edit
-  it (the book style note, section 6);
+* the ``parameters`` cell (the chapter's knobs, ``name: type = value`` lines only) is visible:
+  exercises ask the reader to edit it (the book style note, section 6);
 * no output longer than :data:`MAX_OUTPUT_CHARS` characters as shown (stream text; HTML
   with its tags, styles and collapsed ``<details>`` removed; else markdown or plain text):
   long lists go to collapsed cells or to files;
@@ -25,6 +25,7 @@ end of this file.
 """
 from __future__ import annotations
 
+import ast
 import html
 import json
 import re
@@ -131,6 +132,12 @@ def test_chapter_has_one_visible_parameters_cell(path):
     tags = parameters_cells(_load(path))
     assert len(tags) == 1, f"{path.name}: {len(tags)} parameters cells"
     assert not HIDDEN & set(tags[0]), f"{path.name}: the parameters cell is hidden ({tags[0]})"
+    # knobs only (``name: type = value``): it is left out of the visible-code count above
+    cell = next(c for c in _load(path)["cells"] if c["cell_type"] == "code"
+                and "parameters" in c.get("metadata", {}).get("tags", []))
+    other = [type(n).__name__ for n in ast.parse(_text(cell["source"])).body
+             if not isinstance(n, ast.AnnAssign)]
+    assert not other, f"{path.name}: the parameters cell holds more than knobs ({other})"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
