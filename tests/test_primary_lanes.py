@@ -112,18 +112,22 @@ def test_a_failing_run_stops_its_lane_and_names_the_run(tmp_path):
     assert [e["item"] for e in events if e["event"] == "start"] == QUEUE[:2]
 
 
-def test_a_run_that_ends_unfinished_is_not_retried_nor_are_its_stop2_schedules(tmp_path):
-    results = tmp_path / "primary"
+def _musique_left_with_a_short_run(tmp_path: Path) -> str:
+    """Every run but MuSiQue's finished; a fake that finishes every run but uniform-seed14,
+    whose summary counts 5 questions (so it ends unfinished). Returns the fake's command."""
     for item in QUEUE:
         if item.split()[1] != "musique":
-            _finish(results, item)
-    # the fake finishes every run; this one's summary counts 5 questions, so it ends unfinished
+            _finish(tmp_path / "primary", item)
     fake = tmp_path / "short.py"
     fake.write_text(FAKE.replace('int(get("--eval-limit"))',
                                  '(5 if "uniform-seed14" == get("--runs") else '
                                  'int(get("--eval-limit")))'))
-    env = {"PRIMARY_LANES_COMMAND": f"{sys.executable} {fake}"}
-    outs, events = _lanes(tmp_path, lanes=1, **env)
+    return f"{sys.executable} {fake}"
+
+
+def test_a_run_that_ends_unfinished_is_not_retried_nor_are_its_stop2_schedules(tmp_path):
+    command = _musique_left_with_a_short_run(tmp_path)
+    outs, events = _lanes(tmp_path, lanes=1, PRIMARY_LANES_COMMAND=command)
     rc, out, err = outs[0]
     assert rc == 1 and "eval musique uniform-seed14 unfinished" in err
     assert "left unfinished: eval musique uniform-seed14, eval musique uniform-seed14-stop2" in err
@@ -135,16 +139,8 @@ def test_a_run_that_ends_unfinished_is_not_retried_nor_are_its_stop2_schedules(t
 
 def test_a_run_one_lane_left_unfinished_is_not_retried_by_the_other_lane(tmp_path):
     """'Not retried' holds for the queue, not per lane: the other lane reads the mark."""
-    results = tmp_path / "primary"
-    for item in QUEUE:
-        if item.split()[1] != "musique":
-            _finish(results, item)
-    fake = tmp_path / "short.py"
-    fake.write_text(FAKE.replace('int(get("--eval-limit"))',
-                                 '(5 if "uniform-seed14" == get("--runs") else '
-                                 'int(get("--eval-limit")))'))
-    outs, events = _lanes(tmp_path, PRIMARY_LANES_COMMAND=f"{sys.executable} {fake}",
-                          FAKE_SECONDS="0.3")
+    command = _musique_left_with_a_short_run(tmp_path)
+    outs, events = _lanes(tmp_path, PRIMARY_LANES_COMMAND=command, FAKE_SECONDS="0.3")
     started = [e["item"] for e in events if e["event"] == "start"]
     assert started.count("eval musique uniform-seed14") == 1, started
     assert "eval musique uniform-seed14-stop2" not in started
