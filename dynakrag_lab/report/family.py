@@ -31,7 +31,8 @@ falls, so those are upper bounds of the final ones and a "better" / "worse" read
 
 Verdicts (the toml's rules): "better" / "worse" when the Holm-adjusted p < alpha, by the sign of
 the difference; else "equivalent within +-m" when ``p_tost < alpha``; else "inconclusive at this
-n". Only reads the run folders; writes ``family.json`` and ``family.md`` from :func:`main`.
+n". Only reads the run folders; :func:`main` writes ``family.json``, ``family.md`` and
+``stated-result.md`` (the text README and the preface print: :func:`stated_result`).
 """
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm, num
 
 __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_names",
            "read_test", "verdict_word", "verdict_text", "read_family", "read_families",
-           "family_markdown", "verdict_sentences", "stated_result", "write_readme", "main"]
+           "family_markdown", "verdict_sentences", "stated_result", "write_readme", "STATED_FILE", "main"]
 
 OUT = "results/primary/family"
+STATED_FILE = "stated-result.md"  # :func:`stated_result`, which README and the preface print
 README = "README.md"
 # README's stated result lies between these two lines; `--readme` rewrites what is between.
 README_BEGIN = ("<!-- stated result: written by `python -m dynakrag_lab.report.family --readme`;"
@@ -361,7 +363,9 @@ def write_readme(text: str, path: str | Path = README) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    """Read the toml's tests and write ``family.json`` and ``family.md`` into ``--out``."""
+    """Read the toml's tests and write ``family.json``, ``family.md`` and the stated result
+    (``stated-result.md``, with the exploratory readings) into ``--out``; with ``--readme``,
+    also into README's marked block."""
     ap = argparse.ArgumentParser(prog="python -m dynakrag_lab.report.family",
                                  description="Read the primary tests named in the toml.")
     ap.add_argument("--toml", default=TOML)
@@ -373,10 +377,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     out = Path(args.out)
     atomic_write_json(out / "family.json", json_clean(report))
     atomic_write_text(out / "family.md", family_markdown(report))
+    # the exploratory readings are this project's runs (results/experiments) read by its own
+    # toml's rules; another toml states its own tests only
+    own = Path(args.toml).resolve() == Path(TOML).resolve()
+    stated = stated_result(report, claim_sentences(headline_claims()) if own else [])
+    atomic_write_text(out / STATED_FILE, stated)
     state = "complete" if report["complete"] else "incomplete"
-    print(f"{out / 'family.json'}, {out / 'family.md'}: {state}")
+    print(f"{out / 'family.json'}, {out / 'family.md'}, {out / STATED_FILE}: {state}")
     if args.readme:
-        write_readme(stated_result(report, claim_sentences(headline_claims())))
+        write_readme(stated)
         print(f"{README}: stated result rewritten")
     return report
 

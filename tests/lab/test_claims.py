@@ -14,7 +14,7 @@ from dynakrag_lab.report.claims import (StopGrid, claim_sentences, fmt_diff,
                                         fmt_p, headline_claims, horizon_table, results_table,
                                         stop_shuffle)
 from dynakrag_lab.report.comparison import PairedDifference
-from dynakrag_lab.report.family import (README_BEGIN, README_END, read_families,
+from dynakrag_lab.report.family import (README_BEGIN, README_END, STATED_FILE, read_families,
                                         stated_result, verdict_sentences, write_readme)
 from dynakrag_lite.experiments.folder import ResultsError
 
@@ -74,7 +74,7 @@ def test_the_primary_tests_are_stated_once_complete_and_pending_before(where):
             "exploratory and the primary tests pending")
 
 
-def test_the_readme_states_the_result_the_committed_runs_give(sentences):
+def test_readme_the_preface_and_the_written_file_state_what_the_committed_runs_give(sentences):
     """README's stated result is :func:`stated_result` of the committed runs, word for word:
     after committing rows, ``python -m dynakrag_lab.report.family --readme`` rewrites it."""
     readme = (ROOT / "README.md").read_text("utf-8")
@@ -82,6 +82,12 @@ def test_the_readme_states_the_result_the_committed_runs_give(sentences):
     want = stated_result(read_families(ROOT / "results" / "primary_tests.toml"), sentences)
     assert stated.strip() == want.strip(), (
         "README's stated result is stale: run python -m dynakrag_lab.report.family --readme")
+    written = (ROOT / "results" / "primary" / "family" / STATED_FILE).read_text("utf-8")
+    assert written == want, f"{STATED_FILE} is stale: run python -m dynakrag_lab.report.family"
+    # the preface prints that file: the committed output is the file's text
+    preface = _flat(_outputs(ROOT / "book" / "00_preface.ipynb"))
+    assert _flat(written).strip() in preface, (
+        "the preface prints an older stated result: python data_scripts/execute_chapters.py 00")
 
 
 def _test(dataset: str, name: str, complete: bool, family: str = "eval", n: int = 150) -> dict:
