@@ -56,7 +56,8 @@ from .verdicts import (BETTER, INCONCLUSIVE, WORSE, Rules, four_words, holm, num
 
 __all__ = ["TOML", "OUT", "BETTER", "WORSE", "INCONCLUSIVE", "load_tests", "run_names",
            "read_test", "verdict_word", "verdict_text", "read_family", "read_families",
-           "family_markdown", "verdict_sentences", "stated_result", "write_readme", "STATED_FILE", "main"]
+           "family_markdown", "verdict_sentences", "stated_result", "write_readme", "STATED_FILE",
+           "main"]
 
 OUT = "results/primary/family"
 STATED_FILE = "stated-result.md"  # :func:`stated_result`, which README and the preface print
