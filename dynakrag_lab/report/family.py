@@ -375,18 +375,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
                     help=f"also rewrite the stated result in {README} (between its markers)")
     args = ap.parse_args(argv)
     report = read_families(args.toml)
-    out = Path(args.out)
+    out = locate(args.out)  # the project's folder when run from elsewhere
     atomic_write_json(out / "family.json", json_clean(report))
     atomic_write_text(out / "family.md", family_markdown(report))
     # the exploratory readings are this project's runs (results/experiments) read by its own
     # toml's rules; another toml states its own tests only
-    own = Path(args.toml).resolve() == Path(TOML).resolve()
+    own = locate(args.toml).resolve() == locate(TOML).resolve()
     stated = stated_result(report, claim_sentences(headline_claims()) if own else [])
     atomic_write_text(out / STATED_FILE, stated)
     state = "complete" if report["complete"] else "incomplete"
     print(f"{out / 'family.json'}, {out / 'family.md'}, {out / STATED_FILE}: {state}")
     if args.readme:
-        write_readme(stated)
+        write_readme(stated, locate(README))
         print(f"{README}: stated result rewritten")
     return report
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR
+from dynakrag_lite.experiments.artifacts import EXPERIMENTS_DIR, PROJECT_ROOT
 
 READER = "qwen2.5-coder-1.5b"  # the larger reader, whose runs the claims read
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique")  # the paper's order
@@ -52,12 +52,13 @@ def label(dataset: str) -> str:
 
 def locate(root: str | Path) -> Path:
     """``root`` as given; a relative root that does not exist is also tried from the parent
-    folders of the working directory (a chapter runs from ``book/``). The one way the
-    chapters find a file or folder under ``results/`` (``locate("results/diagnostics")``)."""
+    folders of the working directory (a chapter runs from ``book/``), then from the project
+    (a command run from anywhere). The one way the chapters find a file or folder under
+    ``results/`` (``locate("results/diagnostics")``)."""
     p = Path(root)
     if p.is_absolute() or p.exists():
         return p
-    for parent in Path.cwd().resolve().parents:
+    for parent in (*Path.cwd().resolve().parents, PROJECT_ROOT):
         cand = parent / p
         if cand.exists():
             return cand

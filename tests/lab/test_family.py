@@ -309,6 +309,16 @@ def test_the_command_writes_json_and_markdown_and_one_sentence_per_test(four_pai
                         sentences[3]), sentences[3]
 
 
+def test_the_project_files_are_found_from_a_folder_outside_the_project(tmp_path, monkeypatch):
+    # `python -m dynakrag_lab.report.family` run from anywhere reads and writes the project's
+    # own toml, family folder and README, never new ones in the working directory
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    for name in (family.TOML, family.OUT, family.README):
+        assert family.locate(name).resolve() == root / name
+    assert family.locate("results/no-such-file").resolve() == tmp_path / "results/no-such-file"
+
+
 def test_a_toml_without_a_needed_field_is_refused_naming_the_field(tmp_path):
     toml = write_toml(tmp_path / "t.toml", tmp_path, {"hotpotqa": 5}, [("t", "a", "b")])
     toml.write_text(toml.read_text().replace("hotpotqa = 0.05", ""))
