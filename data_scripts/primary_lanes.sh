@@ -48,7 +48,9 @@ for d in hotpotqa 2wikimultihopqa musique; do
   for r in fixed_k12 uniform-seed13 uniform-seed14 uniform-seed15 fixed_k6 dynakrag-cont \
            dynakrag-cont-stop2 uniform-seed13-stop2 uniform-seed14-stop2 uniform-seed15-stop2; do
     QUEUE+=("eval $d $r"); done; done
-for r in fixed_k12 uniform-seed13 uniform-seed14 uniform-seed15 fixed_k6 dynakrag-cont; do
+# The check set's runs cheapest test first (top-6 needs the two shortest runs, top-12 one more,
+# uniform-valid three seeds): a session that ends midway commits complete tests, not parts.
+for r in dynakrag-cont fixed_k6 fixed_k12 uniform-seed13 uniform-seed14 uniform-seed15; do
   QUEUE+=("check hotpotqa $r"); done
 
 # A run that ends unfinished (questions that keep failing) is marked in $LOCKS, so neither lane

@@ -51,8 +51,10 @@ FULL = ["fixed_k12", "uniform-seed13", "uniform-seed14", "uniform-seed15", "fixe
         "dynakrag-cont"]
 STOP2 = ["dynakrag-cont-stop2", "uniform-seed13-stop2", "uniform-seed14-stop2",
          "uniform-seed15-stop2"]
+CHECK = ["dynakrag-cont", "fixed_k6", "fixed_k12", "uniform-seed13", "uniform-seed14",
+         "uniform-seed15"]  # cheapest test first
 QUEUE = ([f"eval {d} {r}" for d in DATASETS for r in FULL + STOP2]
-         + [f"check hotpotqa {r}" for r in FULL])
+         + [f"check hotpotqa {r}" for r in CHECK])
 
 
 def _finish(results: Path, item: str, n: int | None = None) -> None:
