@@ -72,25 +72,30 @@ class _Handler(BaseHTTPRequestHandler):
             # has one item left (train's last question) then does not wait at every call.
             if srv.peer_wait and not (srv.peer_wait_once and srv.max_in_flight >= 2):
                 srv.arrived.wait_for(lambda: srv.in_flight >= 2, timeout=srv.peer_wait)
+        # The reply is built, then the request counted as finished, then the reply sent: a
+        # client cannot send its next request before it has read this reply, so in_flight
+        # never counts a finished request next to its successor (a decrement after the send
+        # once raced the next request and reported 3 in flight for 2 workers).
         try:
             time.sleep(srv.sleep)
             if srv.fail_on and srv.fail_on in prompt:
-                self._send(500, {"error": {"message": "boom"}})
-                return
-            text = reply_for(prompt)
-            choice = {"index": 0, "finish_reason": "stop",
-                      "message": {"role": "assistant", "content": text}}
-            if body.get("logprobs"):  # the margin signal's scoring request
-                choice["logprobs"] = logprobs_for(prompt)
-            self._send(200, {
-                "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [choice],
-                "usage": {"prompt_tokens": len(prompt) // 4,
-                          "completion_tokens": len(text.split()),
-                          "total_tokens": len(prompt) // 4 + len(text.split())}})
+                status, reply = 500, {"error": {"message": "boom"}}
+            else:
+                text = reply_for(prompt)
+                choice = {"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": text}}
+                if body.get("logprobs"):  # the margin signal's scoring request
+                    choice["logprobs"] = logprobs_for(prompt)
+                status, reply = 200, {
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+                    "model": "m", "choices": [choice],
+                    "usage": {"prompt_tokens": len(prompt) // 4,
+                              "completion_tokens": len(text.split()),
+                              "total_tokens": len(prompt) // 4 + len(text.split())}}
         finally:
             with srv.guard:
                 srv.in_flight -= 1
+        self._send(status, reply)
 
     def _send(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -119,11 +124,8 @@ def server():
 
 
 def reset(srv) -> None:
-    # A handler decrements in_flight after its reply is sent, so the client may be done
-    # first: wait for it, else a late decrement leaves in_flight at -1 and hides overlap.
-    deadline = time.monotonic() + 5.0
-    while srv.in_flight and time.monotonic() < deadline:
-        time.sleep(0.005)
+    # Handlers count a request as finished before replying, so nothing is in flight once the
+    # client has its replies: the counters can be zeroed at once.
     with srv.guard:
         srv.in_flight = srv.max_in_flight = srv.requests = 0
 
