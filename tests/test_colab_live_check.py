@@ -1,4 +1,4 @@
-"""The offline parts of data_scripts/colab_live_check.py, in seconds.
+"""The offline parts of data_scripts/colab_live_check.py and colab_serve.py, in seconds.
 
 The live check itself (a fresh venv, real pip, chapters 05, 11 and 12 executed) takes minutes
 and the network, so `make colab-live-check` runs it by hand; its committed report is checked
@@ -34,6 +34,7 @@ import pytest
 from helpers import git, load_script
 
 live = load_script("colab_live_check")
+serve = load_script("colab_serve")  # what the check serves on 127.0.0.1
 REPO = Path(__file__).resolve().parents[1]
 GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
 
@@ -57,9 +58,9 @@ def checkout(tmp_path: Path) -> Path:
 
 def test_head_commit_is_served_as_the_branch_and_clones_shallow_over_http(checkout, tmp_path):
     served = tmp_path / "served"
-    sha = live.make_bare(checkout, served / "r.git", "main")
+    sha = serve.make_bare(checkout, served / "r.git", "main")
     assert sha == git("rev-parse", "HEAD", cwd=checkout)
-    with live.GitHTTPServer(served) as srv:
+    with serve.GitHTTPServer(served) as srv:
         url = srv.url("r.git")
         p = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "main", url,
                             str(tmp_path / "clone")], capture_output=True, text=True,
@@ -77,12 +78,12 @@ def test_head_commit_is_served_as_the_branch_and_clones_shallow_over_http(checko
 def test_the_commit_resolved_first_is_served_even_if_head_moves_meanwhile(checkout, tmp_path):
     resolved = git("rev-parse", "HEAD", cwd=checkout)
     git("commit", "-q", "-am", "another engineer's commit", cwd=checkout)
-    assert live.make_bare(checkout, tmp_path / "r.git", "main", resolved) == resolved
+    assert serve.make_bare(checkout, tmp_path / "r.git", "main", resolved) == resolved
     assert git("rev-parse", "HEAD", cwd=checkout) != resolved
 
 
 def test_server_listens_on_loopback_only_and_stops_within_its_bound(tmp_path):
-    srv = live.GitHTTPServer(tmp_path).start()
+    srv = serve.GitHTTPServer(tmp_path).start()
     assert srv.server_address[0] == "127.0.0.1"
     socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
     t0 = time.monotonic()
@@ -93,7 +94,7 @@ def test_server_listens_on_loopback_only_and_stops_within_its_bound(tmp_path):
 
 
 def test_missing_repository_is_an_http_error_not_a_hang(tmp_path):
-    with live.GitHTTPServer(tmp_path) as srv:
+    with serve.GitHTTPServer(tmp_path) as srv:
         p = subprocess.run(["git", "ls-remote", srv.url("nothing.git")], capture_output=True,
                            text=True, env=GIT_ENV, timeout=30)
     assert p.returncode != 0
@@ -266,7 +267,7 @@ def data_folder(tmp_path: Path) -> Path:
 def test_rebuilt_official_hotpotqa_file_normalizes_back_to_the_data_folders_questions(
         data_folder, tmp_path):
     src = data_folder / "hotpotqa.jsonl"
-    records, notes = live.official_hotpotqa(src, data_folder / "hotpotqa.provenance.jsonl")
+    records, notes = serve.official_hotpotqa(src, data_folder / "hotpotqa.provenance.jsonl")
     q1, q2, q3 = records
     assert [r["_id"] for r in records] == ["q1", "q2", "q3"]  # the file's order: its split
     assert q1["context"][0] == ["q1 title 0", ["One sentence.  Two sentences."]]
@@ -281,8 +282,8 @@ def test_rebuilt_official_hotpotqa_file_normalizes_back_to_the_data_folders_ques
                      "paragraphs_with_a_double_space": 1, "questions_with_a_double_space": 1}
     raw = tmp_path / "hotpot_dev_distractor_v1.json"
     raw.write_text(json.dumps(records))
-    out = live.prepare_data.prepare("hotpotqa", tmp_path / "out", raw=raw)
-    same = live.compare_questions(out, src)
+    out = serve.prepare_data.prepare("hotpotqa", tmp_path / "out", raw=raw)
+    same = serve.compare_questions(out, src)
     # prepare_data.py strips a paragraph: the one change the official layout makes here
     assert same == {"questions": 3, "of": 3, "same_ids_in_order": True,
                     "questions_that_differ": 1, "fields_that_differ": {"paragraphs.text": 1},
@@ -298,7 +299,7 @@ def test_mirror_serves_files_of_its_folder_by_exact_name_only(tmp_path):
     (files / "sub").mkdir()
     (files / "sub" / "x.json").write_text("no")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with live.GitHTTPServer(tmp_path / "repos", files=files) as srv:
+    with serve.GitHTTPServer(tmp_path / "repos", files=files) as srv:
         base = srv.url("mirror")
         with opener.open(f"{base}/hotpot_dev_distractor_v1.json", timeout=10) as resp:
             assert resp.read() == b"[]" * 1000
@@ -547,11 +548,11 @@ def test_a_three_chapter_run_reports_each_chapter_and_what_stood_in(
 def test_hotpotqa_served_from_the_shared_folder_gives_the_committed_runs_questions_in_order(
         shared_data_dir, tmp_path):
     src = shared_data_dir / "hotpotqa.jsonl"
-    assert live.sha256_file(src) in live.committed_data_sha256("hotpotqa", REPO / "results")
-    records, notes = live.official_hotpotqa(src, shared_data_dir / "hotpotqa.provenance.jsonl")
+    assert serve.sha256_file(src) in serve.committed_data_sha256("hotpotqa", REPO / "results")
+    records, notes = serve.official_hotpotqa(src, shared_data_dir / "hotpotqa.provenance.jsonl")
     raw = tmp_path / "hotpot_dev_distractor_v1.json"
     raw.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
-    same = live.compare_questions(live.prepare_data.prepare("hotpotqa", tmp_path, raw=raw), src)
+    same = serve.compare_questions(serve.prepare_data.prepare("hotpotqa", tmp_path, raw=raw), src)
     # Same questions in the same order: a chapter's split (positions in the file) is the same.
     assert same["same_ids_in_order"] and same["questions"] == same["of"] == notes["questions"]
     # Only paragraphs with surrounding whitespace change (prepare_data.py strips them).

@@ -1,6 +1,7 @@
 """data_scripts/prepare_data.py fetching from a mirror ($DYNAKRAG_DATA_MIRROR) instead of the
 official host: the URL it builds, a fetch over HTTP and from a folder, and a failing mirror
-that is reported without a fall back to the internet."""
+that is reported without a fall back to the internet; and the embedded library set written
+to JSONL (`--dataset library`), whose `--raw` is refused."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dynakrag_lite.data.sources import load_questions
+from dynakrag_lite.data import load_questions
+from dynakrag_lite.data.library import build_library
 from helpers import load_script
 
 prepare_data = load_script("prepare_data")
@@ -123,3 +125,32 @@ def test_a_bad_file_from_the_mirror_is_named_by_its_url_not_a_temporary_path(
     err = capsys.readouterr().err
     assert f"error: bad input: {url}hotpot_dev_distractor_v1.json, line 1: malformed JSON" in err
     assert not (tmp_path / "out" / "hotpotqa.jsonl").exists()
+
+
+def test_the_library_is_written_as_generated_and_reads_back_the_same(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert prepare_data.main(["--dataset", "library", "--out", str(out), "--limit", "12",
+                              "--seed", "3"]) == 0
+    assert [p.name for p in out.iterdir()] == ["library.jsonl"]  # no temporary file left
+    want = build_library(12, 3)
+    assert load_questions(out / "library.jsonl") == want  # validated on reading
+    said = capsys.readouterr().out
+    assert said.startswith("library: wrote 12 questions (") and "bridge=" in said
+    assert want != build_library(12, 0)  # so --seed reached the generator
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--raw", "hotpot_dev_distractor_v1.json"], "--raw names an official file"),
+    (["--limit", "0"], "must be at least 1")])
+def test_the_library_refuses_what_it_cannot_use_and_writes_nothing(tmp_path, capsys, extra,
+                                                                    said):
+    with pytest.raises(SystemExit) as e:
+        prepare_data.main(["--dataset", "library", "--out", str(tmp_path / "out"), *extra])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_seed_with_an_official_dataset_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        prepare_data.main(["--dataset", "hotpotqa", "--out", str(tmp_path), "--seed", "1"])
+    assert e.value.code == 2 and "library only" in capsys.readouterr().err
