@@ -37,7 +37,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:  # run as a script from anywhere
         sys.path.insert(0, str(p))
 
-from benchlib import cpu_model, loadavg, versions  # noqa: E402
+from benchlib import cpu_model, loadavg, recorded_command, versions  # noqa: E402
 from dynakrag_lite.generators import (CachedGenerator, CallCache,  # noqa: E402
                                       LlamaCppGenerator, TransformersGenerator, models,
                                       unload_models)
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run transformers on qwen2.5-coder-1.5b (~9 GB RAM, slow)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks" / "generators.json")
     args = ap.parse_args(argv)
+    command = recorded_command(sys.argv[1:] if argv is None else argv, __file__)
 
     grid = [("llama.cpp", n) for n in models.REGISTRY] + \
         [("transformers", "smollm2-135m"), ("transformers", "qwen2.5-coder-0.5b")]
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         # Rewritten after every model so an interrupted run keeps what it measured.
         report = {
             "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": command,
             "machine": {"cpu_count": os.cpu_count(), "cpu": cpu_model(),
                         "platform": platform.platform(),
                         # other jobs share the CPU: the load says how far to trust the speeds
