@@ -122,7 +122,7 @@ colab-cells:
 # The Colab install cells for real (data_scripts/colab_live_check.py): one fresh venv runs the
 # cells of chapters 05, 11 and 12 against this checkout's HEAD served on 127.0.0.1 (HotpotQA
 # rebuilt from ../shared/data, served there too: data_scripts/colab_serve.py), with the real
-# pip, decodes and executes each chapter in quick mode. About 12 minutes and PyPI; the report
+# pip, decodes and executes each chapter in quick mode. About 10 minutes and PyPI; the report
 # goes to results/diagnostics/colab-live-check.json.
 colab-live-check:
 	$(PY) data_scripts/colab_live_check.py

@@ -64,7 +64,7 @@ generated cell is run by a bare interpreter (``python -m venv --without-pip``) w
 ``google.colab`` module, cloning a local bare repository, with a recording fake pip and a fake
 ``prepare_data.py``: the order of the steps, the commands, the compile fallback and its warning,
 the offline probe, the environment left behind and the no-op without the fake module are all
-checked. ``data_scripts/colab_live_check.py`` (``make colab-live-check``, by hand: about 15
+checked. ``data_scripts/colab_live_check.py`` (``make colab-live-check``, by hand: about 10
 minutes and PyPI; its report is ``results/diagnostics/colab-live-check.json``) runs the real
 cells of chapters 5 (the embedded set), 11 (HotpotQA, the 1.5B reader) and 12 (the committed
 results) one after another in one fresh venv holding only what Colab has and the cells do not

@@ -427,7 +427,7 @@ def up_front(wheels: Path | None, datasets: Sequence[str], data_root: Path | Non
     if wheels is None:
         out.append("no portable llama-cpp-python wheel under .cache/wheels "
                    "(install_llama.wheel_dir('portable')): the first install cell will compile "
-                   "llama-cpp-python, about 15 minutes on 2 cores")
+                   "llama-cpp-python (several minutes on 2 cores)")
     out += [f"{ds}: {why} ({data_root}); the mirror answers 404 and the cell reports it "
             "unavailable" for ds in datasets if (why := colab_serve.unserved(ds, data_root))]
     return out

@@ -507,7 +507,7 @@ def test_a_three_chapter_run_reports_each_chapter_and_what_stood_in(
     # Said before the first step: no wheel, so the first cell compiles.
     assert said.index(next(s for s in said if "no portable llama-cpp-python wheel" in s)) < \
         said.index("== venv: a fresh virtual environment with pip")
-    assert any("15 minutes" in w for w in report["warnings"])
+    assert any("compile llama-cpp-python (several minutes" in w for w in report["warnings"])
     assert [s["name"] for s in report["steps"]] == [
         "venv", "runtime", "data", "serve", "cell:05_a", "decode", "chapter:05_a",
         "cell:11_b", "chapter:11_b", "cell:12_c", "chapter:12_c", "stop-server"]
